@@ -1,0 +1,36 @@
+#pragma once
+// The remat command line: each subcommand registers itself on the CLI11 app and returns an
+// exit code. The library does the work; this layer parses, prints and maps errors to codes.
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "remat/solver.h"
+
+namespace remat::cli {
+
+/// Exit codes shared by every command (docs/cli.md).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,    // a bug in remat or an unexpected failure
+  kExitBadInput = 2,    // bad arguments, malformed chain file, invalid sequence
+  kExitInfeasible = 3,  // the budget cannot be met
+};
+
+/// A subcommand's action, run after parsing.
+using Action = std::function<int()>;
+
+/// `remat schedule`: registers the subcommand and returns its action.
+Action add_schedule_command(CLI::App& app);
+
+/// A budget as given on the command line: bytes and units (`700MiB`, `1e9`) or a percentage
+/// of the chain's store-all peak (`50%`). Throws std::invalid_argument.
+std::int64_t parse_budget(const std::string& text, const Chain& chain);
+
+/// Output format of commands that print results.
+enum class Format { kText, kJson };
+Format parse_format(const std::string& text);
+
+}  // namespace remat::cli

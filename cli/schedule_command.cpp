@@ -1,0 +1,178 @@
+// remat schedule: the best schedule of a chain file under a budget.
+#include <fmt/core.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+
+namespace remat::cli {
+namespace {
+
+struct ScheduleArgs {
+  std::string chain_path;
+  std::string budget;
+  std::string algorithm = "optimal";
+  int segments = 0;
+  std::int64_t slots = 0;
+  std::string format = "text";
+  int threads = 0;
+  bool ignore_nograd_time = false;
+};
+
+// Wraps a space-separated text at `width` columns, each line indented.
+std::string wrap(const std::string& text, std::size_t width, const std::string& indent) {
+  std::string out, line;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
+      out += indent + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  if (!line.empty()) out += indent + line + "\n";
+  return out;
+}
+
+std::string bytes_and_units(std::int64_t bytes) {
+  return fmt::format("{} ({} bytes)", format_bytes(bytes), bytes);
+}
+
+void print_text(const Chain& chain, const Solution& solution, const SolveOptions& options) {
+  fmt::print("chain        {} ({} stages, input {})\n", chain.name.empty() ? "-" : chain.name,
+             chain.length(), format_bytes(chain.input_bytes));
+  std::string algorithm(algorithm_name(solution.algorithm));
+  if (solution.algorithm == Algorithm::kOptimal) {
+    const Discretization& disc = solution.discretization;
+    algorithm +=
+        fmt::format(", {} slots of {}{}", disc.capacity_units, format_bytes(disc.unit_bytes),
+                    options.slots() > 0 ? " (--slots)" : "");
+  } else if (solution.algorithm == Algorithm::kPeriodic) {
+    algorithm += fmt::format(", {} segments", solution.parameter);
+  } else if (solution.algorithm == Algorithm::kRevolve && solution.ok()) {
+    algorithm += fmt::format(", {} checkpoints", solution.parameter);
+  }
+  if (!options.use_nograd_time()) algorithm += ", fwd_nograd_ms ignored";
+  fmt::print("algorithm    {}\n", algorithm);
+  fmt::print("budget       {}\n", bytes_and_units(solution.budget_bytes));
+  fmt::print("status       {}\n", status_name(solution.status));
+  if (solution.ok()) {
+    const double overhead =
+        solution.store_all_makespan_ms > 0
+            ? 100.0 * (solution.makespan_ms / solution.store_all_makespan_ms - 1.0)
+            : 0.0;
+    fmt::print("makespan     {:.3f} ms, {:+.1f}% against store-all ({:.3f} ms)\n",
+               solution.makespan_ms, overhead, solution.store_all_makespan_ms);
+    fmt::print("peak         {}\n", bytes_and_units(solution.peak_bytes));
+  }
+  if (solution.min_feasible_budget_bytes >= 0) {
+    fmt::print("min budget   {}\n", bytes_and_units(solution.min_feasible_budget_bytes));
+  } else {
+    fmt::print("min budget   none with {} slots\n", options.slots());
+  }
+  fmt::print("solve time   {:.3f} s\n", solution.solve_seconds);
+  if (solution.ok()) {
+    const auto nograd = solution.simulation.nograd_forwards;
+    fmt::print("sequence     {} operations, {} forward{} without autograd\n",
+               solution.sequence.size(), nograd, nograd == 1 ? "" : "s");
+    fmt::print("{}", wrap(collapsed_string(solution.sequence), 100, "  "));
+  }
+}
+
+void print_json(const Chain& chain, const Solution& solution, const SolveOptions& options) {
+  nlohmann::json out = nlohmann::json::object();
+  out["status"] = status_name(solution.status);
+  out["algorithm"] = algorithm_name(solution.algorithm);
+  out["chain"] = chain.name;
+  out["stages"] = chain.length();
+  out["budget_bytes"] = solution.budget_bytes;
+  out["makespan_ms"] = solution.ok() ? nlohmann::json(solution.makespan_ms) : nlohmann::json();
+  out["store_all_makespan_ms"] = solution.store_all_makespan_ms;
+  out["peak_bytes"] = solution.ok() ? nlohmann::json(solution.peak_bytes) : nlohmann::json();
+  out["min_feasible_budget_bytes"] = solution.min_feasible_budget_bytes >= 0
+                                         ? nlohmann::json(solution.min_feasible_budget_bytes)
+                                         : nlohmann::json();
+  out["sequence"] = op_strings(solution.sequence);
+  out["solve_seconds"] = solution.solve_seconds;
+  out["use_nograd_time"] = options.use_nograd_time();
+  if (solution.algorithm == Algorithm::kOptimal) {
+    out["slots"] = solution.discretization.capacity_units;
+    out["unit_bytes"] = solution.discretization.unit_bytes;
+  } else if (solution.algorithm == Algorithm::kPeriodic) {
+    out["segments"] = solution.parameter;
+  } else if (solution.algorithm == Algorithm::kRevolve) {
+    out["checkpoints"] = solution.ok() ? nlohmann::json(solution.parameter) : nlohmann::json();
+  }
+  fmt::print("{}\n", out.dump(2));
+}
+
+}  // namespace
+
+Action add_schedule_command(CLI::App& app) {
+  auto args = std::make_shared<ScheduleArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "schedule", "Compute the fastest schedule of a chain (remat-chain/1 JSON) within a budget");
+  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/1 JSON)")->required();
+  cmd->add_option("--budget", args->budget,
+                  "Activation memory budget: bytes with a unit (700MiB, 2.5GiB, 1e9) or a "
+                  "percentage of the store-all peak (50%)")
+      ->required();
+  cmd->add_option("--algorithm", args->algorithm,
+                  "optimal, store-all, recompute-all, periodic or revolve")
+      ->capture_default_str();
+  cmd->add_option("--segments", args->segments,
+                  "periodic: number of segments K (default round(sqrt(L)))");
+  cmd->add_option("--slots", args->slots,
+                  "optimal: memory slots N, as the reference rotor (default: automatic)");
+  cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
+  cmd->add_flag("--ignore-nograd-time", args->ignore_nograd_time,
+                "Cost Fn/CF with fwd_ms, as the reference does, even when fwd_nograd_ms is given");
+
+  return [args, cmd]() -> int {
+    const Format format = parse_format(args->format);
+    const Algorithm algorithm = parse_algorithm(args->algorithm);
+    REMAT_CHECK(cmd->count("--segments") == 0 || algorithm == Algorithm::kPeriodic,
+                "--segments applies to --algorithm periodic only");
+    REMAT_CHECK(cmd->count("--slots") == 0 || algorithm == Algorithm::kOptimal,
+                "--slots applies to --algorithm optimal only");
+    REMAT_CHECK(cmd->count("--slots") == 0 || args->slots > 0, "--slots (", args->slots,
+                ") must be a positive number of slots");
+    REMAT_CHECK(cmd->count("--segments") == 0 || args->segments > 0, "--segments (", args->segments,
+                ") must be a positive number of segments");
+    REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
+    const Chain chain = load_chain(args->chain_path);
+    const std::int64_t budget = parse_budget(args->budget, chain);
+    SolveOptions options = SolveOptions(budget)
+                               .algorithm(algorithm)
+                               .segments(args->segments)
+                               .slots(args->slots)
+                               .threads(args->threads)
+                               .use_nograd_time(!args->ignore_nograd_time);
+    const Solution solution = solve(chain, options);
+    if (format == Format::kJson) {
+      print_json(chain, solution, options);
+    } else {
+      print_text(chain, solution, options);
+    }
+    if (!solution.ok()) {
+      if (solution.min_feasible_budget_bytes >= 0) {
+        fmt::print(stderr, "remat: infeasible: {} cannot run in {}; it needs at least {}\n",
+                   algorithm_name(algorithm), bytes_and_units(budget),
+                   bytes_and_units(solution.min_feasible_budget_bytes));
+      } else {
+        fmt::print(stderr, "remat: infeasible: no budget works with {} slots; use more slots\n",
+                   args->slots);
+      }
+      return kExitInfeasible;
+    }
+    return kExitOk;
+  };
+}
+
+}  // namespace remat::cli

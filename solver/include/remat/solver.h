@@ -1,0 +1,9 @@
+#pragma once
+/// Umbrella header of remat_solver: chains, sequences, the simulator and the algorithms.
+
+#include "remat/solver/chain.h"
+#include "remat/solver/check.h"
+#include "remat/solver/sequence.h"
+#include "remat/solver/simulator.h"
+#include "remat/solver/solver.h"
+#include "remat/solver/units.h"

@@ -1,0 +1,78 @@
+#pragma once
+/// The simulator: replays a sequence against a chain under the memory model of
+/// docs/cost-model.md, checks that it is valid, and returns its makespan and exact peak.
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "remat/solver/chain.h"
+#include "remat/solver/sequence.h"
+
+namespace remat {
+
+/// Live memory split by what it holds.
+struct MemoryBreakdown {
+  /// Activations kept without autograd: x_k (checkpoints, the input, Fn/CF outputs).
+  std::int64_t checkpoint_bytes = 0;
+  /// What stages run with autograd keep for their backward: xbar_k.
+  std::int64_t saved_bytes = 0;
+  /// Gradients y_k.
+  std::int64_t gradient_bytes = 0;
+  /// The operation's transient memory (fwd_tmp_bytes / bwd_tmp_bytes / loss_tmp_bytes).
+  std::int64_t temporary_bytes = 0;
+
+  std::int64_t total() const {
+    return checkpoint_bytes + saved_bytes + gradient_bytes + temporary_bytes;
+  }
+};
+
+/// What one operation did, for timelines.
+struct OpRecord {
+  Op op;
+  double start_ms = 0;
+  double end_ms = 0;
+  /// Memory while the operation runs (its peak): inputs, outputs and temporaries.
+  MemoryBreakdown during;
+  /// Live memory once the operation is done and has freed what it frees.
+  std::int64_t live_after_bytes = 0;
+};
+
+/// How operations are timed.
+struct TimeModel {
+  /// Use `fwd_nograd_ms` for `Fn` and `CF` (else `fwd_ms`, as the reference does).
+  bool use_nograd_time = true;
+};
+
+/// The result of replaying a valid sequence.
+struct Simulation {
+  double makespan_ms = 0;
+  /// Exact peak in bytes over the initial state (x_0) and every operation.
+  std::int64_t peak_bytes = 0;
+  /// Index of the operation where the peak is first reached; -1 if at the start.
+  std::ptrdiff_t peak_op = -1;
+  /// Number of forward operations without autograd (recomputations and checkpointing).
+  std::int64_t nograd_forwards = 0;
+  /// Number of forward operations with autograd.
+  std::int64_t grad_forwards = 0;
+  std::vector<OpRecord> trace;
+};
+
+/// A sequence that cannot run: which operation and why.
+class InvalidSequenceError : public std::invalid_argument {
+ public:
+  InvalidSequenceError(std::size_t op_index, const std::string& op, const std::string& reason);
+  std::size_t op_index() const { return op_index_; }
+
+ private:
+  std::size_t op_index_;
+};
+
+/// Replays `sequence` on `chain`. Throws InvalidSequenceError (op index and reason) when an
+/// operation's input is absent, a gradient is computed twice or never, or the sequence does
+/// not end with `B_0`.
+Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time = {});
+
+}  // namespace remat

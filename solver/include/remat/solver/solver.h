@@ -1,0 +1,112 @@
+#pragma once
+/// Scheduling algorithms behind one interface, selected by name: `optimal` (the persistent
+/// dynamic program of Beaumont et al., hal-02352969), `store-all`, `recompute-all`,
+/// `periodic` and `revolve`. docs/algorithms.md explains each.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remat/solver/chain.h"
+#include "remat/solver/sequence.h"
+#include "remat/solver/simulator.h"
+
+namespace remat {
+
+/// Declares an option with a chained setter and a getter, like PyTorch's TORCH_ARG.
+#define REMAT_ARG(T, name)                                        \
+ public:                                                          \
+  inline auto name(const T& new_value)->decltype(*this) {         \
+    this->name##_ = new_value;                                    \
+    return *this;                                                 \
+  }                                                               \
+  inline const T& name() const noexcept { return this->name##_; } \
+                                                                  \
+ private:                                                         \
+  T name##_
+
+enum class Algorithm { kOptimal, kStoreAll, kRecomputeAll, kPeriodic, kRevolve };
+
+/// `optimal`, `store-all`, `recompute-all`, `periodic`, `revolve`.
+std::string_view algorithm_name(Algorithm algorithm);
+/// Inverse of algorithm_name; throws std::invalid_argument listing the valid names.
+Algorithm parse_algorithm(std::string_view name);
+/// Every algorithm, in the order above.
+const std::vector<Algorithm>& all_algorithms();
+
+/// Options of solve(). The budget is required; the rest have defaults.
+/// Example: `solve(chain, SolveOptions(700LL << 20).slots(500))`.
+struct SolveOptions {
+  /// Activation memory available in bytes, the input x_0 and its gradient included.
+  explicit SolveOptions(std::int64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+
+  REMAT_ARG(std::int64_t, budget_bytes);
+  /// Which algorithm computes the sequence.
+  REMAT_ARG(Algorithm, algorithm) = Algorithm::kOptimal;
+  /// `optimal` only: memory slots of the discretization. 0 picks the finest number that keeps
+  /// the solve fast (docs/algorithms.md); N > 0 reproduces the reference rotor: the unit is
+  /// floor(budget / N) bytes, sizes are rounded up to whole units, the capacity is N units.
+  REMAT_ARG(std::int64_t, slots) = 0;
+  /// `periodic` only: the number of segments K, 1 <= K <= L; 0 means round(sqrt(L)).
+  REMAT_ARG(int, segments) = 0;
+  /// Cost `Fn`/`CF` with `fwd_nograd_ms` (the reference always uses `fwd_ms`).
+  REMAT_ARG(bool, use_nograd_time) = true;
+  /// Worker threads of the dynamic program; 0 means one per hardware thread.
+  REMAT_ARG(int, threads) = 0;
+};
+
+/// How a solve ended: `optimal` (the dynamic program's optimum for its discretization),
+/// `feasible` (a heuristic's sequence within the budget), `infeasible` (nothing fits).
+enum class SolveStatus { kOptimal, kFeasible, kInfeasible };
+std::string_view status_name(SolveStatus status);
+
+/// The memory discretization of one optimal solve.
+struct Discretization {
+  /// Bytes per unit (1 when the budget is solved in exact bytes).
+  std::int64_t unit_bytes = 1;
+  /// Units available for the whole chain, x_0 included.
+  std::int64_t capacity_units = 0;
+  /// Size in whole units, rounded up.
+  std::int64_t units(std::int64_t bytes) const { return (bytes + unit_bytes - 1) / unit_bytes; }
+};
+
+/// The result of solve(). A budget that cannot be met is a status, not an exception.
+struct Solution {
+  SolveStatus status = SolveStatus::kInfeasible;
+  Algorithm algorithm = Algorithm::kOptimal;
+  std::int64_t budget_bytes = 0;
+  /// The schedule (empty when infeasible), checked by the simulator.
+  Sequence sequence;
+  /// Predicted time of the sequence (the simulator's; equals the DP value for `optimal`).
+  double makespan_ms = 0;
+  /// Time of store-all, the fastest possible schedule.
+  double store_all_makespan_ms = 0;
+  /// Exact simulated peak of the sequence in bytes (0 when infeasible).
+  std::int64_t peak_bytes = 0;
+  /// Smallest budget at which this algorithm, with these options, finds a sequence.
+  std::int64_t min_feasible_budget_bytes = 0;
+  /// `optimal` only: the discretization used.
+  Discretization discretization;
+  /// `periodic`: segments used; `revolve`: checkpoints used (x_0 included); else 0.
+  int parameter = 0;
+  double solve_seconds = 0;
+  /// The simulation of the sequence (trace included).
+  Simulation simulation;
+
+  bool ok() const { return status != SolveStatus::kInfeasible; }
+};
+
+/// Computes a schedule for `chain` within `options.budget_bytes()`. Throws
+/// std::invalid_argument for bad options (e.g. segments out of range) and ChainError for an
+/// invalid chain; an unmeetable budget is a result with status `infeasible`.
+Solution solve(const Chain& chain, const SolveOptions& options);
+
+/// The smallest budget in bytes for which solve(chain, options) is not infeasible; the
+/// options' budget is ignored. Same as solve(...).min_feasible_budget_bytes.
+std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options);
+
+/// Exact simulated peak of store-all (every activation kept), in bytes.
+std::int64_t store_all_peak(const Chain& chain);
+
+}  // namespace remat

@@ -1,0 +1,19 @@
+#pragma once
+/// Byte sizes as people write them: `700MiB`, `2.5GiB`, `1e9`, `512kB`.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace remat {
+
+/// Parses a size in bytes: a number (integer, decimal or exponent form) with an optional
+/// unit: B, kB/KB (10^3), MB, GB, TB (powers of 10), KiB, MiB, GiB, TiB (powers of 2); k, K,
+/// M, G, T alone are binary. Fractional bytes are rounded down. Throws std::invalid_argument
+/// with the text and what was wrong. Example: `parse_size("2.5GiB") == 2684354560`.
+std::int64_t parse_size(std::string_view text);
+
+/// Human-readable size with a binary unit and 2 decimals: `700.00 MiB`, `512 B`.
+std::string format_bytes(std::int64_t bytes);
+
+}  // namespace remat

@@ -1,0 +1,155 @@
+#pragma once
+// Internals of remat_solver shared by its .cpp files: the chain in memory units, the
+// minimum-memory table, the persistent dynamic program and a small worker pool.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "remat/solver/chain.h"
+#include "remat/solver/sequence.h"
+#include "remat/solver/solver.h"
+
+namespace remat {
+namespace detail {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// The chain as the dynamic program sees it, indexed as in shared/reference/rotor-model.md:
+// x[0..L+1], xb[0..L+1] (x[L+1] = xb[L+1] = 0), ft[0..L], bt[0..L] in units; fw, bw, nf
+// (forward with autograd, backward, forward without autograd) in ms, with the loss
+// pseudo-stage L costing 0.
+struct UnitChain {
+  int length = 0;
+  std::vector<std::int64_t> x, xb, ft, bt;
+  std::vector<double> fw, bw, nf;
+};
+UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time);
+
+// MinMem(i, l): the least memory (units, x_i excluded, y_{l+1} included) with which stages
+// i..l can be reversed under the persistent model: the first finite entry of each row of the
+// dynamic program. docs/algorithms.md writes out its recurrence.
+class MinMemoryTable {
+ public:
+  explicit MinMemoryTable(const UnitChain& chain);
+  std::int64_t at(int i, int l) const {
+    return mm_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  }
+
+ private:
+  std::size_t stride_;
+  std::vector<std::int64_t> mm_;  // mm_[i * stride + l]
+};
+
+// Whether the chain fits in `capacity_units` (x_0 included) under this unit chain.
+bool fits(const UnitChain& chain, const MinMemoryTable& table, std::int64_t capacity_units);
+
+// A pool of worker threads; run() executes body(index, worker) for every index in
+// [0, count) and returns when all are done. The calling thread works as worker 0.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  void run(std::int64_t count, const std::function<void(std::int64_t, int)>& body);
+
+ private:
+  void work(int worker);
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  const std::function<void(std::int64_t, int)>* body_ = nullptr;
+  std::int64_t count_ = 0;
+  std::atomic<std::int64_t> next_{0};
+  int busy_ = 0;
+  std::exception_ptr error_;
+};
+
+// The persistent dynamic program over memory 0..capacity units for every segment (i, l).
+// Rows are stored compressed: +inf below their minimum memory, constant above the memory
+// where they saturate.
+class PersistentTable {
+ public:
+  PersistentTable(const UnitChain& chain, const MinMemoryTable& min_memory, std::int64_t capacity,
+                  int threads);
+  // Opt(i, l, m): least time to reverse stages i..l with m units (x_i excluded,
+  // y_{l+1} included); +inf if impossible.
+  double value(int i, int l, std::int64_t m) const { return row(i, l).at(m); }
+  // The sequence achieving value(0, L, m), ties broken as the reference does.
+  Sequence rebuild(std::int64_t m) const;
+  // Bytes held by the table's rows.
+  std::int64_t stored_bytes() const { return stored_bytes_; }
+
+ private:
+  struct Row {
+    const double* values = nullptr;
+    std::int64_t lo = 0;   // first finite memory
+    std::int64_t sat = 0;  // from here on the value is constant
+    bool empty() const { return values == nullptr; }
+    double at(std::int64_t m) const {
+      if (values == nullptr || m < lo) return kInfinity;
+      return values[(m < sat ? m : sat) - lo];
+    }
+  };
+  const Row& row(int i, int l) const {
+    return rows_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  }
+  Row& row(int i, int l) {
+    return rows_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  }
+  void compute_row(int i, int l, int worker, std::vector<double>& best, std::vector<double>& tail);
+  double* allocate(int worker, std::int64_t count);
+  void rebuild(int i, int l, std::int64_t m, Sequence& out) const;
+
+  const UnitChain& chain_;
+  const MinMemoryTable& min_memory_;
+  std::int64_t capacity_;
+  std::size_t stride_;
+  std::vector<Row> rows_;
+  struct Arena {
+    std::vector<std::unique_ptr<double[]>> blocks;
+    std::int64_t used = 0, size = 0;
+    std::int64_t bytes = 0;
+  };
+  std::vector<Arena> arenas_;
+  std::int64_t stored_bytes_ = 0;
+};
+
+// Sequences of the heuristics (docs/algorithms.md).
+Sequence store_all_sequence(int length);
+// Griewank's binomial reversal with `snapshots` checkpoints, x_0 included (>= 1).
+Sequence revolve_sequence(int length, int snapshots);
+
+// Revolve for one chain length and every number of snapshots up to a maximum: Griewank's
+// minimal forward counts t(l, s) tabulated for l <= length, s <= max_snapshots.
+class RevolvePlanner {
+ public:
+  static constexpr std::int64_t kImpossible = std::int64_t{1} << 62;
+  RevolvePlanner(int length, int max_snapshots);
+  // t(steps, snapshots); kImpossible when snapshots == 0 and steps > 1.
+  std::int64_t count(int steps, int snapshots) const;
+  Sequence sequence(int snapshots) const;
+
+ private:
+  void reverse(int a, int b, int snapshots, Sequence& out) const;
+  int length_, max_snapshots_;
+  std::vector<std::int64_t> counts_;  // counts_[s * (length + 1) + l]
+};
+Sequence periodic_sequence(int length, int segments);
+// Griewank's minimal number of forward steps to reverse `steps` steps with `snapshots`
+// checkpoints: r * l - C(s + r, s + 1) with r the repetition number.
+std::int64_t revolve_forward_count(std::int64_t steps, std::int64_t snapshots);
+
+}  // namespace detail
+}  // namespace remat

@@ -1,0 +1,260 @@
+// The persistent dynamic program of Beaumont, Eyraud-Dubois, Herrmann, Joly and Shilova
+// (hal-02352969), as the reference rotor implementation runs it, with one correction.
+//
+// Opt(i, l, m): least time to go from x_i to y_i over stages i..l, given y_{l+1}, with m
+// units of memory (x_i held outside m). With the padded arrays of UnitChain:
+//
+//   Opt(i, i, m) = fw[i] + bw[i]   if m >= MinMem(i, i), else +inf
+//   Opt(i, l, m) = +inf            if m < MinMem(i, l), else the least of
+//     leaf j, i < j <= l:  (sum_{k=i}^{j-1} nf[k] + Opt(j, l, m - x[j])) + Opt(i, j-1, m)
+//     chain step:          Opt(i, i, m) + Opt(i+1, l, m - xb[i+1])
+//                          if m >= xb[i+1] + ft[i] + x[l+1]
+//
+// The chain step's condition is the correction: the reference checks Fe_i's memory against
+// y_{i+1} (inside Opt(i, i, m)) while y_{l+1} is what is live, so with fwd_tmp_bytes > 0 it
+// can return sequences that exceed their budget (docs/algorithms.md has an example).
+//
+// For fixed (i, l, j) the leaf is a shifted min-plus over the memory axis, evaluated here
+// as straight vector loops over contiguous rows; all segments of one length are independent
+// and are computed in parallel. A row is +inf below MinMem(i, l), computed exactly by
+// MinMemoryTable, and constant from the memory where it saturates, so it is stored as the
+// range in between: the candidates of a leaf are only evaluated where both of its rows
+// still vary, the constant part being carried by a running minimum.
+#include <algorithm>
+#include <cstring>
+
+#include "detail.h"
+#include "remat/solver/check.h"
+
+namespace remat {
+namespace detail {
+namespace {
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define REMAT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define REMAT_VECTOR_CLONES
+#endif
+
+// best[k] = min(best[k], (c + a[k]) + b[k])
+REMAT_VECTOR_CLONES
+void relax_sum(double* __restrict best, const double* __restrict a, const double* __restrict b,
+               double c, std::int64_t n) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double v = (c + a[k]) + b[k];
+    best[k] = v < best[k] ? v : best[k];
+  }
+}
+
+// best[k] = min(best[k], c + b[k])
+REMAT_VECTOR_CLONES
+void relax_left_constant(double* __restrict best, const double* __restrict b, double c,
+                         std::int64_t n) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double v = c + b[k];
+    best[k] = v < best[k] ? v : best[k];
+  }
+}
+
+// best[k] = min(best[k], (c + a[k]) + right)
+REMAT_VECTOR_CLONES
+void relax_right_constant(double* __restrict best, const double* __restrict a, double c,
+                          double right, std::int64_t n) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double v = (c + a[k]) + right;
+    best[k] = v < best[k] ? v : best[k];
+  }
+}
+
+constexpr std::int64_t kArenaBlock = std::int64_t{1} << 20;  // doubles per block (8 MiB)
+
+}  // namespace
+
+PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& min_memory,
+                                 std::int64_t capacity, int threads)
+    : chain_(chain),
+      min_memory_(min_memory),
+      capacity_(capacity),
+      stride_(static_cast<std::size_t>(chain.length) + 1),
+      rows_(stride_ * stride_) {
+  REMAT_INTERNAL_ASSERT(capacity >= 0);
+  const int length = chain.length;
+  WorkerPool pool(std::max(1, threads));
+  arenas_.resize(static_cast<std::size_t>(pool.size()));
+  std::vector<std::vector<double>> best(arenas_.size()), tail(arenas_.size());
+  const auto width = static_cast<std::size_t>(capacity + 1);
+  for (std::size_t w = 0; w < arenas_.size(); ++w) {
+    best[w].resize(width);
+    tail[w].resize(width);
+  }
+  for (int d = 0; d <= length; ++d) {
+    const std::int64_t count = length - d + 1;
+    // Short segments cost little: spread only the lengths worth a thread wake-up.
+    const bool parallel = static_cast<double>(count) * (d + 1) * static_cast<double>(width) > 2e5;
+    auto body = [&](std::int64_t index, int worker) {
+      const int i = static_cast<int>(index);
+      compute_row(i, i + d, worker, best[static_cast<std::size_t>(worker)],
+                  tail[static_cast<std::size_t>(worker)]);
+    };
+    if (parallel) {
+      pool.run(count, body);
+    } else {
+      for (std::int64_t index = 0; index < count; ++index) body(index, 0);
+    }
+  }
+  for (const Arena& arena : arenas_) stored_bytes_ += arena.bytes;
+}
+
+double* PersistentTable::allocate(int worker, std::int64_t count) {
+  Arena& arena = arenas_[static_cast<std::size_t>(worker)];
+  if (arena.blocks.empty() || arena.used + count > arena.size) {
+    const std::int64_t size = std::max(kArenaBlock, count);
+    arena.blocks.emplace_back(new double[static_cast<std::size_t>(size)]);
+    arena.used = 0;
+    arena.size = size;
+    arena.bytes += size * static_cast<std::int64_t>(sizeof(double));
+  }
+  double* out = arena.blocks.back().get() + arena.used;
+  arena.used += count;
+  return out;
+}
+
+void PersistentTable::compute_row(int i, int l, int worker, std::vector<double>& best_buffer,
+                                  std::vector<double>& tail_buffer) {
+  const UnitChain& c = chain_;
+  const auto ui = static_cast<std::size_t>(i);
+  const auto ul = static_cast<std::size_t>(l);
+  Row& out = row(i, l);
+  const std::int64_t lo = min_memory_.at(i, l);
+  if (lo > capacity_) return;  // +inf everywhere: an empty row
+  if (i == l) {
+    double* value = allocate(worker, 1);
+    *value = c.fw[ui] + c.bw[ui];
+    out = Row{value, lo, lo};
+    return;
+  }
+  const std::int64_t n = capacity_ - lo + 1;
+  double* best = best_buffer.data();  // best[k] is Opt(i, l, lo + k)
+  double* tail = tail_buffer.data();  // tail[k]: a candidate constant from lo + k on
+  std::fill(best, best + n, kInfinity);
+  std::fill(tail, tail + n, kInfinity);
+  auto add_tail = [&](std::int64_t from, double value) {
+    if (from <= capacity_) tail[from - lo] = std::min(tail[from - lo], value);
+  };
+
+  double prefix = 0;  // sum_{k=i}^{j-1} nf[k], accumulated as rebuild() does
+  for (int j = i + 1; j <= l; ++j) {
+    const auto uj = static_cast<std::size_t>(j);
+    prefix += c.nf[uj - 1];
+    const Row& right = row(j, l);     // Opt(j, l, m - x[j])
+    const Row& left = row(i, j - 1);  // Opt(i, j-1, m)
+    if (right.empty() || left.empty()) continue;
+    const std::int64_t shift = c.x[uj];
+    const std::int64_t start = std::max({lo, shift + right.lo, left.lo});
+    if (start > capacity_) continue;
+    const std::int64_t right_end = shift + right.sat;  // right is constant beyond
+    const std::int64_t left_end = left.sat;            // left is constant beyond
+    const double right_constant = right.values[right.sat - right.lo];
+    const double left_constant = left.values[left.sat - left.lo];
+    // Both rows vary on [start, min(right_end, left_end)].
+    std::int64_t stop = std::min({right_end, left_end, capacity_});
+    if (stop >= start)
+      relax_sum(best + (start - lo), right.values + (start - shift - right.lo),
+                left.values + (start - left.lo), prefix, stop - start + 1);
+    if (right_end < left_end) {  // right constant, left varying
+      const std::int64_t from = std::max(start, right_end + 1);
+      stop = std::min(left_end, capacity_);
+      if (stop >= from)
+        relax_left_constant(best + (from - lo), left.values + (from - left.lo),
+                            prefix + right_constant, stop - from + 1);
+    } else if (left_end < right_end) {  // left constant, right varying
+      const std::int64_t from = std::max(start, left_end + 1);
+      stop = std::min(right_end, capacity_);
+      if (stop >= from)
+        relax_right_constant(best + (from - lo), right.values + (from - shift - right.lo), prefix,
+                             left_constant, stop - from + 1);
+    }
+    add_tail(std::max(start, std::max(right_end, left_end) + 1),
+             (prefix + right_constant) + left_constant);
+  }
+
+  // Chain step: Fe_i, reverse i+1..l with xbar_{i+1} kept, B_i.
+  const Row& single = row(i, i);
+  const Row& rest = row(i + 1, l);
+  if (!single.empty() && !rest.empty()) {
+    const std::int64_t shift = c.xb[ui + 1];
+    const std::int64_t start =
+        std::max({lo, single.lo, shift + c.ft[ui] + c.x[ul + 1], shift + rest.lo});
+    if (start <= capacity_) {
+      const double step = single.values[0];
+      const std::int64_t rest_end = shift + rest.sat;
+      const std::int64_t stop = std::min(rest_end, capacity_);
+      if (stop >= start)
+        relax_left_constant(best + (start - lo), rest.values + (start - shift - rest.lo), step,
+                            stop - start + 1);
+      add_tail(std::max(start, rest_end + 1), step + rest.values[rest.sat - rest.lo]);
+    }
+  }
+
+  double running = kInfinity;
+  for (std::int64_t k = 0; k < n; ++k) {
+    running = std::min(running, tail[k]);
+    best[k] = std::min(best[k], running);
+  }
+  REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "row (", i, ", ", l, ") infinite at its minimum");
+  std::int64_t last = n - 1;
+  while (last > 0 && best[last - 1] == best[n - 1]) --last;
+  double* values = allocate(worker, last + 1);
+  std::memcpy(values, best, static_cast<std::size_t>(last + 1) * sizeof(double));
+  out = Row{values, lo, lo + last};
+}
+
+Sequence PersistentTable::rebuild(std::int64_t m) const {
+  REMAT_INTERNAL_ASSERT(value(0, chain_.length, m) < kInfinity);
+  Sequence out;
+  rebuild(0, chain_.length, m, out);
+  return out;
+}
+
+void PersistentTable::rebuild(int i, int l, std::int64_t m, Sequence& out) const {
+  const UnitChain& c = chain_;
+  const auto ui = static_cast<std::size_t>(i);
+  if (i == l) {
+    if (i == c.length) {
+      out.push_back(loss(c.length));
+    } else {
+      out.push_back(fe(i));
+      out.push_back(bwd(i));
+    }
+    return;
+  }
+  const double target = value(i, l, m);
+  // The reference keeps the first strict improvement over leaves by increasing j, then the
+  // chain step: the first candidate equal to the optimum, in that order.
+  double prefix = 0;
+  for (int j = i + 1; j <= l; ++j) {
+    const auto uj = static_cast<std::size_t>(j);
+    prefix += c.nf[uj - 1];
+    const std::int64_t rest = m - c.x[uj];
+    if (rest < 0) continue;
+    const double candidate = (prefix + row(j, l).at(rest)) + row(i, j - 1).at(m);
+    if (candidate == target) {
+      out.push_back(cf(i));
+      for (int k = i + 1; k < j; ++k) out.push_back(fn(k));
+      rebuild(j, l, rest, out);
+      rebuild(i, j - 1, m, out);
+      return;
+    }
+  }
+  const std::int64_t rest = m - c.xb[ui + 1];
+  const bool chain_ok =
+      rest >= 0 && m >= c.xb[ui + 1] + c.ft[ui] + c.x[static_cast<std::size_t>(l) + 1];
+  REMAT_INTERNAL_ASSERT(chain_ok && row(i, i).at(m) + row(i + 1, l).at(rest) == target,
+                        "no choice reaches Opt(", i, ", ", l, ", ", m, ")");
+  out.push_back(fe(i));
+  rebuild(i + 1, l, rest, out);
+  out.push_back(bwd(i));
+}
+
+}  // namespace detail
+}  // namespace remat

@@ -1,0 +1,219 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "detail.h"
+#include "discretization.h"
+#include "remat/solver/check.h"
+#include "remat/solver/solver.h"
+
+namespace remat {
+namespace {
+
+struct AlgorithmName {
+  Algorithm algorithm;
+  const char* name;
+};
+constexpr AlgorithmName kAlgorithmNames[] = {
+    {Algorithm::kOptimal, "optimal"},
+    {Algorithm::kStoreAll, "store-all"},
+    {Algorithm::kRecomputeAll, "recompute-all"},
+    {Algorithm::kPeriodic, "periodic"},
+    {Algorithm::kRevolve, "revolve"},
+};
+
+int thread_count(const SolveOptions& options) {
+  if (options.threads() > 0) return options.threads();
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int default_segments(int length) {
+  return std::clamp(static_cast<int>(std::lround(std::sqrt(static_cast<double>(length)))), 1,
+                    length);
+}
+
+// Fills status, peak and makespan of a heuristic's sequence against the budget.
+void finish_heuristic(const Chain& chain, const SolveOptions& options, Sequence sequence,
+                      std::int64_t min_budget, Solution& out) {
+  Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
+  out.min_feasible_budget_bytes = min_budget;
+  if (sim.peak_bytes > options.budget_bytes()) {
+    out.status = SolveStatus::kInfeasible;
+    return;
+  }
+  out.status = SolveStatus::kFeasible;
+  out.sequence = std::move(sequence);
+  out.makespan_ms = sim.makespan_ms;
+  out.peak_bytes = sim.peak_bytes;
+  out.simulation = std::move(sim);
+}
+
+void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& out) {
+  const std::int64_t budget = options.budget_bytes();
+  const std::int64_t slots = detail::slot_count(chain, options.slots());
+  out.min_feasible_budget_bytes = detail::min_feasible_budget_for_slots(chain, options, slots);
+  // Without --slots, a budget that holds every activation gets store-all, which no schedule
+  // beats (every stage runs Fe and B once); the discretized table could miss it by rounding.
+  if (options.slots() == 0 && budget >= store_all_peak(chain)) {
+    Sequence sequence = detail::store_all_sequence(chain.length());
+    Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
+    out.status = SolveStatus::kOptimal;
+    out.discretization = detail::discretize(budget, slots);
+    out.sequence = std::move(sequence);
+    out.makespan_ms = sim.makespan_ms;
+    out.peak_bytes = sim.peak_bytes;
+    out.simulation = std::move(sim);
+    return;
+  }
+  const Discretization disc = detail::discretize(budget, slots);
+  out.discretization = disc;
+  const detail::UnitChain units =
+      detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time());
+  const detail::MinMemoryTable min_memory(units);
+  if (!detail::fits(units, min_memory, disc.capacity_units)) {
+    out.status = SolveStatus::kInfeasible;
+    return;
+  }
+  const std::int64_t available = disc.capacity_units - units.x[0];
+  detail::check_table_fits_in_memory(chain.length(), available);
+  const detail::PersistentTable table(units, min_memory, available, thread_count(options));
+  Sequence sequence = table.rebuild(available);
+  Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
+  const double predicted = table.value(0, chain.length(), available);
+  REMAT_INTERNAL_ASSERT(std::fabs(sim.makespan_ms - predicted) <= 1e-9 * std::max(1.0, predicted),
+                        "simulated makespan ", sim.makespan_ms, " differs from the table's ",
+                        predicted);
+  REMAT_INTERNAL_ASSERT(sim.peak_bytes <= budget, "simulated peak ", sim.peak_bytes,
+                        " exceeds the budget ", budget);
+  out.status = SolveStatus::kOptimal;
+  out.sequence = std::move(sequence);
+  out.makespan_ms = sim.makespan_ms;
+  out.peak_bytes = sim.peak_bytes;
+  out.simulation = std::move(sim);
+}
+
+std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
+  return simulate(chain, sequence).peak_bytes;
+}
+
+// Revolve: the most checkpoints whose sequence fits (more checkpoints, fewer recomputations).
+void solve_revolve(const Chain& chain, const SolveOptions& options, Solution& out) {
+  const int length = chain.length();
+  const detail::RevolvePlanner planner(length, length);
+  std::int64_t min_budget = -1;
+  for (int snapshots = 1; snapshots <= length; ++snapshots) {
+    const std::int64_t peak = peak_of(chain, planner.sequence(snapshots));
+    min_budget = min_budget < 0 ? peak : std::min(min_budget, peak);
+  }
+  for (int snapshots = length; snapshots >= 1; --snapshots) {
+    Sequence sequence = planner.sequence(snapshots);
+    if (peak_of(chain, sequence) <= options.budget_bytes()) {
+      out.parameter = snapshots;
+      finish_heuristic(chain, options, std::move(sequence), min_budget, out);
+      return;
+    }
+  }
+  out.status = SolveStatus::kInfeasible;
+  out.min_feasible_budget_bytes = min_budget;
+}
+
+}  // namespace
+
+std::string_view algorithm_name(Algorithm algorithm) {
+  for (const auto& entry : kAlgorithmNames)
+    if (entry.algorithm == algorithm) return entry.name;
+  return "?";
+}
+
+Algorithm parse_algorithm(std::string_view name) {
+  for (const auto& entry : kAlgorithmNames)
+    if (name == entry.name) return entry.algorithm;
+  REMAT_CHECK(false, "unknown algorithm '", name,
+              "' (expected optimal, store-all, recompute-all, periodic or revolve)");
+  return Algorithm::kOptimal;
+}
+
+const std::vector<Algorithm>& all_algorithms() {
+  static const std::vector<Algorithm> kAll = {Algorithm::kOptimal, Algorithm::kStoreAll,
+                                              Algorithm::kRecomputeAll, Algorithm::kPeriodic,
+                                              Algorithm::kRevolve};
+  return kAll;
+}
+
+std::string_view status_name(SolveStatus status) {
+  switch (status) {
+    case SolveStatus::kOptimal:
+      return "optimal";
+    case SolveStatus::kFeasible:
+      return "feasible";
+    case SolveStatus::kInfeasible:
+      return "infeasible";
+  }
+  return "?";
+}
+
+std::int64_t store_all_peak(const Chain& chain) {
+  return peak_of(chain, detail::store_all_sequence(chain.length()));
+}
+
+Solution solve(const Chain& chain, const SolveOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  chain.validate();
+  REMAT_CHECK(options.budget_bytes() >= 0, "the budget (", options.budget_bytes(),
+              " bytes) must not be negative");
+  REMAT_CHECK(options.slots() >= 0, "slots (", options.slots(), ") must not be negative");
+  REMAT_CHECK(options.threads() >= 0, "threads (", options.threads(), ") must not be negative");
+  const int length = chain.length();
+  Solution out;
+  out.algorithm = options.algorithm();
+  out.budget_bytes = options.budget_bytes();
+  out.store_all_makespan_ms = chain.store_all_ms();
+  switch (options.algorithm()) {
+    case Algorithm::kOptimal:
+      solve_optimal(chain, options, out);
+      break;
+    case Algorithm::kStoreAll: {
+      Sequence sequence = detail::store_all_sequence(length);
+      const std::int64_t peak = peak_of(chain, sequence);
+      finish_heuristic(chain, options, std::move(sequence), peak, out);
+      break;
+    }
+    case Algorithm::kRecomputeAll: {
+      Sequence sequence = detail::revolve_sequence(length, 1);
+      const std::int64_t peak = peak_of(chain, sequence);
+      finish_heuristic(chain, options, std::move(sequence), peak, out);
+      break;
+    }
+    case Algorithm::kPeriodic: {
+      const int segments = options.segments() == 0 ? default_segments(length) : options.segments();
+      REMAT_CHECK(segments >= 1 && segments <= length, "segments (", segments,
+                  ") must be between 1 and the number of stages (", length, ")");
+      out.parameter = segments;
+      Sequence sequence = detail::periodic_sequence(length, segments);
+      const std::int64_t peak = peak_of(chain, sequence);
+      finish_heuristic(chain, options, std::move(sequence), peak, out);
+      break;
+    }
+    case Algorithm::kRevolve:
+      solve_revolve(chain, options, out);
+      break;
+  }
+  out.solve_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options) {
+  if (options.algorithm() == Algorithm::kOptimal) {
+    chain.validate();
+    return detail::min_feasible_budget_for_slots(chain, options,
+                                                 detail::slot_count(chain, options.slots()));
+  }
+  SolveOptions copy = options;
+  return solve(chain, copy.budget_bytes(0)).min_feasible_budget_bytes;
+}
+
+}  // namespace remat
