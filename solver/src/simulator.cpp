@@ -139,6 +139,8 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
     if (op.kind == OpKind::kForwardNoGrad) {
       // A checkpoint stays until B_i; an input held only inside xbar_i stays with stage i-1.
       if (!state.checkpoint(i)) state.set_x(i, false);
+    } else if (op.kind == OpKind::kLoss) {
+      state.set_x(length, false);  // a plain output is done with; xbar_L waits for B_{L-1}
     } else if (op.kind == OpKind::kBackward) {
       state.set_x(i, false);
       state.set_y(i + 1, false);

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One-command set-up for Debian 12 (run as root, or with sudo available):
+#   bash scripts/run.sh demo   install what is missing, build, run the main job
+#   bash scripts/run.sh test   install what is missing, build, run every test (what CI runs)
+# Both are idempotent: with everything installed and built they only re-check and re-run.
+set -euo pipefail
+mode=${1:-demo}
+case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+# 1. Debian packages (nothing vendored, nothing downloaded at build time).
+packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev)
+[ "$mode" = test ] && packages+=(librsvg2-bin)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# 2. Build (Release) into build/.
+echo "== building remat (build/)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+
+if [ "$mode" = demo ]; then
+  # 3a. The main job: the optimal schedule of an example chain at half its store-all peak.
+  echo "== remat schedule --chain examples/chains/resnet50-synthetic.json --budget 50%"
+  exec build/bin/remat schedule --chain examples/chains/resnet50-synthetic.json --budget 50%
+fi
+
+# 3b. Every test, then the solver tests again under AddressSanitizer + UBSan (build-asan/).
+echo "== tests (build/)"
+ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== building the sanitizer build (build-asan/)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_SANITIZE=ON \
+  -DREMAT_BUILD_BENCH=OFF -DREMAT_WERROR=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+echo "== tests under sanitizers (build-asan/)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+echo "== all tests passed"

@@ -1,0 +1,133 @@
+// The persistent dynamic program against an independent top-down implementation of the same
+// recurrence (tests/solver/reference_dp.h), value for value and sequence for sequence.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "detail.h"
+#include "reference_dp.h"
+#include "remat/solver.h"
+#include "test_chains.h"
+
+namespace remat {
+namespace {
+
+bool same_value(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
+}
+
+std::int64_t store_all_units(const Chain& chain) { return store_all_peak(chain) + 4; }
+
+}  // namespace
+
+TEST_CASE("persistent DP equals the top-down recurrence at every memory", "[solver]") {
+  int compared = 0, feasible = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    test::RandomChainSpec spec;
+    spec.integer_times = seed % 3 == 0;  // many exact ties: tie-breaking must agree too
+    const Chain chain = test::random_chain(seed, spec);
+    const bool nograd = seed % 2 == 0;
+    const detail::UnitChain units = detail::make_unit_chain(chain, 1, nograd);
+    const detail::MinMemoryTable min_memory(units);
+    const std::int64_t top = store_all_units(chain);
+    const detail::PersistentTable table(units, min_memory, top, 1 + static_cast<int>(seed % 2));
+    test::ReferenceDp reference(chain, 1, nograd, /*corrected=*/true);
+    for (std::int64_t capacity = 0; capacity <= top + units.x[0]; ++capacity) {
+      const std::int64_t m = capacity - units.x[0];
+      const double expected = reference.solve(capacity);
+      const bool fits = detail::fits(units, min_memory, capacity);
+      INFO("seed " << seed << " capacity " << capacity);
+      REQUIRE(fits == !std::isinf(expected));
+      ++compared;
+      if (!fits) continue;
+      ++feasible;
+      REQUIRE(same_value(table.value(0, chain.length(), m), expected));
+      const Sequence sequence = table.rebuild(m);
+      REQUIRE(collapsed_string(sequence) == collapsed_string(reference.sequence(capacity)));
+      const Simulation sim = simulate(chain, sequence, TimeModel{nograd});
+      REQUIRE(sim.peak_bytes <= capacity);  // unit = 1 byte: capacity is the budget
+      REQUIRE(same_value(sim.makespan_ms, expected));
+    }
+  }
+  CHECK(feasible > 1000);
+  CHECK(compared > feasible);
+}
+
+TEST_CASE("--slots reproduces the reference discretization", "[solver]") {
+  std::mt19937_64 rng(7);
+  int compared = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_bytes = 5000;
+    const Chain chain = test::random_chain(seed + 1000, spec);
+    const std::int64_t peak = store_all_peak(chain);
+    for (int trial = 0; trial < 4; ++trial) {
+      const std::int64_t slots = std::uniform_int_distribution<std::int64_t>(5, 60)(rng);
+      const std::int64_t budget =
+          std::uniform_int_distribution<std::int64_t>(peak / 4, peak + peak / 4)(rng);
+      const Solution solution =
+          solve(chain, SolveOptions(budget).slots(slots).use_nograd_time(false));
+      const std::int64_t unit = std::max<std::int64_t>(1, budget / slots);
+      const std::int64_t capacity = budget < slots ? budget : slots;
+      test::ReferenceDp reference(chain, unit, false, /*corrected=*/true);
+      const double expected = reference.solve(capacity);
+      INFO("seed " << seed << " budget " << budget << " slots " << slots);
+      REQUIRE(solution.discretization.unit_bytes == unit);
+      REQUIRE(solution.discretization.capacity_units == capacity);
+      REQUIRE(solution.ok() == !std::isinf(expected));
+      if (!solution.ok()) continue;
+      ++compared;
+      REQUIRE(same_value(solution.makespan_ms, expected));
+      REQUIRE(collapsed_string(solution.sequence) ==
+              collapsed_string(reference.sequence(capacity)));
+      REQUIRE(solution.peak_bytes <= budget);
+    }
+  }
+  CHECK(compared > 200);
+}
+
+TEST_CASE("without temporaries the reference recurrence is unchanged by the correction",
+          "[solver]") {
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    test::RandomChainSpec spec;
+    spec.temporaries = false;
+    const Chain chain = test::random_chain(seed + 5000, spec);
+    test::ReferenceDp as_published(chain, 1, true, /*corrected=*/false);
+    test::ReferenceDp corrected(chain, 1, true, /*corrected=*/true);
+    for (std::int64_t capacity = 0; capacity <= store_all_units(chain); ++capacity) {
+      INFO("seed " << seed << " capacity " << capacity);
+      REQUIRE(same_value(as_published.solve(capacity), corrected.solve(capacity)));
+    }
+  }
+}
+
+TEST_CASE("the correction only removes sequences that exceed their budget", "[solver]") {
+  // Where the published recurrence returns a sequence that fits its capacity, the corrected
+  // one has the same optimum; where they differ, the published sequence exceeds the capacity.
+  int differ = 0;
+  test::RandomChainSpec spec;
+  spec.max_length = 4;
+  spec.max_bytes = 10;
+  spec.max_fwd_tmp_bytes = 60;  // large forward temporaries expose the difference
+  for (std::uint64_t seed = 0; seed < 1500; ++seed) {
+    const Chain chain = test::random_chain(seed, spec);
+    test::ReferenceDp as_published(chain, 1, true, /*corrected=*/false);
+    test::ReferenceDp corrected(chain, 1, true, /*corrected=*/true);
+    for (std::int64_t capacity = 1; capacity <= store_all_units(chain); ++capacity) {
+      const double published_value = as_published.solve(capacity);
+      if (std::isinf(published_value)) continue;
+      const Simulation sim = simulate(chain, as_published.sequence(capacity));
+      INFO("seed " << seed << " capacity " << capacity);
+      if (sim.peak_bytes <= capacity) {
+        REQUIRE(same_value(published_value, corrected.solve(capacity)));
+      } else {
+        ++differ;
+        REQUIRE(corrected.solve(capacity) >= published_value);
+      }
+    }
+  }
+  // The published recurrence does overrun its budget on some chains with fwd_tmp_bytes.
+  CHECK(differ > 0);
+}
+
+}  // namespace remat
