@@ -30,8 +30,24 @@ struct UnitChain {
   int length = 0;
   std::vector<std::int64_t> x, xb, ft, bt;
   std::vector<double> fw, bw, nf;
+  // Check the chain step as the published recurrence does (docs/algorithms.md).
+  bool published_chain_step = false;
+
+  // Memory the chain step of segment (i, l) needs for Fe_i and B_i themselves:
+  //   exact:     max(xb[i+1] + ft[i] + x[l+1], x[i] + x[i+1] + xb[i+1] + bt[i])
+  //   published: max(x[i+1] + xb[i+1] + ft[i], x[i] + x[i+1] + xb[i+1] + bt[i])
+  // (Fe_i runs while y_{l+1} is live, not y_{i+1}; B_i with y_{i+1} and y_i.)
+  std::int64_t chain_step_memory(int i, int l) const {
+    const auto a = static_cast<std::size_t>(i);
+    const std::int64_t live_gradient =
+        published_chain_step ? x[a + 1] : x[static_cast<std::size_t>(l) + 1];
+    const std::int64_t forward = xb[a + 1] + ft[a] + live_gradient;
+    const std::int64_t backward = x[a] + x[a + 1] + xb[a + 1] + bt[a];
+    return forward > backward ? forward : backward;
+  }
 };
-UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time);
+UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time,
+                          bool published_chain_step = false);
 
 // MinMem(i, l): the least memory (units, x_i excluded, y_{l+1} included) with which stages
 // i..l can be reversed under the persistent model: the first finite entry of each row of the

@@ -21,7 +21,7 @@ namespace {
 constexpr double kWorkAllowance = 1.5e9;  // slot-segment-choice evaluations
 constexpr double kTableAllowanceBytes = 512.0 * 1024 * 1024;
 constexpr std::int64_t kMinAutoSlots = 500;
-constexpr std::int64_t kMaxAutoSlots = 1 << 20;
+constexpr std::int64_t kMaxAutoSlots = 1 << 16;
 
 double table_bytes(int length, double capacity) {
   const double pairs = (length + 1.0) * (length + 2.0) / 2.0;
@@ -65,8 +65,9 @@ void check_table_fits_in_memory(int length, std::int64_t capacity) {
 std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOptions& options,
                                            std::int64_t slots) {
   const bool nograd = options.use_nograd_time();
+  const bool published = options.reference_recurrence();
   // Below `slots` bytes the problem is solved in exact bytes.
-  const UnitChain exact = make_unit_chain(chain, 1, nograd);
+  const UnitChain exact = make_unit_chain(chain, 1, nograd, published);
   const MinMemoryTable exact_table(exact);
   const std::int64_t exact_min =
       exact.x[0] + std::max<std::int64_t>(1, exact_table.at(0, exact.length));
@@ -77,7 +78,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
     // From `slots` bytes on, feasibility depends on the unit u = floor(budget / slots) alone
     // and only improves as u grows (every size rounds to fewer units): search the least u.
     auto feasible = [&](std::int64_t unit) {
-      const UnitChain units = make_unit_chain(chain, unit, nograd);
+      const UnitChain units = make_unit_chain(chain, unit, nograd, published);
       return fits(units, MinMemoryTable(units), slots);
     };
     std::int64_t largest = std::max<std::int64_t>({1, chain.input_bytes, chain.loss_tmp_bytes});
@@ -103,7 +104,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
       best = hi * slots;
     }
   }
-  if (options.slots() == 0) {
+  if (options.slots() == 0 && !published) {
     const std::int64_t all = store_all_peak(chain);
     best = best < 0 ? all : std::min(best, all);
   }

@@ -6,13 +6,15 @@
 namespace remat {
 namespace detail {
 
-UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time) {
+UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time,
+                          bool published_chain_step) {
   REMAT_INTERNAL_ASSERT(unit_bytes >= 1);
   const int length = chain.length();
   const auto n = static_cast<std::size_t>(length);
   auto units = [unit_bytes](std::int64_t bytes) { return (bytes + unit_bytes - 1) / unit_bytes; };
   UnitChain c;
   c.length = length;
+  c.published_chain_step = published_chain_step;
   c.x.assign(n + 2, 0);
   c.xb.assign(n + 2, 0);
   c.ft.assign(n + 1, 0);
@@ -58,8 +60,7 @@ min_of_max(const std::int64_t* __restrict xj, const std::int64_t* __restrict col
 
 // MinMem(i, i) = max(x[i+1] + xb[i+1] + ft[i], x[i] + x[i+1] + xb[i+1] + bt[i])
 // MinMem(i, l) = max(mmin(i, l), min(min_{i<j<=l} max(x[j] + MinMem(j, l), MinMem(i, j-1)),
-//                                    max(xb[i+1] + ft[i] + x[l+1], MinMem(i, i),
-//                                        xb[i+1] + MinMem(i+1, l))))
+//                                    max(chain_step_memory(i, l), xb[i+1] + MinMem(i+1, l))))
 // with mmin(i, l) = x[l+1] + max(x[i+1] + ft[i], max_{i<k<l} x[k] + x[k+1] + ft[k]): the
 // conditions under which the dynamic program's row (i, l) is finite.
 MinMemoryTable::MinMemoryTable(const UnitChain& c)
@@ -85,7 +86,7 @@ MinMemoryTable::MinMemoryTable(const UnitChain& c)
       const std::int64_t leaf =
           min_of_max(&c.x[ui + 1], &mm_t[ul * stride_ + ui + 1], &mm_[ui * stride_ + ui], ul - ui);
       const std::int64_t chain_step =
-          std::max({c.xb[ui + 1] + c.ft[ui] + c.x[ul + 1], at(i, i), c.xb[ui + 1] + at(i + 1, l)});
+          std::max(c.chain_step_memory(i, l), c.xb[ui + 1] + at(i + 1, l));
       at(i, l) = std::max(mmin, std::min(leaf, chain_step));
       mm_t[ul * stride_ + ui] = at(i, l);
     }

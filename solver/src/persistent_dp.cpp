@@ -7,12 +7,14 @@
 //   Opt(i, i, m) = fw[i] + bw[i]   if m >= MinMem(i, i), else +inf
 //   Opt(i, l, m) = +inf            if m < MinMem(i, l), else the least of
 //     leaf j, i < j <= l:  (sum_{k=i}^{j-1} nf[k] + Opt(j, l, m - x[j])) + Opt(i, j-1, m)
-//     chain step:          Opt(i, i, m) + Opt(i+1, l, m - xb[i+1])
-//                          if m >= xb[i+1] + ft[i] + x[l+1]
+//     chain step:          (fw[i] + bw[i]) + Opt(i+1, l, m - xb[i+1])
+//                          if m >= max(xb[i+1] + ft[i] + x[l+1], x[i] + x[i+1] + xb[i+1] + bt[i])
 //
-// The chain step's condition is the correction: the reference checks Fe_i's memory against
-// y_{i+1} (inside Opt(i, i, m)) while y_{l+1} is what is live, so with fwd_tmp_bytes > 0 it
-// can return sequences that exceed their budget (docs/algorithms.md has an example).
+// The chain step's condition is where we differ from the published recurrence, which
+// requires Opt(i, i, m) finite, that is m >= x[i+1] + xb[i+1] + ft[i] for Fe_i: it counts
+// y_{i+1} where y_{l+1} is live. With fwd_tmp_bytes > 0 that either overruns the budget
+// (x[l+1] > x[i+1]) or rejects schedules that fit (x[l+1] < x[i+1]); without forward
+// temporaries both agree. UnitChain::published_chain_step selects the published form.
 //
 // For fixed (i, l, j) the leaf is a shifted min-plus over the memory axis, evaluated here
 // as straight vector loops over contiguous rows; all segments of one length are independent
@@ -66,7 +68,9 @@ void relax_right_constant(double* __restrict best, const double* __restrict a, d
   }
 }
 
-constexpr std::int64_t kArenaBlock = std::int64_t{1} << 20;  // doubles per block (8 MiB)
+// Arena blocks grow from 4 KiB to 8 MiB: small tables stay small, large ones allocate rarely.
+constexpr std::int64_t kFirstArenaBlock = 512;  // doubles
+constexpr std::int64_t kLargestArenaBlock = std::int64_t{1} << 20;
 
 }  // namespace
 
@@ -108,7 +112,8 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
 double* PersistentTable::allocate(int worker, std::int64_t count) {
   Arena& arena = arenas_[static_cast<std::size_t>(worker)];
   if (arena.blocks.empty() || arena.used + count > arena.size) {
-    const std::int64_t size = std::max(kArenaBlock, count);
+    const std::int64_t grown = arena.blocks.empty() ? kFirstArenaBlock : 2 * arena.size;
+    const std::int64_t size = std::max(std::min(grown, kLargestArenaBlock), count);
     arena.blocks.emplace_back(new double[static_cast<std::size_t>(size)]);
     arena.used = 0;
     arena.size = size;
@@ -123,7 +128,6 @@ void PersistentTable::compute_row(int i, int l, int worker, std::vector<double>&
                                   std::vector<double>& tail_buffer) {
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
-  const auto ul = static_cast<std::size_t>(l);
   Row& out = row(i, l);
   const std::int64_t lo = min_memory_.at(i, l);
   if (lo > capacity_) return;  // +inf everywhere: an empty row
@@ -179,14 +183,12 @@ void PersistentTable::compute_row(int i, int l, int worker, std::vector<double>&
   }
 
   // Chain step: Fe_i, reverse i+1..l with xbar_{i+1} kept, B_i.
-  const Row& single = row(i, i);
   const Row& rest = row(i + 1, l);
-  if (!single.empty() && !rest.empty()) {
+  if (!rest.empty()) {
     const std::int64_t shift = c.xb[ui + 1];
-    const std::int64_t start =
-        std::max({lo, single.lo, shift + c.ft[ui] + c.x[ul + 1], shift + rest.lo});
+    const std::int64_t start = std::max({lo, c.chain_step_memory(i, l), shift + rest.lo});
     if (start <= capacity_) {
-      const double step = single.values[0];
+      const double step = c.fw[ui] + c.bw[ui];
       const std::int64_t rest_end = shift + rest.sat;
       const std::int64_t stop = std::min(rest_end, capacity_);
       if (stop >= start)
@@ -247,9 +249,8 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, Sequence& out) const
     }
   }
   const std::int64_t rest = m - c.xb[ui + 1];
-  const bool chain_ok =
-      rest >= 0 && m >= c.xb[ui + 1] + c.ft[ui] + c.x[static_cast<std::size_t>(l) + 1];
-  REMAT_INTERNAL_ASSERT(chain_ok && row(i, i).at(m) + row(i + 1, l).at(rest) == target,
+  const bool chain_ok = rest >= 0 && m >= c.chain_step_memory(i, l);
+  REMAT_INTERNAL_ASSERT(chain_ok && (c.fw[ui] + c.bw[ui]) + row(i + 1, l).at(rest) == target,
                         "no choice reaches Opt(", i, ", ", l, ", ", m, ")");
   out.push_back(fe(i));
   rebuild(i + 1, l, rest, out);

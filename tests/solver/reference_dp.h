@@ -2,8 +2,8 @@
 // An independent, straightforwardly written top-down memoized implementation of the
 // persistent dynamic program, from the math in shared/reference/rotor-model.md, for the tests.
 // It works in units of `unit` bytes (sizes rounded up) and can run the reference's recurrence
-// as written (`corrected = false`) or with remat's correction of the chain step (Fe_i checked
-// against y_{l+1}, see docs/algorithms.md).
+// as published (`corrected = false`) or with remat's exact chain step (Fe_i checked with
+// y_{l+1} live rather than y_{i+1}, see docs/algorithms.md).
 
 #include <algorithm>
 #include <cstdint>
@@ -87,9 +87,14 @@ class ReferenceDp {
           const double value = forwards + opt(m - x_[uj], j, l) + opt(m, i, j - 1);
           if (value < result.first) result = {value, j};
         }
-        bool chain_ok = m >= xb_[a + 1];
-        if (corrected_) chain_ok = chain_ok && m >= xb_[a + 1] + ft_[a] + x_[b + 1];
-        if (chain_ok) {
+        if (corrected_) {
+          // Fe_i runs with y_{l+1} live, B_i with y_{i+1} and y_i.
+          if (m >= xb_[a + 1] + ft_[a] + x_[b + 1] &&
+              m >= x_[a] + x_[a + 1] + xb_[a + 1] + bt_[a] && m >= xb_[a + 1]) {
+            const double value = (fw_[a] + bw_[a]) + opt(m - xb_[a + 1], i + 1, l);
+            if (value < result.first) result = {value, -1};
+          }
+        } else if (m >= xb_[a + 1]) {
           const double value = opt(m, i, i) + opt(m - xb_[a + 1], i + 1, l);
           if (value < result.first) result = {value, -1};
         }

@@ -13,10 +13,10 @@ namespace remat::test {
 struct RandomChainSpec {
   int min_length = 1;
   int max_length = 6;
-  std::int64_t max_bytes = 20;    // out_bytes in [1, max_bytes] (0 sometimes)
-  bool temporaries = true;        // nonzero fwd/bwd/loss temporaries
-  bool nograd_times = true;       // fwd_nograd_ms given (and different)
-  bool integer_times = false;     // whole-millisecond times (many exact ties)
+  std::int64_t max_bytes = 20;         // out_bytes in [1, max_bytes] (0 sometimes)
+  bool temporaries = true;             // nonzero fwd/bwd/loss temporaries
+  bool nograd_times = true;            // fwd_nograd_ms given (and different)
+  bool integer_times = false;          // whole-millisecond times (many exact ties)
   std::int64_t max_fwd_tmp_bytes = 0;  // 0: as max_bytes
 };
 

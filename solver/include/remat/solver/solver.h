@@ -54,6 +54,11 @@ struct SolveOptions {
   REMAT_ARG(bool, use_nograd_time) = true;
   /// Worker threads of the dynamic program; 0 means one per hardware thread.
   REMAT_ARG(int, threads) = 0;
+  /// `optimal` only: check the chain step's memory as the published recurrence does, to
+  /// reproduce the reference's numbers exactly. With fwd_tmp_bytes > 0 that recurrence can
+  /// return a sequence that exceeds the budget (reported in Solution::warning) or miss one that
+  /// fits; docs/algorithms.md explains. Off by default.
+  REMAT_ARG(bool, reference_recurrence) = false;
 };
 
 /// How a solve ended: `optimal` (the dynamic program's optimum for its discretization),
@@ -93,6 +98,8 @@ struct Solution {
   double solve_seconds = 0;
   /// The simulation of the sequence (trace included).
   Simulation simulation;
+  /// Non-empty when the result deserves a caution (e.g. the reference recurrence overran).
+  std::string warning;
 
   bool ok() const { return status != SolveStatus::kInfeasible; }
 };
