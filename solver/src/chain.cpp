@@ -140,7 +140,7 @@ Chain parse_chain(const std::string& json_text, const std::string& source) {
   json doc;
   try {
     doc = json::parse(json_text);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {
     // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, ...".
     std::string message = error.what();
     const auto bracket = message.find("] ");

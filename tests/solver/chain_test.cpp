@@ -1,0 +1,158 @@
+// The remat-chain/1 format: what is accepted, what is rejected and how errors read.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "remat/solver.h"
+#include "test_chains.h"
+
+namespace remat {
+namespace {
+
+const char* kValid = R"({
+  "format": "remat-chain/1", "name": "two", "input_bytes": 100,
+  "stages": [
+    {"name": "a", "fwd_ms": 1.5, "bwd_ms": 2, "out_bytes": 50, "saved_bytes": 80,
+     "fwd_tmp_bytes": 0, "bwd_tmp_bytes": 8, "fwd_nograd_ms": 1.25},
+    {"name": "b", "fwd_ms": 1, "bwd_ms": 2, "out_bytes": 4e1, "saved_bytes": 40,
+     "fwd_tmp_bytes": 2, "bwd_tmp_bytes": 0}
+  ],
+  "loss_tmp_bytes": 16
+})";
+
+// Replaces the first occurrence of `from` in the valid document.
+std::string edited(const std::string& from, const std::string& to) {
+  std::string text = kValid;
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_chain(text, "c.json");
+  } catch (const ChainError& error) {
+    return error.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("a valid chain is read field by field", "[solver]") {
+  const Chain chain = parse_chain(kValid, "c.json");
+  REQUIRE(chain.name == "two");
+  REQUIRE(chain.length() == 2);
+  CHECK(chain.input_bytes == 100);
+  CHECK(chain.loss_tmp_bytes == 16);
+  CHECK(chain.stages[0].fwd_ms == 1.5);
+  CHECK(chain.stages[0].nograd_ms() == 1.25);
+  CHECK(chain.stages[1].nograd_ms() == 1.0);  // defaults to fwd_ms
+  CHECK_FALSE(chain.stages[1].fwd_nograd_ms.has_value());
+  CHECK(chain.stages[1].out_bytes == 40);  // 4e1: a whole number written as a float
+  CHECK(chain.activation_bytes(0) == 100);
+  CHECK(chain.activation_bytes(2) == 40);
+  CHECK(chain.store_all_ms() == 6.5);
+}
+
+TEST_CASE("chain files are rejected with the file, the stage and the field", "[solver]") {
+  using Catch::Contains;
+  CHECK_THAT(error_of("{\"format\": "),
+             Contains("c.json: is not valid JSON") && Contains("line 1"));
+  CHECK_THAT(error_of("[1, 2]"), Contains("c.json: is not a remat chain: expected a JSON object"));
+  CHECK_THAT(error_of("{}"), Contains("no \"format\" field"));
+  CHECK_THAT(error_of(edited("remat-chain/1", "remat-chain/2")),
+             Contains("c.json: format is \"remat-chain/2\""));
+  CHECK_THAT(error_of(edited("\"input_bytes\": 100,", "")),
+             Contains("c.json: input_bytes is missing"));
+  CHECK_THAT(error_of(edited("\"name\": \"two\",", "\"name\": \"two\", \"extra\": 1,")),
+             Contains("c.json: extra is not a field of a chain"));
+  CHECK_THAT(error_of(edited("\"bwd_ms\": 2,", "\"bwd_ms\": 2, \"gpu\": 1,")),
+             Contains("c.json: stages[0].gpu is not a field of a stage"));
+  CHECK_THAT(error_of(edited("\"fwd_ms\": 1,", "")),
+             Contains("c.json: stages[1].fwd_ms is missing"));
+  CHECK_THAT(error_of(edited("\"fwd_ms\": 1.5", "\"fwd_ms\": \"fast\"")),
+             Contains("stages[0].fwd_ms must be a number of milliseconds, got a string"));
+  CHECK_THAT(error_of(edited("\"out_bytes\": 50", "\"out_bytes\": -50")),
+             Contains("stages[0].out_bytes (-50) must not be negative"));
+  CHECK_THAT(error_of(edited("\"bwd_ms\": 2,", "\"bwd_ms\": -2,")),
+             Contains("stages[0].bwd_ms (-2) must not be negative"));
+  CHECK_THAT(error_of(edited("\"fwd_ms\": 1.5", "\"fwd_ms\": 1e999")),
+             Contains("c.json: is not valid JSON") && Contains("1e999"));
+  CHECK_THAT(error_of(edited("\"saved_bytes\": 80", "\"saved_bytes\": 20")),
+             Contains("c.json: stages[0].saved_bytes (20) is smaller than out_bytes (50)"));
+  CHECK_THAT(error_of(edited("\"out_bytes\": 50", "\"out_bytes\": 50.5")),
+             Contains("stages[0].out_bytes (50.5) must be a whole number of bytes"));
+  CHECK_THAT(error_of(edited("\"out_bytes\": 50", "\"out_bytes\": 1e300")),
+             Contains("stages[0].out_bytes") && Contains("exceeds the largest size"));
+  CHECK_THAT(error_of(edited("\"input_bytes\": 100", "\"input_bytes\": null")),
+             Contains("input_bytes must be a number of bytes, got null"));
+  CHECK_THAT(error_of(edited("\"name\": \"a\"", "\"name\": 3")),
+             Contains("stages[0].name must be a string, got a number"));
+  CHECK_THAT(error_of(R"({"format": "remat-chain/1", "name": "", "input_bytes": 1, "stages": []})"),
+             Contains("c.json: stages is empty"));
+  CHECK_THAT(error_of(R"({"format": "remat-chain/1", "name": "", "input_bytes": 1, "stages": {}})"),
+             Contains("stages must be an array of stages, got an object"));
+  CHECK_THAT(
+      error_of(R"({"format": "remat-chain/1", "name": "", "input_bytes": 1, "stages": [7]})"),
+      Contains("stages[0] must be an object, got a number"));
+}
+
+TEST_CASE("chains survive a JSON round trip and are saved atomically", "[solver]") {
+  const Chain chain = test::random_chain(3);
+  const Chain back = parse_chain(chain_to_json(chain));
+  REQUIRE(chain_to_json(back) == chain_to_json(chain));
+  REQUIRE(back.stages.size() == chain.stages.size());
+  for (std::size_t i = 0; i < chain.stages.size(); ++i) {
+    CHECK(back.stages[i].fwd_ms == chain.stages[i].fwd_ms);  // doubles printed exactly
+    CHECK(back.stages[i].fwd_nograd_ms == chain.stages[i].fwd_nograd_ms);
+  }
+
+  char folder[] = "/tmp/remat-chain-XXXXXX";
+  REQUIRE(mkdtemp(folder) != nullptr);
+  const std::string path = std::string(folder) + "/chain.json";
+  save_chain(chain, path);
+  CHECK(chain_to_json(load_chain(path)) == chain_to_json(chain));
+  // A folder that does not exist: an error, and nothing written anywhere.
+  const std::string missing = std::string(folder) + "/no/such/chain.json";
+  CHECK_THROWS_WITH(save_chain(chain, missing), Catch::Contains("cannot write"));
+  std::ifstream probe(missing + ".tmp-remat");
+  CHECK_FALSE(probe.good());
+  CHECK_THROWS_WITH(load_chain(std::string(folder) + "/absent.json"),
+                    Catch::Contains("absent.json: cannot open the chain file"));
+  std::remove(path.c_str());
+  std::remove(folder);
+}
+
+TEST_CASE("validate() holds chains built in code to the same rules", "[solver]") {
+  Chain chain = test::uniform_chain(3);
+  chain.validate();
+  chain.stages[2].saved_bytes = 1;
+  CHECK_THROWS_WITH(
+      chain.validate("built"),
+      Catch::Contains("built: stages[2].saved_bytes (1) is smaller than out_bytes (10)"));
+  chain.stages.clear();
+  CHECK_THROWS_WITH(chain.validate("built"), Catch::Contains("stages is empty"));
+  CHECK_THROWS_AS(solve(chain, SolveOptions(100)), ChainError);
+}
+
+TEST_CASE("sizes are parsed with units", "[solver]") {
+  CHECK(parse_size("700MiB") == 700LL << 20);
+  CHECK(parse_size("2.5GiB") == 2684354560LL);
+  CHECK(parse_size("1e9") == 1000000000LL);
+  CHECK(parse_size("1e9B") == 1000000000LL);
+  CHECK(parse_size("512kB") == 512000);
+  CHECK(parse_size("3 KiB") == 3072);
+  CHECK(parse_size("1.5") == 1);  // fractional bytes round down
+  CHECK(parse_size("2G") == 2LL << 30);
+  CHECK_THROWS_WITH(parse_size("12 parsecs"), Catch::Contains("unknown unit 'parsecs'"));
+  CHECK_THROWS_WITH(parse_size("-5MiB"), Catch::Contains("must not be negative"));
+  CHECK_THROWS_WITH(parse_size("MiB"), Catch::Contains("expected a number"));
+  CHECK_THROWS_WITH(parse_size("1e30"), Catch::Contains("too large"));
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(700LL << 20) == "700.00 MiB");
+  CHECK(format_bytes(2684354560LL) == "2.50 GiB");
+}
+
+}  // namespace remat
