@@ -18,6 +18,7 @@ struct ScheduleArgs {
   std::string format = "text";
   int threads = 0;
   bool ignore_nograd_time = false;
+  bool reference_recurrence = false;
 };
 
 // Wraps a space-separated text at `width` columns, each line indented.
@@ -49,15 +50,20 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   std::string algorithm(algorithm_name(solution.algorithm));
   if (solution.algorithm == Algorithm::kOptimal) {
     const Discretization& disc = solution.discretization;
-    algorithm +=
-        fmt::format(", {} slots of {}{}", disc.capacity_units, format_bytes(disc.unit_bytes),
-                    options.slots() > 0 ? " (--slots)" : "");
+    if (disc.unit_bytes == 1 && disc.capacity_units == solution.budget_bytes) {
+      algorithm += ", exact bytes";
+    } else {
+      algorithm +=
+          fmt::format(", {} slots of {}{}", disc.capacity_units, format_bytes(disc.unit_bytes),
+                      options.slots() > 0 ? " (--slots)" : "");
+    }
   } else if (solution.algorithm == Algorithm::kPeriodic) {
     algorithm += fmt::format(", {} segments", solution.parameter);
   } else if (solution.algorithm == Algorithm::kRevolve && solution.ok()) {
     algorithm += fmt::format(", {} checkpoints", solution.parameter);
   }
   if (!options.use_nograd_time()) algorithm += ", fwd_nograd_ms ignored";
+  if (options.reference_recurrence()) algorithm += ", reference recurrence";
   fmt::print("algorithm    {}\n", algorithm);
   fmt::print("budget       {}\n", bytes_and_units(solution.budget_bytes));
   fmt::print("status       {}\n", status_name(solution.status));
@@ -100,6 +106,8 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
   out["sequence"] = op_strings(solution.sequence);
   out["solve_seconds"] = solution.solve_seconds;
   out["use_nograd_time"] = options.use_nograd_time();
+  out["reference_recurrence"] = options.reference_recurrence();
+  if (!solution.warning.empty()) out["warning"] = solution.warning;
   if (solution.algorithm == Algorithm::kOptimal) {
     out["slots"] = solution.discretization.capacity_units;
     out["unit_bytes"] = solution.discretization.unit_bytes;
@@ -133,6 +141,9 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
   cmd->add_flag("--ignore-nograd-time", args->ignore_nograd_time,
                 "Cost Fn/CF with fwd_ms, as the reference does, even when fwd_nograd_ms is given");
+  cmd->add_flag("--reference-recurrence", args->reference_recurrence,
+                "optimal: check the chain step's memory as the published recurrence does "
+                "(reproduces the reference's numbers; may overrun with fwd_tmp_bytes)");
 
   return [args, cmd]() -> int {
     const Format format = parse_format(args->format);
@@ -145,6 +156,8 @@ Action add_schedule_command(CLI::App& app) {
                 ") must be a positive number of slots");
     REMAT_CHECK(cmd->count("--segments") == 0 || args->segments > 0, "--segments (", args->segments,
                 ") must be a positive number of segments");
+    REMAT_CHECK(!args->reference_recurrence || algorithm == Algorithm::kOptimal,
+                "--reference-recurrence applies to --algorithm optimal only");
     REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
     const Chain chain = load_chain(args->chain_path);
     const std::int64_t budget = parse_budget(args->budget, chain);
@@ -153,13 +166,15 @@ Action add_schedule_command(CLI::App& app) {
                                .segments(args->segments)
                                .slots(args->slots)
                                .threads(args->threads)
-                               .use_nograd_time(!args->ignore_nograd_time);
+                               .use_nograd_time(!args->ignore_nograd_time)
+                               .reference_recurrence(args->reference_recurrence);
     const Solution solution = solve(chain, options);
     if (format == Format::kJson) {
       print_json(chain, solution, options);
     } else {
       print_text(chain, solution, options);
     }
+    if (!solution.warning.empty()) fmt::print(stderr, "remat: warning: {}\n", solution.warning);
     if (!solution.ok()) {
       if (solution.min_feasible_budget_bytes >= 0) {
         fmt::print(stderr, "remat: infeasible: {} cannot run in {}; it needs at least {}\n",
