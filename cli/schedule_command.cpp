@@ -1,6 +1,7 @@
 // remat schedule: the best schedule of a chain file under a budget.
 #include <fmt/core.h>
 
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -174,6 +175,7 @@ Action add_schedule_command(CLI::App& app) {
     } else {
       print_text(chain, solution, options);
     }
+    std::fflush(stdout);  // keep stdout and stderr in order when both go to one place
     if (!solution.warning.empty()) fmt::print(stderr, "remat: warning: {}\n", solution.warning);
     if (!solution.ok()) {
       if (solution.min_feasible_budget_bytes >= 0) {

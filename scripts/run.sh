@@ -38,6 +38,12 @@ fi
 # 3b. Every test, then the solver tests again under AddressSanitizer + UBSan (build-asan/).
 echo "== tests (build/)"
 ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== installing into build/install-test and building a project that uses find_package(remat)"
+rm -rf build/install-test build/package-test
+cmake --install build --prefix build/install-test >/dev/null
+cmake -S tests/package -B build/package-test -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install-test" >/dev/null
+cmake --build build/package-test >/dev/null
+build/package-test/consumer
 echo "== building the sanitizer build (build-asan/)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_SANITIZE=ON \
   -DREMAT_BUILD_BENCH=OFF -DREMAT_WERROR=ON >/dev/null
