@@ -2,6 +2,7 @@
 // *_command.cpp; docs/cli.md documents them all.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <exception>
 #include <iostream>
 
@@ -16,6 +17,16 @@ int main(int argc, char** argv) {
   app.failure_message(CLI::FailureMessage::help);
   Action schedule = add_schedule_command(app);
 
+  // CLI11 reports an unknown command as "a subcommand is required": name it instead.
+  const auto commands = app.get_subcommands([](const CLI::App*) { return true; });
+  const bool known =
+      argc > 1 && std::any_of(commands.begin(), commands.end(),
+                              [&](const CLI::App* c) { return c->get_name() == argv[1]; });
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule)\n", argv[1]);
+    fmt::print(stderr, "Run 'remat --help' for usage.\n");
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

@@ -7,14 +7,17 @@ namespace remat::cli {
 
 std::int64_t parse_budget(const std::string& text, const Chain& chain) {
   if (!text.empty() && text.back() == '%') {
-    const std::string number = text.substr(0, text.size() - 1);
-    char* end = nullptr;
-    const double percent = std::strtod(number.c_str(), &end);
-    REMAT_CHECK(!number.empty() && end == number.c_str() + number.size() &&
-                    std::isfinite(percent) && percent >= 0,
-                "bad budget '", text, "': expected a percentage such as 50%");
-    return static_cast<std::int64_t>(
-        std::floor(percent / 100.0 * static_cast<double>(store_all_peak(chain))));
+    // floor(percent / 100 * peak), exactly.
+    try {
+      return scale_decimal(text.substr(0, text.size() - 1), store_all_peak(chain), "budget") / 100;
+    } catch (const std::invalid_argument& error) {
+      const std::string message = error.what();
+      const auto reason = message.find("': ");
+      throw std::invalid_argument(
+          "bad budget '" + text +
+          "': " + (reason == std::string::npos ? message : message.substr(reason + 3)) +
+          " (a percentage of the store-all peak, such as 50%)");
+    }
   }
   try {
     return parse_size(text);

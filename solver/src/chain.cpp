@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -191,6 +192,10 @@ Chain parse_chain(const std::string& json_text, const std::string& source) {
 }
 
 Chain load_chain(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw ChainError(str_cat(path, ": is not a regular file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ChainError(str_cat(path, ": cannot open the chain file"));
   std::ostringstream text;

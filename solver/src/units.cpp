@@ -4,56 +4,153 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "remat/solver/check.h"
 
 namespace remat {
 
+namespace {
+
+__extension__ typedef __int128 Wide;  // GCC and Clang
+constexpr Wide kMaxResult = static_cast<Wide>(std::numeric_limits<std::int64_t>::max());
+
+// A decimal number as digits * 10^exponent, read exactly (no floating point): sizes like
+// 1.001GB must come out as 1001000000 bytes, not one byte less.
+struct Decimal {
+  Wide digits = 0;
+  int exponent = 0;
+};
+
+bool parse_decimal(std::string_view text, Decimal& out) {
+  std::size_t k = 0;
+  bool any_digit = false, seen_point = false;
+  int significant = 0;
+  for (; k < text.size(); ++k) {
+    const char c = text[k];
+    if (c == '.' && !seen_point) {
+      seen_point = true;
+    } else if (c >= '0' && c <= '9') {
+      any_digit = true;
+      if (out.digits == 0 && c == '0') {
+        if (seen_point) --out.exponent;  // leading zeros after the point
+        continue;
+      }
+      if (significant < 19) {
+        out.digits = out.digits * 10 + (c - '0');
+        ++significant;
+        if (seen_point) --out.exponent;
+      } else if (!seen_point) {
+        ++out.exponent;  // digits beyond 19 are dropped (floored)
+      }
+    } else {
+      break;
+    }
+  }
+  if (!any_digit) return false;
+  if (k < text.size() && (text[k] == 'e' || text[k] == 'E')) {
+    ++k;
+    bool negative = false;
+    if (k < text.size() && (text[k] == '+' || text[k] == '-')) negative = text[k++] == '-';
+    int value = 0;
+    bool exponent_digit = false;
+    for (; k < text.size() && text[k] >= '0' && text[k] <= '9'; ++k) {
+      exponent_digit = true;
+      value = std::min(value * 10 + (text[k] - '0'), 100000);
+    }
+    if (!exponent_digit) return false;
+    out.exponent += negative ? -value : value;
+  }
+  return k == text.size();
+}
+
+// floor(decimal * multiplier), or -1 when it exceeds int64. digits < 10^19 and
+// multiplier < 2^63, so their product fits in 127 bits.
+std::int64_t scaled(const Decimal& number, std::int64_t multiplier) {
+  if (number.digits == 0 || multiplier == 0) return 0;
+  Wide numerator = number.digits * multiplier;
+  Wide denominator = 1;
+  for (int exponent = number.exponent; exponent > 0; --exponent) {
+    if (numerator > kMaxResult) return -1;
+    numerator *= 10;
+  }
+  for (int exponent = number.exponent; exponent < 0; ++exponent) {
+    if (denominator > numerator) return 0;  // below one byte
+    denominator *= 10;
+  }
+  const Wide result = numerator / denominator;
+  return result > kMaxResult ? -1 : static_cast<std::int64_t>(result);
+}
+
+std::string trimmed(std::string_view text) {
+  std::size_t a = 0, b = text.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(text[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(text[b - 1]))) --b;
+  return std::string(text.substr(a, b - a));
+}
+
+}  // namespace
+
+std::int64_t scale_decimal(std::string_view text, std::int64_t whole, std::string_view what) {
+  const std::string number = trimmed(text);
+  Decimal decimal;
+  REMAT_CHECK(!number.empty() && number[0] != '-', "bad ", what, " '", text,
+              "': must not be negative");
+  REMAT_CHECK(parse_decimal(number, decimal), "bad ", what, " '", text,
+              "': expected a decimal number");
+  const std::int64_t result = scaled(decimal, whole);
+  REMAT_CHECK(result >= 0, "bad ", what, " '", text, "': too large");
+  return result;
+}
+
 std::int64_t parse_size(std::string_view text) {
-  const std::string input(text);
-  std::size_t start = 0;
-  while (start < input.size() && std::isspace(static_cast<unsigned char>(input[start]))) ++start;
-  const char* begin = input.c_str() + start;
-  char* end = nullptr;
-  const double number = std::strtod(begin, &end);
-  REMAT_CHECK(end != begin, "bad size '", text, "': expected a number with an optional unit ",
+  const std::string input = trimmed(text);
+  REMAT_CHECK(input.empty() || input[0] != '-', "bad size '", text, "': must not be negative");
+  std::size_t split = 0;
+  while (split < input.size() &&
+         (std::isdigit(static_cast<unsigned char>(input[split])) || input[split] == '.' ||
+          ((input[split] == 'e' || input[split] == 'E') && split > 0 && split + 1 < input.size() &&
+           (std::isdigit(static_cast<unsigned char>(input[split + 1])) || input[split + 1] == '-' ||
+            input[split + 1] == '+')) ||
+          ((input[split] == '-' || input[split] == '+') && split > 0 &&
+           (input[split - 1] == 'e' || input[split - 1] == 'E'))))
+    ++split;
+  Decimal number;
+  REMAT_CHECK(split > 0 && parse_decimal(std::string_view(input).substr(0, split), number),
+              "bad size '", text, "': expected a number with an optional unit ",
               "such as 700MiB, 2.5GiB or 1e9");
-  REMAT_CHECK(begin[0] != '-' && number >= 0, "bad size '", text, "': must not be negative");
-  REMAT_CHECK(std::isfinite(number), "bad size '", text, "': must be finite");
-  std::string unit(end);
-  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
-  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
-  double scale = 0;
+  const std::string unit = trimmed(std::string_view(input).substr(split));
   struct Unit {
     const char* name;
-    double scale;
+    std::int64_t scale;
   };
   static const Unit kUnits[] = {
       {"", 1},
       {"B", 1},
-      {"kB", 1e3},
-      {"KB", 1e3},
-      {"MB", 1e6},
-      {"GB", 1e9},
-      {"TB", 1e12},
-      {"KiB", 1024.0},
-      {"MiB", 1048576.0},
-      {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0},
-      {"k", 1024.0},
-      {"K", 1024.0},
-      {"M", 1048576.0},
-      {"G", 1073741824.0},
-      {"T", 1099511627776.0},
+      {"kB", 1000},
+      {"KB", 1000},
+      {"MB", 1000000},
+      {"GB", 1000000000},
+      {"TB", 1000000000000},
+      {"KiB", std::int64_t{1} << 10},
+      {"MiB", std::int64_t{1} << 20},
+      {"GiB", std::int64_t{1} << 30},
+      {"TiB", std::int64_t{1} << 40},
+      {"k", std::int64_t{1} << 10},
+      {"K", std::int64_t{1} << 10},
+      {"M", std::int64_t{1} << 20},
+      {"G", std::int64_t{1} << 30},
+      {"T", std::int64_t{1} << 40},
   };
+  std::int64_t scale = 0;
   for (const Unit& candidate : kUnits) {
     if (unit == candidate.name) scale = candidate.scale;
   }
   REMAT_CHECK(scale > 0, "bad size '", text, "': unknown unit '", unit,
               "' (use B, kB, MB, GB, TB, KiB, MiB, GiB or TiB)");
-  const double bytes = std::floor(number * scale);
-  REMAT_CHECK(bytes < 9.2e18, "bad size '", text, "': too large");
-  return static_cast<std::int64_t>(bytes);
+  const std::int64_t bytes = scaled(number, scale);
+  REMAT_CHECK(bytes >= 0, "bad size '", text, "': too large");
+  return bytes;
 }
 
 std::string format_bytes(std::int64_t bytes) {

@@ -13,6 +13,11 @@ namespace remat {
 /// with the text and what was wrong. Example: `parse_size("2.5GiB") == 2684354560`.
 std::int64_t parse_size(std::string_view text);
 
+/// floor(fraction * whole) for a non-negative decimal written in `text` (`12.5`, `1e-3`),
+/// computed exactly: `scale_decimal("12.5", 800) == 100`. Throws std::invalid_argument naming
+/// `what` when the text is not a plain decimal number or the result exceeds int64.
+std::int64_t scale_decimal(std::string_view text, std::int64_t whole, std::string_view what);
+
 /// Human-readable size with a binary unit and 2 decimals: `700.00 MiB`, `512 B`.
 std::string format_bytes(std::int64_t bytes);
 

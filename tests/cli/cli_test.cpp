@@ -1,0 +1,751 @@
+// `remat schedule` as a user runs it: the built executable, its exit codes, what it prints on
+// stdout and stderr. The JSON output is parsed back and checked against invariants that hold
+// for every correct schedule, and against the library's simulator replaying the sequence.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "remat/solver.h"
+
+namespace {
+
+using nlohmann::json;
+
+const std::string kResnet18 =
+    std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet18-synthetic.json";
+
+/// A directory under /tmp, removed with everything in it when the object goes.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/remat-cli-test-XXXXXX";
+    const char* made = mkdtemp(pattern);
+    REQUIRE(made != nullptr);
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  /// Writes `contents` to `name` in the directory and returns the file's path.
+  std::string write(const std::string& name, const std::string& contents) const {
+    const std::string file = path_ + "/" + name;
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << contents;
+    out.close();
+    REQUIRE(out.good());
+    return file;
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct RunResult {
+  int exit_code = -1;  // 128 + signal number when the process was killed
+  std::string out;
+  std::string err;
+  std::string command;  // for failure messages
+};
+
+/// Runs the remat executable with `args`, stdin from /dev/null, stdout and stderr captured.
+RunResult run_remat(const std::vector<std::string>& args) {
+  TempDir scratch;
+  const std::string out_path = scratch.path() + "/stdout";
+  const std::string err_path = scratch.path() + "/stderr";
+  const std::string executable = REMAT_EXECUTABLE;
+
+  RunResult result;
+  result.command = "remat";
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(executable.c_str()));
+  for (const auto& arg : args) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+    result.command += " '" + arg + "'";
+  }
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Only async-signal-safe calls between fork and exec.
+    const int in_fd = open("/dev/null", O_RDONLY);
+    const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in_fd < 0 || out_fd < 0 || err_fd < 0) _exit(126);
+    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
+    execv(executable.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  pid_t waited;
+  do {
+    waited = waitpid(pid, &status, 0);
+  } while (waited < 0 && errno == EINTR);
+  REQUIRE(waited == pid);
+  if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.exit_code = 128 + WTERMSIG(status);
+  }
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  return result;
+}
+
+std::string describe(const RunResult& run) {
+  return run.command + "\nexit code " + std::to_string(run.exit_code) + "\nstdout:\n" + run.out +
+         "\nstderr:\n" + run.err;
+}
+
+/// Runs `remat schedule` with `--format json` and parses stdout.
+json schedule_json(std::vector<std::string> args, int expected_exit) {
+  args.insert(args.begin(), "schedule");
+  args.push_back("--format");
+  args.push_back("json");
+  const RunResult run = run_remat(args);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == expected_exit);
+  REQUIRE(json::accept(run.out));
+  json out = json::parse(run.out);
+  REQUIRE(out.is_object());
+  return out;
+}
+
+std::size_t count_lines(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+/// A valid three-stage chain; tests break one field at a time.
+json tiny_chain() {
+  auto stage = [](const char* name, double fwd, std::int64_t out, std::int64_t saved) {
+    return json{{"name", name},         {"fwd_ms", fwd},
+                {"bwd_ms", 2 * fwd},    {"out_bytes", out},
+                {"saved_bytes", saved}, {"fwd_tmp_bytes", 0},
+                {"bwd_tmp_bytes", 64},  {"fwd_nograd_ms", 0.9 * fwd}};
+  };
+  return json{
+      {"format", "remat-chain/1"},
+      {"name", "tiny"},
+      {"input_bytes", 1000},
+      {"loss_tmp_bytes", 16},
+      {"stages", json::array({stage("conv", 1.0, 1000, 3000), stage("relu", 0.25, 1000, 1000),
+                              stage("fc", 2.0, 400, 1800)})}};
+}
+
+/// Expands the text output's collapsed runs (`Fe_3..11`, `B_11..3`) into single operations.
+std::vector<std::string> expand_collapsed(const std::string& text) {
+  std::vector<std::string> ops;
+  std::istringstream tokens(text);
+  std::string token;
+  while (tokens >> token) {
+    const auto underscore = token.find('_');
+    const auto dots = token.find("..");
+    if (underscore == std::string::npos || dots == std::string::npos) {
+      ops.push_back(token);
+      continue;
+    }
+    const std::string kind = token.substr(0, underscore + 1);
+    const int first = std::stoi(token.substr(underscore + 1, dots - underscore - 1));
+    const int last = std::stoi(token.substr(dots + 2));
+    const int step = first <= last ? 1 : -1;
+    for (int i = first;; i += step) {
+      ops.push_back(kind + std::to_string(i));
+      if (i == last) break;
+    }
+  }
+  return ops;
+}
+
+/// The value of a `key   value` line of the text output ("" when absent).
+std::string text_field(const std::string& text, const std::string& key) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(key + " ", 0) == 0) {
+      const auto value = line.find_first_not_of(' ', key.size());
+      return value == std::string::npos ? "" : line.substr(value);
+    }
+  }
+  return "";
+}
+
+/// The schedule lines of the text output: the indented lines after `sequence`.
+std::string text_sequence(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line, sequence;
+  bool after = false;
+  while (std::getline(lines, line)) {
+    if (after && line.rfind("  ", 0) == 0) sequence += line + " ";
+    if (line.rfind("sequence ", 0) == 0) after = true;
+  }
+  return sequence;
+}
+
+std::string bytes_in_parens(std::int64_t bytes) { return "(" + std::to_string(bytes) + " bytes)"; }
+
+bool is_int(const json& value) { return value.is_number_integer(); }
+
+}  // namespace
+
+TEST_CASE("schedule rejects bad input with exit code 2 and says what is wrong", "[cli]") {
+  TempDir dir;
+  const std::string good = dir.write("good.json", tiny_chain().dump(2));
+  auto with = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    json chain = tiny_chain();
+    edit(chain);
+    return dir.write(name, chain.dump(2));
+  };
+
+  struct Case {
+    std::string label;
+    std::vector<std::string> args;      // after `schedule`
+    std::vector<std::string> expected;  // substrings of stderr
+  };
+  const std::string missing = dir.path() + "/no-such-chain.json";
+  const std::string truncated = dir.write("truncated.json", tiny_chain().dump(2).substr(0, 120));
+  const std::string array = dir.write("array.json", "[1, 2, 3]\n");
+  const std::string wrong_format =
+      with("wrong-format.json", [](json& c) { c["format"] = "remat-chain/2"; });
+  const std::string no_input = with("no-input.json", [](json& c) { c.erase("input_bytes"); });
+  const std::string no_stage_key =
+      with("no-stage-key.json", [](json& c) { c["stages"][2].erase("bwd_ms"); });
+  const std::string extra_key =
+      with("extra-key.json", [](json& c) { c["stages"][1]["colour"] = "blue"; });
+  const std::string extra_top = with("extra-top.json", [](json& c) { c["version"] = 2; });
+  const std::string string_ms =
+      with("string-ms.json", [](json& c) { c["stages"][1]["fwd_ms"] = "0.25"; });
+  const std::string string_bytes =
+      with("string-bytes.json", [](json& c) { c["stages"][2]["out_bytes"] = "400"; });
+  const std::string negative_bytes =
+      with("negative-bytes.json", [](json& c) { c["stages"][0]["bwd_tmp_bytes"] = -64; });
+  const std::string negative_ms =
+      with("negative-ms.json", [](json& c) { c["stages"][2]["bwd_ms"] = -0.5; });
+  const std::string saved_small =
+      with("saved-small.json", [](json& c) { c["stages"][1]["saved_bytes"] = 999; });
+  const std::string no_stages =
+      with("no-stages.json", [](json& c) { c["stages"] = json::array(); });
+  const std::string fractional =
+      with("fractional.json", [](json& c) { c["stages"][1]["fwd_tmp_bytes"] = 1.5; });
+  const std::string stage_not_object =
+      with("stage-number.json", [](json& c) { c["stages"][1] = 7; });
+  const std::string too_large =
+      with("too-large.json", [](json& c) { c["stages"][0]["saved_bytes"] = 1LL << 60; });
+
+  const std::vector<Case> cases = {
+      {"chain file does not exist",
+       {"--chain", missing, "--budget", "1MiB"},
+       {missing, "cannot open"}},
+      {"truncated chain file",
+       {"--chain", truncated, "--budget", "1MiB"},
+       {truncated, "not valid JSON", "line "}},
+      {"JSON array instead of an object",
+       {"--chain", array, "--budget", "1MiB"},
+       {array, "expected a JSON object", "array"}},
+      {"wrong format tag",
+       {"--chain", wrong_format, "--budget", "1MiB"},
+       {wrong_format, "format", "remat-chain/2", "remat-chain/1"}},
+      {"missing top-level key",
+       {"--chain", no_input, "--budget", "1MiB"},
+       {no_input, "input_bytes is missing"}},
+      {"missing stage key",
+       {"--chain", no_stage_key, "--budget", "1MiB"},
+       {no_stage_key, "stages[2].bwd_ms is missing"}},
+      {"unknown stage key",
+       {"--chain", extra_key, "--budget", "1MiB"},
+       {extra_key, "stages[1].colour", "not a field"}},
+      {"unknown top-level key",
+       {"--chain", extra_top, "--budget", "1MiB"},
+       {extra_top, "version", "not a field"}},
+      {"string instead of milliseconds",
+       {"--chain", string_ms, "--budget", "1MiB"},
+       {string_ms, "stages[1].fwd_ms", "number", "string"}},
+      {"string instead of bytes",
+       {"--chain", string_bytes, "--budget", "1MiB"},
+       {string_bytes, "stages[2].out_bytes", "number", "string"}},
+      {"negative bytes",
+       {"--chain", negative_bytes, "--budget", "1MiB"},
+       {negative_bytes, "stages[0].bwd_tmp_bytes", "-64", "negative"}},
+      {"negative milliseconds",
+       {"--chain", negative_ms, "--budget", "1MiB"},
+       {negative_ms, "stages[2].bwd_ms", "negative"}},
+      {"saved_bytes smaller than out_bytes",
+       {"--chain", saved_small, "--budget", "1MiB"},
+       {saved_small, "stages[1].saved_bytes", "999", "out_bytes", "1000"}},
+      {"empty stages", {"--chain", no_stages, "--budget", "1MiB"}, {no_stages, "stages", "empty"}},
+      {"fractional bytes",
+       {"--chain", fractional, "--budget", "1MiB"},
+       {fractional, "stages[1].fwd_tmp_bytes", "1.5", "whole number"}},
+      {"stage that is not an object",
+       {"--chain", stage_not_object, "--budget", "1MiB"},
+       {stage_not_object, "stages[1]", "object"}},
+      {"bytes beyond 2^50",
+       {"--chain", too_large, "--budget", "1MiB"},
+       {too_large, "stages[0].saved_bytes", "2^50"}},
+      {"budget with an unknown unit",
+       {"--chain", good, "--budget", "12 parsecs"},
+       {"12 parsecs", "unknown unit", "parsecs"}},
+      {"negative budget", {"--chain", good, "--budget", "-5MiB"}, {"-5MiB", "negative"}},
+      {"budget that is not a number", {"--chain", good, "--budget", "lots"}, {"'lots'"}},
+      {"bad percentage", {"--chain", good, "--budget", "50x%"}, {"50x%", "percentage"}},
+      {"unknown algorithm",
+       {"--chain", good, "--budget", "1MiB", "--algorithm", "fastest"},
+       {"unknown algorithm 'fastest'"}},
+      {"zero segments",
+       {"--chain", good, "--budget", "1MiB", "--algorithm", "periodic", "--segments", "0"},
+       {"--segments (0)", "positive"}},
+      {"more segments than stages",
+       {"--chain", good, "--budget", "1MiB", "--algorithm", "periodic", "--segments", "4"},
+       {"segments (4)", "number of stages (3)"}},
+      {"segments without periodic",
+       {"--chain", good, "--budget", "1MiB", "--algorithm", "revolve", "--segments", "2"},
+       {"--segments", "periodic only"}},
+      {"segments with the default algorithm",
+       {"--chain", good, "--budget", "1MiB", "--segments", "2"},
+       {"--segments", "periodic only"}},
+      {"slots without optimal",
+       {"--chain", good, "--budget", "1MiB", "--algorithm", "store-all", "--slots", "100"},
+       {"--slots", "optimal only"}},
+      {"zero slots",
+       {"--chain", good, "--budget", "1MiB", "--slots", "0"},
+       {"--slots (0)", "positive"}},
+      {"slots that are not a number",
+       {"--chain", good, "--budget", "1MiB", "--slots", "many"},
+       {"--slots", "many"}},
+      {"negative threads",
+       {"--chain", good, "--budget", "1MiB", "--threads", "-1"},
+       {"--threads (-1)", "negative"}},
+      {"unknown option", {"--chain", good, "--budget", "1MiB", "--bogus"}, {"--bogus"}},
+      {"missing --chain", {"--budget", "1MiB"}, {"--chain", "required"}},
+      {"missing --budget", {"--chain", good}, {"--budget", "required"}},
+      {"unknown format",
+       {"--chain", good, "--budget", "1MiB", "--format", "xml"},
+       {"unknown format 'xml'"}},
+  };
+  REQUIRE(cases.size() >= 30);
+
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.label) {
+      std::vector<std::string> args = c.args;
+      args.insert(args.begin(), "schedule");
+      const RunResult run = run_remat(args);
+      INFO(describe(run));
+      CHECK(run.exit_code == 2);
+      CHECK(run.out.empty());
+      CHECK(run.err.rfind("remat: ", 0) == 0);
+      for (const std::string& expected : c.expected) {
+        INFO("stderr should contain: " << expected);
+        CHECK(run.err.find(expected) != std::string::npos);
+      }
+    }
+  }
+
+  SECTION("the fixture itself is valid") {
+    // Guards the cases above: each fails because of its one edit, not because of the base.
+    const json out = schedule_json({"--chain", good, "--budget", "100%"}, 0);
+    CHECK(out["status"] == "optimal");
+    CHECK(out["stages"] == 3);
+  }
+}
+
+TEST_CASE("an infeasible budget exits 3 and gives the minimum, which is exact", "[cli]") {
+  TempDir dir;
+  const std::string tiny = dir.write("tiny.json", tiny_chain().dump(2));
+
+  struct Case {
+    std::string label;
+    std::vector<std::string> args;  // chain, algorithm and options; the budget is added
+  };
+  const std::vector<Case> cases = {
+      {"optimal, automatic slots", {"--chain", kResnet18}},
+      {"optimal, --slots 500", {"--chain", kResnet18, "--slots", "500"}},
+      {"optimal, --slots 7", {"--chain", kResnet18, "--slots", "7"}},
+      {"optimal, exact bytes", {"--chain", tiny}},
+      {"optimal, --ignore-nograd-time", {"--chain", tiny, "--ignore-nograd-time"}},
+      {"periodic, default segments", {"--chain", kResnet18, "--algorithm", "periodic"}},
+      {"periodic, --segments 2",
+       {"--chain", kResnet18, "--algorithm", "periodic", "--segments", "2"}},
+      {"revolve", {"--chain", kResnet18, "--algorithm", "revolve"}},
+      {"store-all", {"--chain", kResnet18, "--algorithm", "store-all"}},
+  };
+
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.label) {
+      auto with_budget = [&](std::int64_t budget) {
+        std::vector<std::string> args = c.args;
+        args.push_back("--budget");
+        args.push_back(std::to_string(budget));
+        return args;
+      };
+
+      // Budget 1 byte: nothing fits.
+      std::vector<std::string> text_args = with_budget(1);
+      text_args.insert(text_args.begin(), "schedule");
+      const RunResult text = run_remat(text_args);
+      INFO(describe(text));
+      REQUIRE(text.exit_code == 3);
+      CHECK(text_field(text.out, "status") == "infeasible");
+
+      json first;
+      {
+        std::vector<std::string> args = with_budget(1);
+        args.insert(args.begin(), "schedule");
+        args.insert(args.end(), {"--format", "json"});
+        const RunResult run = run_remat(args);
+        INFO(describe(run));
+        REQUIRE(run.exit_code == 3);
+        first = json::parse(run.out);
+        // One line on stderr, naming the minimum.
+        CHECK(count_lines(run.err) == 1);
+        CHECK(run.err.back() == '\n');
+        CHECK(run.err.find("infeasible") != std::string::npos);
+        REQUIRE(is_int(first["min_feasible_budget_bytes"]));
+        CHECK(run.err.find(bytes_in_parens(first["min_feasible_budget_bytes"])) !=
+              std::string::npos);
+        CHECK(run.err == text.err);
+      }
+      CHECK(first["status"] == "infeasible");
+      CHECK(first["makespan_ms"].is_null());
+      CHECK(first["peak_bytes"].is_null());
+      CHECK(first["sequence"] == json::array());
+      CHECK(first["budget_bytes"] == 1);
+      const std::int64_t min_budget = first["min_feasible_budget_bytes"];
+      REQUIRE(min_budget > 1);
+      CHECK(text_field(text.out, "min budget").find(bytes_in_parens(min_budget)) !=
+            std::string::npos);
+
+      // Exactly the minimum works, and the schedule found fits in it.
+      const json at_min = schedule_json(with_budget(min_budget), 0);
+      CHECK(at_min["status"] != "infeasible");
+      CHECK(at_min["budget_bytes"] == min_budget);
+      CHECK(at_min["min_feasible_budget_bytes"] == min_budget);
+      REQUIRE(is_int(at_min["peak_bytes"]));
+      CHECK(at_min["peak_bytes"].get<std::int64_t>() <= min_budget);
+
+      // One byte less does not, and reports the same minimum.
+      const json below = schedule_json(with_budget(min_budget - 1), 3);
+      CHECK(below["status"] == "infeasible");
+      CHECK(below["makespan_ms"].is_null());
+      CHECK(below["min_feasible_budget_bytes"] == min_budget);
+    }
+  }
+}
+
+TEST_CASE("JSON output of every algorithm is complete and describes a valid schedule", "[cli]") {
+  const remat::Chain chain = remat::load_chain(kResnet18);
+  const int length = chain.length();
+  const std::int64_t store_all_peak = remat::store_all_peak(chain);
+
+  struct Case {
+    std::string algorithm;
+    std::string budget;
+    std::string status;
+  };
+  // 60% of the store-all peak is too little for store-all and for periodic with its default
+  // 3 segments (76% needed): those are also checked where they fit.
+  const std::vector<Case> cases = {
+      {"optimal", "60%", "optimal"},     {"recompute-all", "60%", "feasible"},
+      {"revolve", "60%", "feasible"},    {"periodic", "60%", "infeasible"},
+      {"periodic", "80%", "feasible"},   {"store-all", "60%", "infeasible"},
+      {"store-all", "100%", "feasible"},
+  };
+
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.algorithm << " at " << c.budget) {
+      const std::vector<std::string> args = {"--chain",     kResnet18,   "--budget",  c.budget,
+                                             "--algorithm", c.algorithm, "--threads", "2"};
+      const bool feasible = c.status != "infeasible";
+      const json out = schedule_json(args, feasible ? 0 : 3);
+      INFO(out.dump(2));
+
+      // Keys and types.
+      for (const char* key : {"status", "algorithm", "budget_bytes", "makespan_ms",
+                              "store_all_makespan_ms", "peak_bytes", "min_feasible_budget_bytes",
+                              "sequence", "solve_seconds", "chain", "stages", "use_nograd_time"}) {
+        INFO("key " << key);
+        CHECK(out.contains(key));
+      }
+      CHECK(out["status"] == c.status);
+      CHECK(out["algorithm"] == c.algorithm);
+      CHECK(out["chain"] == chain.name);
+      CHECK(out["stages"] == length);
+      CHECK(out["use_nograd_time"] == true);
+      REQUIRE(is_int(out["budget_bytes"]));
+      REQUIRE(is_int(out["min_feasible_budget_bytes"]));
+      REQUIRE(out["store_all_makespan_ms"].is_number());
+      REQUIRE(out["solve_seconds"].is_number());
+      REQUIRE(out["sequence"].is_array());
+      CHECK(out["solve_seconds"].get<double>() >= 0);
+      CHECK(out["store_all_makespan_ms"].get<double>() ==
+            Approx(chain.store_all_ms()).epsilon(1e-12));
+      const double percent = std::stod(c.budget);
+      const std::int64_t budget = out["budget_bytes"];
+      CHECK(budget == static_cast<std::int64_t>(
+                          std::floor(percent / 100.0 * static_cast<double>(store_all_peak))));
+      const std::int64_t min_budget = out["min_feasible_budget_bytes"];
+      CHECK((budget >= min_budget) == feasible);
+
+      // Keys that belong to one algorithm only.
+      CHECK(out.contains("slots") == (c.algorithm == "optimal"));
+      CHECK(out.contains("unit_bytes") == (c.algorithm == "optimal"));
+      CHECK(out.contains("segments") == (c.algorithm == "periodic"));
+      CHECK(out.contains("checkpoints") == (c.algorithm == "revolve"));
+      if (c.algorithm == "optimal") {
+        REQUIRE(is_int(out["slots"]));
+        REQUIRE(is_int(out["unit_bytes"]));
+        CHECK(out["slots"].get<std::int64_t>() > 0);
+        CHECK(out["unit_bytes"].get<std::int64_t>() >= 1);
+        CHECK(out["slots"].get<std::int64_t>() * out["unit_bytes"].get<std::int64_t>() <= budget);
+      }
+      if (c.algorithm == "periodic") CHECK(out["segments"] == 3);  // round(sqrt(12))
+      if (c.algorithm == "revolve") {
+        REQUIRE(is_int(out["checkpoints"]));
+        CHECK(out["checkpoints"].get<int>() >= 1);
+        CHECK(out["checkpoints"].get<int>() <= length);
+      }
+
+      if (!feasible) {
+        CHECK(out["makespan_ms"].is_null());
+        CHECK(out["peak_bytes"].is_null());
+        CHECK(out["sequence"].empty());
+        return;
+      }
+
+      REQUIRE(out["makespan_ms"].is_number());
+      REQUIRE(is_int(out["peak_bytes"]));
+      const double makespan = out["makespan_ms"];
+      const double store_all_makespan = out["store_all_makespan_ms"];
+      const std::int64_t peak = out["peak_bytes"];
+      CHECK(peak <= budget);
+      CHECK(peak >= min_budget);
+      CHECK(makespan >= store_all_makespan * (1 - 1e-9));
+
+      // The sequence: every backward once, in order L-1..0, one loss, ends with B_0.
+      const std::vector<std::string> ops = out["sequence"];
+      REQUIRE(!ops.empty());
+      CHECK(ops.back() == "B_0");
+      CHECK(std::count(ops.begin(), ops.end(), "L") == 1);
+      std::vector<std::string> backwards;
+      for (const auto& op : ops)
+        if (op.rfind("B_", 0) == 0) backwards.push_back(op);
+      std::vector<std::string> expected_backwards;
+      for (int i = length - 1; i >= 0; --i) expected_backwards.push_back("B_" + std::to_string(i));
+      CHECK(backwards == expected_backwards);
+      const auto nograd = std::count_if(ops.begin(), ops.end(), [](const std::string& op) {
+        return op.rfind("Fn_", 0) == 0 || op.rfind("CF_", 0) == 0;
+      });
+      CHECK((nograd == 0) == (c.algorithm == "store-all"));
+
+      // The library's simulator, replaying the printed sequence, agrees with the printed
+      // peak and makespan.
+      std::string joined;
+      for (const auto& op : ops) joined += op + " ";
+      const remat::Sequence sequence = remat::parse_sequence(joined, length);
+      const remat::Simulation sim = remat::simulate(chain, sequence, remat::TimeModel{true});
+      CHECK(sim.peak_bytes == peak);
+      CHECK(sim.makespan_ms == Approx(makespan).epsilon(1e-9));
+
+      // The text output of the same run tells the same story.
+      std::vector<std::string> text_args = args;
+      text_args.insert(text_args.begin(), "schedule");
+      const RunResult text = run_remat(text_args);
+      INFO(describe(text));
+      REQUIRE(text.exit_code == 0);
+      CHECK(text.err.empty());
+      CHECK(text.out.find("status       " + c.status + "\n") != std::string::npos);
+      CHECK(text_field(text.out, "algorithm").rfind(c.algorithm, 0) == 0);
+      CHECK(text_field(text.out, "budget").find(bytes_in_parens(budget)) != std::string::npos);
+      CHECK(text_field(text.out, "peak").find(bytes_in_parens(peak)) != std::string::npos);
+      CHECK(text_field(text.out, "min budget").find(bytes_in_parens(min_budget)) !=
+            std::string::npos);
+      CHECK(text_field(text.out, "sequence")
+                .rfind(std::to_string(ops.size()) + " operations, " + std::to_string(nograd) +
+                           " forward",
+                       0) == 0);
+      CHECK(expand_collapsed(text_sequence(text.out)) == ops);
+      if (c.algorithm == "optimal") {
+        CHECK(text_field(text.out, "algorithm")
+                  .rfind("optimal, " + std::to_string(out["slots"].get<std::int64_t>()) + " slots",
+                         0) == 0);
+      }
+    }
+  }
+
+  SECTION("--ignore-nograd-time costs Fn and CF with fwd_ms") {
+    const json out = schedule_json(
+        {"--chain", kResnet18, "--budget", "60%", "--threads", "2", "--ignore-nograd-time"}, 0);
+    CHECK(out["use_nograd_time"] == false);
+    std::string joined;
+    for (const auto& op : out["sequence"]) joined += op.get<std::string>() + " ";
+    const remat::Sequence sequence = remat::parse_sequence(joined, length);
+    const remat::Simulation sim = remat::simulate(chain, sequence, remat::TimeModel{false});
+    CHECK(sim.makespan_ms == Approx(out["makespan_ms"].get<double>()).epsilon(1e-9));
+    CHECK(sim.peak_bytes == out["peak_bytes"]);
+  }
+
+  SECTION("a long sequence wraps over lines of at most 100 columns that read back whole") {
+    const std::string resnet50 =
+        std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet50-synthetic.json";
+    const std::vector<std::string> args = {"--chain", resnet50,      "--budget",
+                                           "30%",     "--algorithm", "revolve"};
+    const json out = schedule_json(args, 0);
+    std::vector<std::string> text_args = args;
+    text_args.insert(text_args.begin(), "schedule");
+    const RunResult text = run_remat(text_args);
+    INFO(describe(text));
+    REQUIRE(text.exit_code == 0);
+    const std::string sequence_lines = text.out.substr(text.out.find("\nsequence ") + 1);
+    CHECK(count_lines(sequence_lines) >= 3);  // the `sequence` line and two or more of ops
+    std::istringstream lines(sequence_lines);
+    std::string line;
+    while (std::getline(lines, line)) CHECK(line.size() <= 100);
+    CHECK(expand_collapsed(text_sequence(text.out)) ==
+          out["sequence"].get<std::vector<std::string>>());
+  }
+
+  SECTION("the optimal schedule does not depend on the thread count") {
+    const json one = schedule_json({"--chain", kResnet18, "--budget", "45%", "--threads", "1"}, 0);
+    const json two = schedule_json({"--chain", kResnet18, "--budget", "45%", "--threads", "2"}, 0);
+    CHECK(one["sequence"] == two["sequence"]);
+    CHECK(one["makespan_ms"] == two["makespan_ms"]);
+  }
+}
+
+TEST_CASE("budgets parse in bytes, units, exponents and percentages", "[cli]") {
+  const remat::Chain chain = remat::load_chain(kResnet18);
+  const std::int64_t peak = remat::store_all_peak(chain);
+  // The strings below spell this exact number of bytes: 799.3125 MiB.
+  REQUIRE(peak == 838139904);
+
+  std::vector<std::string> store_all_ops;
+  for (int i = 0; i < chain.length(); ++i) store_all_ops.push_back("Fe_" + std::to_string(i));
+  store_all_ops.push_back("L");
+  for (int i = chain.length() - 1; i >= 0; --i) store_all_ops.push_back("B_" + std::to_string(i));
+
+  SECTION("100% is the store-all peak, and the optimal schedule there is store-all") {
+    for (const std::string budget : {"100%", "838139904", "838139904B", "799.3125MiB",
+                                     "0.78057861328125GiB", "8.38139904e8", "838139904.0"}) {
+      INFO("--budget " << budget);
+      const json out = schedule_json({"--chain", kResnet18, "--budget", budget}, 0);
+      CHECK(out["budget_bytes"] == peak);
+      CHECK(out["status"] == "optimal");
+      CHECK(out["peak_bytes"] == peak);
+      CHECK(out["sequence"] == json(store_all_ops));
+      CHECK(out["makespan_ms"].get<double>() ==
+            Approx(out["store_all_makespan_ms"].get<double>()).epsilon(1e-12));
+    }
+  }
+
+  SECTION("one byte under 100% needs recomputation") {
+    const json out = schedule_json(
+        {"--chain", kResnet18, "--budget", std::to_string(peak - 1), "--threads", "2"}, 0);
+    CHECK(out["budget_bytes"] == peak - 1);
+    CHECK(out["status"] == "optimal");
+    CHECK(out["peak_bytes"].get<std::int64_t>() <= peak - 1);
+    CHECK(out["sequence"] != json(store_all_ops));
+    CHECK(out["makespan_ms"].get<double>() > out["store_all_makespan_ms"].get<double>());
+  }
+
+  SECTION("units and percentages") {
+    struct Case {
+      std::string budget;
+      std::int64_t bytes;
+    };
+    const std::vector<Case> cases = {
+        {"700MiB", 734003200},     {"2.5GiB", 2684354560},
+        {"1e9", 1000000000},       {"1000000000", 1000000000},
+        {"1.5GB", 1500000000},     {"4096KiB", 4194304},
+        {"0.5TiB", 549755813888},  {"50%", 419069952},
+        {"12.5%", 104767488},      {"0%", 0},
+        {"200%", 2 * 838139904LL}, {"0", 0},
+        {"  256 MiB ", 268435456}, {"3M", 3145728},
+    };
+    for (const Case& c : cases) {
+      INFO("--budget '" << c.budget << "'");
+      std::vector<std::string> args = {"schedule",    "--chain",   kResnet18,  "--budget", c.budget,
+                                       "--algorithm", "store-all", "--format", "json"};
+      const RunResult run = run_remat(args);
+      INFO(describe(run));
+      REQUIRE((run.exit_code == 0 || run.exit_code == 3));
+      const json out = json::parse(run.out);
+      CHECK(out["budget_bytes"] == c.bytes);
+      CHECK((run.exit_code == 0) == (c.bytes >= peak));
+    }
+  }
+}
+
+// Sizes are read as exact decimals: a floating-point product would floor 1.001MB to 1000999.
+TEST_CASE("decimal sizes parse to the exact number of bytes", "[cli]") {
+  TempDir dir;
+  const std::string tiny = dir.write("tiny.json", tiny_chain().dump(2));
+  for (const auto& [budget, bytes] :
+       std::vector<std::pair<std::string, std::int64_t>>{{"1.001MB", 1001000},
+                                                         {"1.001GB", 1001000000},
+                                                         {"0.1GB", 100000000},
+                                                         {"1.1MiB", 1153433},
+                                                         {"12.5%", 0}}) {
+    if (budget.back() == '%') continue;  // percentages: see the next case
+    INFO("--budget " << budget);
+    const json out = schedule_json({"--chain", tiny, "--budget", budget}, 0);
+    CHECK(out["budget_bytes"] == bytes);
+  }
+}
+
+TEST_CASE("help exits 0, a missing subcommand exits 2", "[cli]") {
+  SECTION("remat --help") {
+    const RunResult run = run_remat({"--help"});
+    INFO(describe(run));
+    CHECK(run.exit_code == 0);
+    CHECK(run.out.find("Usage") != std::string::npos);
+    CHECK(run.out.find("schedule") != std::string::npos);
+  }
+  SECTION("remat schedule --help") {
+    const RunResult run = run_remat({"schedule", "--help"});
+    INFO(describe(run));
+    CHECK(run.exit_code == 0);
+    for (const char* option : {"--chain", "--budget", "--algorithm", "--segments", "--slots",
+                               "--format", "--threads", "--ignore-nograd-time"}) {
+      INFO("option " << option);
+      CHECK(run.out.find(option) != std::string::npos);
+    }
+  }
+  SECTION("remat with no subcommand") {
+    const RunResult run = run_remat({});
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+    CHECK(run.err.find("subcommand") != std::string::npos);
+  }
+  SECTION("remat with an unknown subcommand") {
+    const RunResult run = run_remat({"plan", "--chain", kResnet18});
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+    CHECK(run.out.empty());
+    CHECK(run.err.find("remat --help") != std::string::npos);
+  }
+}
