@@ -124,7 +124,21 @@ class PersistentTable {
   Row& row(int i, int l) {
     return rows_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
   }
-  void compute_row(int i, int l, int worker, std::vector<double>& best, std::vector<double>& tail);
+  // A row being computed: best[k] is Opt(i, l, lo + k) so far; tail[k] a candidate constant
+  // from lo + k on.
+  struct Pending {
+    double* best = nullptr;
+    double* tail = nullptr;
+    std::int64_t lo = 0;
+    bool active = false;
+  };
+  void run_block(int start, int end, int worker, double* scratch, std::int64_t width,
+                 const std::atomic<int>* above, std::atomic<int>& done,
+                 const std::atomic<bool>& failed);
+  void single_row(int i, int worker);
+  void begin_row(int i, int l, Pending& p);
+  void add_leaf(int i, int j, double prefix, const Row& right, Pending& p);
+  void finish_row(int i, int l, int worker, Pending& p);
   double* allocate(int worker, std::int64_t count);
   void rebuild(int i, int l, std::int64_t m, Sequence& out) const;
 

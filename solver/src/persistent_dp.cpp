@@ -83,29 +83,42 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
       rows_(stride_ * stride_) {
   REMAT_INTERNAL_ASSERT(capacity >= 0);
   const int length = chain.length;
-  WorkerPool pool(std::max(1, threads));
+  const std::int64_t width = capacity + 1;
+  // Rows are read from memory far more often than they are computed: a block of b segment
+  // starts i shares every row (j, l) it reads, and keeps its own rows (i, .) in cache. Pick
+  // b so that the block's own rows stay within about 12 MB (bench/solver_bench tuned it).
+  const double group_bytes = (length + 1.0) * static_cast<double>(width) * sizeof(double);
+  const int block = static_cast<int>(std::clamp(12e6 / group_bytes, 2.0, 32.0));
+  const int blocks = (length + 1 + block - 1) / block;
+  // The small problems run on the calling thread alone.
+  const double work = (length + 1.0) * (length + 1.0) * (length + 1.0) / 6.0 * width;
+  const int workers = work < 2e6 ? 1 : std::max(1, std::min(threads, blocks));
+  WorkerPool pool(workers);
   arenas_.resize(static_cast<std::size_t>(pool.size()));
-  std::vector<std::vector<double>> best(arenas_.size()), tail(arenas_.size());
-  const auto width = static_cast<std::size_t>(capacity + 1);
-  for (std::size_t w = 0; w < arenas_.size(); ++w) {
-    best[w].resize(width);
-    tail[w].resize(width);
-  }
-  for (int d = 0; d <= length; ++d) {
-    const std::int64_t count = length - d + 1;
-    // Short segments cost little: spread only the lengths worth a thread wake-up.
-    const bool parallel = static_cast<double>(count) * (d + 1) * static_cast<double>(width) > 2e5;
-    auto body = [&](std::int64_t index, int worker) {
-      const int i = static_cast<int>(index);
-      compute_row(i, i + d, worker, best[static_cast<std::size_t>(worker)],
-                  tail[static_cast<std::size_t>(worker)]);
-    };
-    if (parallel) {
-      pool.run(count, body);
-    } else {
-      for (std::int64_t index = 0; index < count; ++index) body(index, 0);
+  std::vector<std::vector<double>> scratch(arenas_.size());
+  for (auto& buffer : scratch) buffer.resize(static_cast<std::size_t>(2 * block * width));
+
+  // Block k holds segment starts [start(k), start(k) + block), from the top of the chain
+  // down: it reads rows of blocks < k, so it trails block k - 1, one l at a time.
+  std::vector<std::atomic<int>> progress(static_cast<std::size_t>(blocks));
+  for (auto& done : progress) done = -1;
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  pool.run(blocks, [&](std::int64_t k, int worker) {
+    const int end = length + 1 - static_cast<int>(k) * block;
+    const int start = std::max(0, end - block);
+    try {
+      run_block(start, end, worker, scratch[static_cast<std::size_t>(worker)].data(), width,
+                k > 0 ? &progress[static_cast<std::size_t>(k - 1)] : nullptr,
+                progress[static_cast<std::size_t>(k)], failed);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      failed = true;
     }
-  }
+  });
+  if (error) std::rethrow_exception(error);
   for (const Arena& arena : arenas_) stored_bytes_ += arena.bytes;
 }
 
@@ -124,64 +137,123 @@ double* PersistentTable::allocate(int worker, std::int64_t count) {
   return out;
 }
 
-void PersistentTable::compute_row(int i, int l, int worker, std::vector<double>& best_buffer,
-                                  std::vector<double>& tail_buffer) {
+// Computes the rows (i, l) for i in [start, end) and every l >= i, l ascending; at each l,
+// leaves j from l down, so that a row (j, l) of this block is complete (finished) right
+// before it is first read.
+void PersistentTable::run_block(int start, int end, int worker, double* scratch, std::int64_t width,
+                                const std::atomic<int>* above, std::atomic<int>& done,
+                                const std::atomic<bool>& failed) {
+  const UnitChain& c = chain_;
+  const int length = c.length;
+  const int count = end - start;
+  std::vector<Pending> pending(static_cast<std::size_t>(count));
+  for (int k = 0; k < count; ++k) {
+    pending[static_cast<std::size_t>(k)].best = scratch + static_cast<std::int64_t>(2 * k) * width;
+    pending[static_cast<std::size_t>(k)].tail =
+        scratch + static_cast<std::int64_t>(2 * k + 1) * width;
+  }
+  // prefix[k][j] = nf[i] + ... + nf[j-1] for i = start + k, summed from the left as rebuild()
+  // sums it, so that candidates are bit-identical.
+  const auto columns = static_cast<std::size_t>(length) + 2;
+  std::vector<double> prefix(static_cast<std::size_t>(count) * columns, 0.0);
+  for (int k = 0; k < count; ++k) {
+    double sum = 0;
+    for (int j = start + k + 1; j <= length; ++j) {
+      sum += c.nf[static_cast<std::size_t>(j - 1)];
+      prefix[static_cast<std::size_t>(k) * columns + static_cast<std::size_t>(j)] = sum;
+    }
+  }
+  for (int l = start; l <= length; ++l) {
+    if (above != nullptr && l >= end) {
+      // Rows (j, l) with j >= end belong to the blocks above.
+      while (above->load(std::memory_order_acquire) < l) {
+        if (failed.load(std::memory_order_relaxed)) return;
+        std::this_thread::yield();
+      }
+    }
+    if (l < end) single_row(l, worker);
+    const int top = std::min(end - 1, l - 1);  // rows (i, l), i <= top, have leaves
+    for (int i = start; i <= top; ++i)
+      begin_row(i, l, pending[static_cast<std::size_t>(i - start)]);
+    for (int j = l; j > start; --j) {
+      if (j <= top) finish_row(j, l, worker, pending[static_cast<std::size_t>(j - start)]);
+      const Row& right = row(j, l);
+      if (right.empty()) continue;
+      const int last = std::min(j - 1, top);
+      for (int i = start; i <= last; ++i) {
+        Pending& p = pending[static_cast<std::size_t>(i - start)];
+        if (!p.active) continue;
+        const double sum =
+            prefix[static_cast<std::size_t>(i - start) * columns + static_cast<std::size_t>(j)];
+        add_leaf(i, j, sum, right, p);
+      }
+    }
+    if (start <= top) finish_row(start, l, worker, pending[0]);
+    done.store(l, std::memory_order_release);
+  }
+}
+
+void PersistentTable::single_row(int i, int worker) {
+  const std::int64_t lo = min_memory_.at(i, i);
+  if (lo > capacity_) return;  // +inf everywhere: an empty row
+  double* value = allocate(worker, 1);
+  *value = chain_.fw[static_cast<std::size_t>(i)] + chain_.bw[static_cast<std::size_t>(i)];
+  row(i, i) = Row{value, lo, lo};
+}
+
+void PersistentTable::begin_row(int i, int l, Pending& p) {
+  p.lo = min_memory_.at(i, l);
+  p.active = p.lo <= capacity_;
+  if (!p.active) return;
+  const std::int64_t n = capacity_ - p.lo + 1;
+  std::fill(p.best, p.best + n, kInfinity);
+  std::fill(p.tail, p.tail + n, kInfinity);
+}
+
+// Leaf j of row (i, l): (prefix + Opt(j, l, m - x[j])) + Opt(i, j-1, m).
+void PersistentTable::add_leaf(int i, int j, double prefix, const Row& right, Pending& p) {
+  const Row& left = row(i, j - 1);  // Opt(i, j-1, m)
+  if (left.empty()) return;
+  const std::int64_t lo = p.lo;
+  double* best = p.best;
+  const std::int64_t shift = chain_.x[static_cast<std::size_t>(j)];
+  const std::int64_t start = std::max({lo, shift + right.lo, left.lo});
+  if (start > capacity_) return;
+  const std::int64_t right_end = shift + right.sat;  // right is constant beyond
+  const std::int64_t left_end = left.sat;            // left is constant beyond
+  const double right_constant = right.values[right.sat - right.lo];
+  const double left_constant = left.values[left.sat - left.lo];
+  // Both rows vary on [start, min(right_end, left_end)].
+  std::int64_t stop = std::min({right_end, left_end, capacity_});
+  if (stop >= start)
+    relax_sum(best + (start - lo), right.values + (start - shift - right.lo),
+              left.values + (start - left.lo), prefix, stop - start + 1);
+  if (right_end < left_end) {  // right constant, left varying
+    const std::int64_t from = std::max(start, right_end + 1);
+    stop = std::min(left_end, capacity_);
+    if (stop >= from)
+      relax_left_constant(best + (from - lo), left.values + (from - left.lo),
+                          prefix + right_constant, stop - from + 1);
+  } else if (left_end < right_end) {  // left constant, right varying
+    const std::int64_t from = std::max(start, left_end + 1);
+    stop = std::min(right_end, capacity_);
+    if (stop >= from)
+      relax_right_constant(best + (from - lo), right.values + (from - shift - right.lo), prefix,
+                           left_constant, stop - from + 1);
+  }
+  const std::int64_t from = std::max(start, std::max(right_end, left_end) + 1);
+  if (from <= capacity_)
+    p.tail[from - lo] = std::min(p.tail[from - lo], (prefix + right_constant) + left_constant);
+}
+
+// Adds the chain step to row (i, l), applies the constant tails and stores the row.
+void PersistentTable::finish_row(int i, int l, int worker, Pending& p) {
+  if (!p.active) return;
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
-  Row& out = row(i, l);
-  const std::int64_t lo = min_memory_.at(i, l);
-  if (lo > capacity_) return;  // +inf everywhere: an empty row
-  if (i == l) {
-    double* value = allocate(worker, 1);
-    *value = c.fw[ui] + c.bw[ui];
-    out = Row{value, lo, lo};
-    return;
-  }
-  const std::int64_t n = capacity_ - lo + 1;
-  double* best = best_buffer.data();  // best[k] is Opt(i, l, lo + k)
-  double* tail = tail_buffer.data();  // tail[k]: a candidate constant from lo + k on
-  std::fill(best, best + n, kInfinity);
-  std::fill(tail, tail + n, kInfinity);
-  auto add_tail = [&](std::int64_t from, double value) {
-    if (from <= capacity_) tail[from - lo] = std::min(tail[from - lo], value);
-  };
-
-  double prefix = 0;  // sum_{k=i}^{j-1} nf[k], accumulated as rebuild() does
-  for (int j = i + 1; j <= l; ++j) {
-    const auto uj = static_cast<std::size_t>(j);
-    prefix += c.nf[uj - 1];
-    const Row& right = row(j, l);     // Opt(j, l, m - x[j])
-    const Row& left = row(i, j - 1);  // Opt(i, j-1, m)
-    if (right.empty() || left.empty()) continue;
-    const std::int64_t shift = c.x[uj];
-    const std::int64_t start = std::max({lo, shift + right.lo, left.lo});
-    if (start > capacity_) continue;
-    const std::int64_t right_end = shift + right.sat;  // right is constant beyond
-    const std::int64_t left_end = left.sat;            // left is constant beyond
-    const double right_constant = right.values[right.sat - right.lo];
-    const double left_constant = left.values[left.sat - left.lo];
-    // Both rows vary on [start, min(right_end, left_end)].
-    std::int64_t stop = std::min({right_end, left_end, capacity_});
-    if (stop >= start)
-      relax_sum(best + (start - lo), right.values + (start - shift - right.lo),
-                left.values + (start - left.lo), prefix, stop - start + 1);
-    if (right_end < left_end) {  // right constant, left varying
-      const std::int64_t from = std::max(start, right_end + 1);
-      stop = std::min(left_end, capacity_);
-      if (stop >= from)
-        relax_left_constant(best + (from - lo), left.values + (from - left.lo),
-                            prefix + right_constant, stop - from + 1);
-    } else if (left_end < right_end) {  // left constant, right varying
-      const std::int64_t from = std::max(start, left_end + 1);
-      stop = std::min(right_end, capacity_);
-      if (stop >= from)
-        relax_right_constant(best + (from - lo), right.values + (from - shift - right.lo), prefix,
-                             left_constant, stop - from + 1);
-    }
-    add_tail(std::max(start, std::max(right_end, left_end) + 1),
-             (prefix + right_constant) + left_constant);
-  }
-
+  const std::int64_t lo = p.lo;
+  double* best = p.best;
+  double* tail = p.tail;
   // Chain step: Fe_i, reverse i+1..l with xbar_{i+1} kept, B_i.
   const Row& rest = row(i + 1, l);
   if (!rest.empty()) {
@@ -194,10 +266,12 @@ void PersistentTable::compute_row(int i, int l, int worker, std::vector<double>&
       if (stop >= start)
         relax_left_constant(best + (start - lo), rest.values + (start - shift - rest.lo), step,
                             stop - start + 1);
-      add_tail(std::max(start, rest_end + 1), step + rest.values[rest.sat - rest.lo]);
+      const std::int64_t from = std::max(start, rest_end + 1);
+      if (from <= capacity_)
+        tail[from - lo] = std::min(tail[from - lo], step + rest.values[rest.sat - rest.lo]);
     }
   }
-
+  const std::int64_t n = capacity_ - lo + 1;
   double running = kInfinity;
   for (std::int64_t k = 0; k < n; ++k) {
     running = std::min(running, tail[k]);
@@ -208,7 +282,7 @@ void PersistentTable::compute_row(int i, int l, int worker, std::vector<double>&
   while (last > 0 && best[last - 1] == best[n - 1]) --last;
   double* values = allocate(worker, last + 1);
   std::memcpy(values, best, static_cast<std::size_t>(last + 1) * sizeof(double));
-  out = Row{values, lo, lo + last};
+  row(i, l) = Row{values, lo, lo + last};
 }
 
 Sequence PersistentTable::rebuild(std::int64_t m) const {
