@@ -53,7 +53,7 @@ TEST_CASE("persistent DP equals the top-down recurrence at every memory", "[solv
   CHECK(compared > feasible);
 }
 
-TEST_CASE("--slots reproduces the reference discretization", "[solver]") {
+TEST_CASE("N slots reproduce the reference discretization", "[solver]") {
   std::mt19937_64 rng(7);
   int compared = 0;
   for (std::uint64_t seed = 0; seed < 200; ++seed) {
