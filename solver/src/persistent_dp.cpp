@@ -17,8 +17,9 @@
 // temporaries both agree. UnitChain::published_chain_step selects the published form.
 //
 // For fixed (i, l, j) the leaf is a shifted min-plus over the memory axis, evaluated here
-// as straight vector loops over contiguous rows; all segments of one length are independent
-// and are computed in parallel. A row is +inf below MinMem(i, l), computed exactly by
+// as straight vector loops over contiguous rows. The loops are bound by memory bandwidth, so
+// rows are computed in blocks of consecutive segment starts that share every row they read
+// (run_block), the blocks pipelined over threads. A row is +inf below MinMem(i, l), computed exactly by
 // MinMemoryTable, and constant from the memory where it saturates, so it is stored as the
 // range in between: the candidates of a leaf are only evaluated where both of its rows
 // still vary, the constant part being carried by a running minimum.

@@ -35,20 +35,26 @@ int default_segments(int length) {
                     length);
 }
 
-// Fills status, peak and makespan of a heuristic's sequence against the budget.
-void finish_heuristic(const Chain& chain, const SolveOptions& options, Sequence sequence,
-                      std::int64_t min_budget, Solution& out) {
-  Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
-  out.min_feasible_budget_bytes = min_budget;
-  if (sim.peak_bytes > options.budget_bytes()) {
-    out.status = SolveStatus::kInfeasible;
-    return;
-  }
-  out.status = SolveStatus::kFeasible;
+// Records a sequence that fits, with its simulation, as the result.
+void accept(Sequence sequence, Simulation sim, SolveStatus status, Solution& out) {
+  out.status = status;
   out.sequence = std::move(sequence);
   out.makespan_ms = sim.makespan_ms;
   out.peak_bytes = sim.peak_bytes;
   out.simulation = std::move(sim);
+}
+
+// A heuristic's sequence against the budget; its smallest budget is `min_budget`, or its own
+// peak when `min_budget` is negative (a sequence that does not depend on the budget).
+void finish_heuristic(const Chain& chain, const SolveOptions& options, Sequence sequence,
+                      std::int64_t min_budget, Solution& out) {
+  Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
+  out.min_feasible_budget_bytes = min_budget >= 0 ? min_budget : sim.peak_bytes;
+  if (sim.peak_bytes > options.budget_bytes()) {
+    out.status = SolveStatus::kInfeasible;
+    return;
+  }
+  accept(std::move(sequence), std::move(sim), SolveStatus::kFeasible, out);
 }
 
 void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& out) {
@@ -60,12 +66,8 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
   if (options.slots() == 0 && !options.reference_recurrence() && budget >= store_all_peak(chain)) {
     Sequence sequence = detail::store_all_sequence(chain.length());
     Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
-    out.status = SolveStatus::kOptimal;
     out.discretization = detail::discretize(budget, slots);
-    out.sequence = std::move(sequence);
-    out.makespan_ms = sim.makespan_ms;
-    out.peak_bytes = sim.peak_bytes;
-    out.simulation = std::move(sim);
+    accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
     return;
   }
   const Discretization disc = detail::discretize(budget, slots);
@@ -96,11 +98,7 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
     REMAT_INTERNAL_ASSERT(sim.peak_bytes <= budget, "simulated peak ", sim.peak_bytes,
                           " exceeds the budget ", budget);
   }
-  out.status = SolveStatus::kOptimal;
-  out.sequence = std::move(sequence);
-  out.makespan_ms = sim.makespan_ms;
-  out.peak_bytes = sim.peak_bytes;
-  out.simulation = std::move(sim);
+  accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
 }
 
 std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
@@ -111,16 +109,14 @@ std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
 void solve_revolve(const Chain& chain, const SolveOptions& options, Solution& out) {
   const int length = chain.length();
   const detail::RevolvePlanner planner(length, length);
-  std::int64_t min_budget = -1;
-  for (int snapshots = 1; snapshots <= length; ++snapshots) {
-    const std::int64_t peak = peak_of(chain, planner.sequence(snapshots));
-    min_budget = min_budget < 0 ? peak : std::min(min_budget, peak);
-  }
+  std::vector<std::int64_t> peaks(static_cast<std::size_t>(length) + 1);
+  for (int snapshots = 1; snapshots <= length; ++snapshots)
+    peaks[static_cast<std::size_t>(snapshots)] = peak_of(chain, planner.sequence(snapshots));
+  const std::int64_t min_budget = *std::min_element(peaks.begin() + 1, peaks.end());
   for (int snapshots = length; snapshots >= 1; --snapshots) {
-    Sequence sequence = planner.sequence(snapshots);
-    if (peak_of(chain, sequence) <= options.budget_bytes()) {
+    if (peaks[static_cast<std::size_t>(snapshots)] <= options.budget_bytes()) {
       out.parameter = snapshots;
-      finish_heuristic(chain, options, std::move(sequence), min_budget, out);
+      finish_heuristic(chain, options, planner.sequence(snapshots), min_budget, out);
       return;
     }
   }
@@ -184,15 +180,11 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
       solve_optimal(chain, options, out);
       break;
     case Algorithm::kStoreAll: {
-      Sequence sequence = detail::store_all_sequence(length);
-      const std::int64_t peak = peak_of(chain, sequence);
-      finish_heuristic(chain, options, std::move(sequence), peak, out);
+      finish_heuristic(chain, options, detail::store_all_sequence(length), -1, out);
       break;
     }
     case Algorithm::kRecomputeAll: {
-      Sequence sequence = detail::revolve_sequence(length, 1);
-      const std::int64_t peak = peak_of(chain, sequence);
-      finish_heuristic(chain, options, std::move(sequence), peak, out);
+      finish_heuristic(chain, options, detail::revolve_sequence(length, 1), -1, out);
       break;
     }
     case Algorithm::kPeriodic: {
@@ -200,9 +192,7 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
       REMAT_CHECK(segments >= 1 && segments <= length, "segments (", segments,
                   ") must be between 1 and the number of stages (", length, ")");
       out.parameter = segments;
-      Sequence sequence = detail::periodic_sequence(length, segments);
-      const std::int64_t peak = peak_of(chain, sequence);
-      finish_heuristic(chain, options, std::move(sequence), peak, out);
+      finish_heuristic(chain, options, detail::periodic_sequence(length, segments), -1, out);
       break;
     }
     case Algorithm::kRevolve:
