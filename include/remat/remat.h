@@ -1,5 +1,8 @@
 #pragma once
-/// Everything remat offers. Today: the solver (remat/solver.h); the profiler, runtime and
-/// models join here as they land.
+/// Everything remat offers: the solver (remat/solver.h) and, in a build with LibTorch, the
+/// profiler (remat/profiler.h); the runtime and models join here as they land.
 
 #include "remat/solver.h"
+#if __has_include("remat/profiler.h")
+#include "remat/profiler.h"
+#endif

@@ -1,0 +1,360 @@
+// The chain profiler. Definitions of what is measured, for stage i with input x (a leaf that
+// requires grad, allocated before the stage runs), all in bytes of tensor storage counted by
+// the device's MemoryTracker (docs/cost-model.md, "Measuring a chain"):
+//   saved_bytes   = live after the forward with autograd - live before (output included,
+//                   input excluded), at least out_bytes;
+//   out_bytes     = bytes of the output's storage (its data size when it is a view of x);
+//   fwd_tmp_bytes = the larger of (peak during the forward with autograd - live after it)
+//                   and (peak during the forward without autograd - live after it);
+//   bwd_tmp_bytes = peak during the backward - (live before it + the bytes of the output's
+//                   gradient, made inside the graph + the bytes of x's gradient).
+#include <ATen/core/Generator.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Type.h>
+#include <torch/autograd.h>
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <sstream>
+#include <unordered_set>
+
+#include "remat/profiler/profiler.h"
+
+namespace remat {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string describe(int index, const std::string& name) {
+  return "stage " + std::to_string(index) + " (" + name + ")";
+}
+
+// Everything profiling may change, restored by the destructor.
+class ModelState {
+ public:
+  ModelState(const std::vector<NamedStage>& stages, c10::Device device) : device_(device) {
+    std::unordered_set<const torch::nn::Module*> seen;
+    for (const NamedStage& stage : stages) {
+      for (const auto& module : stage.module.ptr()->modules(/*include_self=*/true)) {
+        if (!seen.insert(module.get()).second) continue;
+        modules_.push_back({module, module->is_training()});
+      }
+    }
+    torch::NoGradGuard no_grad;
+    for (const auto& entry : modules_) {
+      for (auto& p : entry.module->parameters(/*recurse=*/false)) {
+        const torch::Tensor& grad = p.grad();
+        grads_.push_back({p, grad.defined() ? std::optional<torch::Tensor>(grad.clone()) : std::nullopt});
+      }
+      for (auto& b : entry.module->buffers(/*recurse=*/false)) buffers_.push_back({b, b.clone()});
+    }
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      cpu_rng_ = gen.get_state();
+    }
+    if (device.is_cuda()) {
+      auto gen = at::detail::getCUDAHooks().getDefaultCUDAGenerator(device.index());
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      cuda_rng_ = gen.get_state();
+    }
+  }
+  ModelState(const ModelState&) = delete;
+  ModelState& operator=(const ModelState&) = delete;
+
+  // Gives every parameter that requires grad a gradient (zeros where it had none), so that
+  // backward accumulates into existing storage as in training after the first step.
+  void allocate_grads() {
+    torch::NoGradGuard no_grad;
+    for (auto& entry : grads_)
+      if (entry.param.requires_grad() && !entry.param.grad().defined())
+        entry.param.mutable_grad() = torch::zeros_like(entry.param);
+  }
+
+  ~ModelState() {
+    try {
+      torch::NoGradGuard no_grad;
+      for (auto& entry : grads_) {
+        if (entry.grad)
+          entry.param.mutable_grad() = *entry.grad;
+        else
+          entry.param.mutable_grad() = torch::Tensor();
+      }
+      for (auto& entry : buffers_) entry.buffer.copy_(entry.saved);
+      // train() recurses into children; modules_ is in pre-order (parents first), so each
+      // module ends with its own recorded flag.
+      for (auto& entry : modules_) entry.module->train(entry.training);
+      {
+        auto gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(cpu_rng_);
+      }
+      if (device_.is_cuda()) {
+        auto gen = at::detail::getCUDAHooks().getDefaultCUDAGenerator(device_.index());
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(cuda_rng_);
+      }
+    } catch (...) {
+      // A destructor must not throw; restoring plain tensors does not fail in practice.
+    }
+  }
+
+ private:
+  struct ModuleEntry {
+    std::shared_ptr<torch::nn::Module> module;
+    bool training;
+  };
+  struct GradEntry {
+    torch::Tensor param;
+    std::optional<torch::Tensor> grad;
+  };
+  struct BufferEntry {
+    torch::Tensor buffer, saved;
+  };
+  c10::Device device_;
+  std::vector<ModuleEntry> modules_;
+  std::vector<GradEntry> grads_;
+  std::vector<BufferEntry> buffers_;
+  torch::Tensor cpu_rng_, cuda_rng_;
+};
+
+void synchronize(c10::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Median over repetitions of the time of `timed`, each preceded by an untimed `setup`; a
+// repetition runs both `inner` times, `inner` chosen so that it lasts min_repetition_ms.
+template <class Setup, class Timed>
+double time_ms(const ProfileOptions& options, c10::Device device, const Setup& setup,
+               const Timed& timed) {
+  auto run = [&](int count) {
+    double total = 0;
+    for (int k = 0; k < count; ++k) {
+      setup();
+      synchronize(device);
+      const auto start = Clock::now();
+      timed();
+      synchronize(device);
+      total += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    }
+    return total;
+  };
+  double warm = 0;
+  for (int k = 0; k < std::max(1, options.warmup()); ++k) warm = run(1);
+  const int inner = static_cast<int>(
+      std::clamp(std::ceil(options.min_repetition_ms() / std::max(warm, 1e-3)), 1.0, 1000.0));
+  std::vector<double> samples;
+  for (int r = 0; r < std::max(1, options.repeat()); ++r) samples.push_back(run(inner) / inner);
+  return median(samples);
+}
+
+struct Runner {
+  const NamedStage& stage;
+  int index;
+
+  torch::Tensor operator()(const torch::Tensor& x) const {
+    const auto version = x._version();
+    std::optional<torch::nn::AnyValue> value;
+    try {
+      // any_forward is not const, although it does not change the holder.
+      value.emplace(const_cast<torch::nn::AnyModule&>(stage.module).any_forward(x));
+    } catch (const std::exception& error) {
+      throw ProfileError(describe(index, stage.name) + ": forward failed: " + error.what());
+    }
+    if (x._version() != version)
+      throw ProfileError(describe(index, stage.name) +
+                         " modified its input in place; a stage must not (fold the in-place "
+                         "operation into the stage before it, or make it out of place)");
+    torch::Tensor* out = value->try_get<torch::Tensor>();
+    if (out == nullptr)
+      throw ProfileError(describe(index, stage.name) + " returned " +
+                         c10::demangle(value->type_info().name()) +
+                         ", not one tensor: every stage must map one tensor to one tensor");
+    if (!out->defined())
+      throw ProfileError(describe(index, stage.name) + " returned an undefined tensor");
+    return *out;
+  }
+};
+
+bool shares_storage(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
+}
+
+void check_device(const NamedStage& stage, int index, c10::Device device) {
+  for (const auto& p : stage.module.ptr()->parameters())
+    if (p.device() != device)
+      throw ProfileError(describe(index, stage.name) + " has parameters on " + p.device().str() +
+                         " but the sample is on " + device.str() +
+                         ": move the model or the sample so that they agree");
+  for (const auto& b : stage.module.ptr()->buffers())
+    if (b.device() != device)
+      throw ProfileError(describe(index, stage.name) + " has buffers on " + b.device().str() +
+                         " but the sample is on " + device.str());
+}
+
+}  // namespace
+
+std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  std::int64_t total = 0;
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
+      total += static_cast<std::int64_t>(t.storage().nbytes());
+  }
+  return total;
+}
+
+// "torch::nn::Conv2dImpl" -> "Conv2d", "(anonymous namespace)::PairImpl" -> "Pair".
+std::string short_type_name(std::string name) {
+  for (const std::string prefix : {"(anonymous namespace)::", "torch::nn::", "remat::"}) {
+    for (auto at = name.find(prefix); at != std::string::npos; at = name.find(prefix))
+      name.erase(at, prefix.size());
+  }
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential) {
+  std::vector<NamedStage> out;
+  int index = 0;
+  for (const auto& module : *sequential) {
+    out.push_back({std::to_string(index) + ":" + short_type_name(module.ptr()->name()), module});
+    ++index;
+  }
+  return out;
+}
+
+Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& sample,
+                const ProfileOptions& options) {
+  const auto started = Clock::now();
+  if (stages.empty()) throw ProfileError("the chain has no stages: nothing to profile");
+  if (!sample.defined()) throw ProfileError("the sample input is an undefined tensor");
+  if (!sample.is_floating_point())
+    throw ProfileError("the sample input has dtype " + std::string(c10::toString(sample.scalar_type())) +
+                       "; a floating-point input is needed to compute its gradient");
+  const c10::Device device = sample.device();
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].module.is_empty())
+      throw ProfileError(describe(static_cast<int>(i), stages[i].name) + " is an empty module");
+    check_device(stages[i], static_cast<int>(i), device);
+  }
+  MemoryTracker& tracker = MemoryTracker::for_device(device);
+  const int length = static_cast<int>(stages.size());
+
+  ModelState state(stages, device);
+  for (const NamedStage& stage : stages) stage.module.ptr()->train(true);
+  state.allocate_grads();
+
+  Profile result;
+  result.chain.name = options.name();
+  if (result.chain.name.empty()) {
+    std::ostringstream name;
+    name << length << " stages, input " << sample.sizes() << " " << sample.scalar_type() << " "
+         << device;
+    result.chain.name = name.str();
+  }
+  torch::Tensor x = sample.detach().clone();
+  result.chain.input_bytes = storage_bytes({x});
+
+  for (int i = 0; i < length; ++i) {
+    const NamedStage& named = stages[static_cast<std::size_t>(i)];
+    if (options.progress()) options.progress()(i, length, named.name);
+    const Runner run{named, i};
+    Stage stage;
+    stage.name = named.name;
+    const torch::Tensor input = x.detach().requires_grad_(true);
+    synchronize(device);
+
+    // Forward without autograd first: x_{i+1} for the next stage, and a check that the stage
+    // leaves its input alone (with autograd, an in-place change of a leaf is refused anyway).
+    torch::Tensor next;
+    std::int64_t nograd_tmp = 0;
+    {
+      torch::NoGradGuard no_grad;
+      PeakScope scope(tracker);
+      next = run(input);
+      synchronize(device);
+      nograd_tmp = scope.peak_above_start() - scope.live_above_start();
+    }
+
+    // Forward with autograd: what it keeps, its transient peak.
+    torch::Tensor out;
+    std::int64_t saved = 0, fwd_tmp = 0;
+    {
+      PeakScope scope(tracker);
+      out = run(input);
+      synchronize(device);
+      saved = scope.live_above_start();
+      fwd_tmp = scope.peak_above_start() - saved;
+    }
+    if (!out.requires_grad())
+      throw ProfileError(describe(i, named.name) +
+                         " returned a tensor that does not require grad: its backward cannot "
+                         "reach its input or parameters (is it detached?)");
+    const bool view_of_input = shares_storage(out, input);
+    stage.out_bytes = view_of_input ? static_cast<std::int64_t>(out.numel() * out.element_size())
+                                    : storage_bytes({out});
+    stage.saved_bytes = std::max(saved, stage.out_bytes);
+    stage.fwd_tmp_bytes = std::max<std::int64_t>({0, fwd_tmp, nograd_tmp});
+    result.output_shapes.push_back(out.sizes().vec());
+
+    // Backward. The gradient y_{i+1} is made inside the graph, by a weighted sum of the
+    // output, and nothing else holds it or the output: autograd frees both as soon as they
+    // are used, as it does in a chain (holding them would overstate the transient).
+    {
+      const torch::Tensor weight = torch::ones_like(out, at::MemoryFormat::Contiguous);
+      torch::Tensor loss = (out * weight).sum();
+      out = torch::Tensor();
+      synchronize(device);
+      PeakScope scope(tracker);
+      try {
+        torch::autograd::backward({loss}, {});
+      } catch (const std::exception& error) {
+        throw ProfileError(describe(i, named.name) + ": backward failed: " + error.what());
+      }
+      synchronize(device);
+      const std::int64_t input_grad = storage_bytes({input.grad()});
+      stage.bwd_tmp_bytes = std::max<std::int64_t>(
+          0, scope.peak_above_start() - stage.out_bytes - input_grad);
+    }
+    input.mutable_grad() = torch::Tensor();
+    if (options.measure_time()) {
+      torch::Tensor kept;
+      stage.fwd_ms = time_ms(
+          options, device, [] {}, [&] { kept = run(input); });
+      kept = torch::Tensor();
+      {
+        torch::NoGradGuard no_grad;
+        stage.fwd_nograd_ms = time_ms(
+            options, device, [] {}, [&] { kept = run(input); });
+        kept = torch::Tensor();
+      }
+      torch::Tensor grad_out = torch::ones_like(next, at::MemoryFormat::Contiguous);
+      stage.bwd_ms = time_ms(
+          options, device, [&] { kept = run(input); },
+          [&] { torch::autograd::backward({kept}, {grad_out}); });
+      kept = torch::Tensor();
+      input.mutable_grad() = torch::Tensor();
+    }
+    result.chain.stages.push_back(stage);
+    x = next;
+  }
+  if (options.progress()) options.progress()(length, length, "");
+  result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  result.chain.validate("profile");
+  return result;
+}
+
+}  // namespace remat

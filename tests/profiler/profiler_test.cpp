@@ -1,0 +1,207 @@
+#include <catch2/catch.hpp>
+
+#include "remat/profiler.h"
+#include "remat/solver.h"
+#include "test_nets.h"
+
+namespace nn = torch::nn;
+using remat::ProfileOptions;
+
+namespace {
+
+ProfileOptions quick() { return ProfileOptions().repeat(1).warmup(1).min_repetition_ms(0); }
+
+// Peak activation bytes of one plain training step (store-all), measured by the tracker:
+// the input x_0 and every activation, with the gradient of the output given (y_L).
+std::int64_t plain_step_peak(nn::Sequential& net, const torch::Tensor& sample) {
+  for (auto& p : net->parameters())
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  torch::Tensor weight;
+  {
+    torch::NoGradGuard no_grad;
+    weight = torch::ones_like(net->forward(sample));
+  }
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+  const std::int64_t base = tracker.live();
+  tracker.reset_peak();
+  {
+    torch::Tensor x = sample.clone().requires_grad_(true);
+    // A loss whose gradient y_L is a full tensor made by autograd and held by nobody else,
+    // as a real loss's is (nll_loss's gradient is freed once used).
+    torch::Tensor loss = (net->forward(x) * weight).sum();
+    loss.backward();
+  }
+  return tracker.peak() - base;
+}
+
+// A stage returning a tuple, one returning a non-tensor, one modifying its input in place.
+struct PairImpl : nn::Module {
+  std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor x) { return {x * 2, x * 3}; }
+};
+TORCH_MODULE(Pair);
+struct CountImpl : nn::Module {
+  int64_t forward(torch::Tensor x) { return x.numel(); }
+};
+TORCH_MODULE(Count);
+struct InPlaceImpl : nn::Module {
+  torch::Tensor forward(torch::Tensor x) { return x.mul_(2); }
+};
+TORCH_MODULE(InPlace);
+struct ViewImpl : nn::Module {
+  torch::Tensor forward(torch::Tensor x) { return x.flatten(1); }
+};
+TORCH_MODULE(View);
+
+}  // namespace
+
+TEST_CASE("profiling a conv chain gives a valid chain with exact activation sizes",
+          "[profiler]") {
+  torch::manual_seed(1);
+  nn::Sequential net = remat::test::conv_chain(8, 10, true);
+  const torch::Tensor sample = torch::randn({4, 3, 16, 16});
+  std::vector<int> progress;
+  const remat::Profile p = remat::profile(
+      net, sample, quick().progress([&](int stage, int, const std::string&) { progress.push_back(stage); }));
+  const remat::Chain& chain = p.chain;
+  REQUIRE(chain.length() == 6);
+  CHECK(progress == std::vector<int>{0, 1, 2, 3, 4, 5, 6});
+  CHECK(chain.input_bytes == 4 * 3 * 16 * 16 * 4);
+  CHECK(chain.stages[0].out_bytes == 4 * 8 * 16 * 16 * 4);
+  CHECK(chain.stages[2].out_bytes == 4 * 8 * 8 * 8 * 4);  // max pool
+  CHECK(chain.stages[5].out_bytes == 4 * 10 * 4);         // classifier
+  CHECK(p.output_shapes[5] == std::vector<std::int64_t>{4, 10});
+  for (const remat::Stage& s : chain.stages) {
+    CHECK(s.saved_bytes >= s.out_bytes);
+    CHECK(s.fwd_ms > 0);
+    CHECK(s.bwd_ms > 0);
+    CHECK(s.fwd_nograd_ms.has_value());
+  }
+  // Conv+BN+ReLU keeps the conv output (for BN's backward) and the ReLU output (ReLU's
+  // backward needs its result), and BN's saved statistics: a little over twice its output.
+  CHECK(chain.stages[0].saved_bytes >= 2 * chain.stages[0].out_bytes);
+  // Max pooling keeps its output and the argmax indices (int64): 3x its float output.
+  CHECK(chain.stages[2].saved_bytes == 3 * chain.stages[2].out_bytes);
+  // The JSON round trip keeps everything.
+  const remat::Chain back = remat::parse_chain(remat::chain_to_json(chain));
+  CHECK(back.stages[3].saved_bytes == chain.stages[3].saved_bytes);
+}
+
+TEST_CASE("profiling leaves the model exactly as it found it", "[profiler]") {
+  torch::manual_seed(2);
+  nn::Sequential net = remat::test::conv_chain(4, 5, true);
+  const torch::Tensor sample = torch::randn({2, 3, 12, 12});
+  // Some gradients present, others absent; one sub-module in eval mode.
+  net->parameters()[0].mutable_grad() = torch::randn_like(net->parameters()[0]);
+  net[1]->eval();
+  const auto state = remat::test::state_of(*net);
+  const torch::Tensor grad0 = net->parameters()[0].grad().clone();
+  std::vector<bool> modes;
+  for (const auto& m : net->modules()) modes.push_back(m->is_training());
+
+  torch::manual_seed(77);
+  const torch::Tensor expected_random = torch::rand({8});
+  torch::manual_seed(77);
+  remat::profile(net, sample, quick());
+  const torch::Tensor random = torch::rand({8});
+
+  CHECK(remat::test::same_tensors(state, remat::test::state_of(*net)));
+  CHECK(torch::equal(net->parameters()[0].grad(), grad0));
+  for (std::size_t i = 1; i < net->parameters().size(); ++i)
+    CHECK_FALSE(net->parameters()[i].grad().defined());
+  std::vector<bool> after;
+  for (const auto& m : net->modules()) after.push_back(m->is_training());
+  CHECK(after == modes);
+  CHECK(torch::equal(random, expected_random));  // the generator state is restored
+  // BatchNorm statistics really were restored, not merely never touched: one training
+  // forward changes them.
+  net->train();
+  net->forward(sample);
+  CHECK_FALSE(remat::test::same_tensors(state, remat::test::state_of(*net)));
+}
+
+TEST_CASE("the measured store-all peak equals the simulator's prediction", "[profiler]") {
+  // Exact up to the loss value itself (one scalar the caller holds, outside the model).
+  constexpr std::int64_t kLossScalar = 64;
+  struct Case {
+    const char* name;
+    int channels, batch, size;
+  };
+  const Case cases[] = {{"small", 4, 2, 12}, {"wider", 16, 4, 16}, {"odd sizes", 6, 3, 21}};
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      torch::manual_seed(3);
+      nn::Sequential net = remat::test::conv_chain(c.channels, 10, false);
+      const torch::Tensor sample = torch::randn({c.batch, 3, c.size, c.size});
+      const remat::Chain chain = remat::profile(net, sample, quick().measure_time(false)).chain;
+      const std::int64_t predicted = remat::store_all_peak(chain);
+      const std::int64_t measured = plain_step_peak(net, sample);
+      INFO("predicted " << predicted << " measured " << measured);
+      CHECK(measured <= predicted + kLossScalar);
+      CHECK(measured >= predicted - kLossScalar);
+    }
+  }
+  SECTION("dropout: over by at most the dropout output, which autograd frees early") {
+    // Dropout's backward needs its mask, not its output: autograd frees the output after
+    // the next stage's backward, the model only with the dropout's own (docs/cost-model.md).
+    torch::manual_seed(3);
+    nn::Sequential net = remat::test::conv_chain(8, 10, true);
+    const torch::Tensor sample = torch::randn({3, 3, 20, 20});
+    const remat::Chain chain = remat::profile(net, sample, quick().measure_time(false)).chain;
+    const std::int64_t predicted = remat::store_all_peak(chain);
+    const std::int64_t measured = plain_step_peak(net, sample);
+    INFO("predicted " << predicted << " measured " << measured);
+    CHECK(measured <= predicted + kLossScalar);
+    CHECK(predicted - measured <= chain.stages[4].out_bytes);
+  }
+}
+
+TEST_CASE("a stage whose output is a view of its input is not counted twice", "[profiler]") {
+  nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(3, 4, 3).padding(1)), View(),
+                     nn::Linear(4 * 8 * 8, 5));
+  const torch::Tensor sample = torch::randn({2, 3, 8, 8});
+  const remat::Chain chain = remat::profile(net, sample, quick().measure_time(false)).chain;
+  const std::int64_t data = 2 * 4 * 8 * 8 * 4;
+  CHECK(chain.stages[1].out_bytes == data);
+  CHECK(chain.stages[1].saved_bytes == data);  // no new storage: saved is the output alone
+  CHECK(chain.stages[1].fwd_tmp_bytes == 0);
+}
+
+TEST_CASE("bad stages are errors naming the stage, and the model is left unchanged",
+          "[profiler]") {
+  const torch::Tensor sample = torch::randn({2, 3, 8, 8});
+  auto expect_error = [&](nn::Sequential net, const std::string& fragment) {
+    const auto state = remat::test::state_of(*net);
+    try {
+      remat::profile(net, sample, quick());
+      FAIL("no error; expected: " << fragment);
+    } catch (const remat::ProfileError& error) {
+      CHECK_THAT(error.what(), Catch::Contains(fragment));
+    }
+    CHECK(remat::test::same_tensors(state, remat::test::state_of(*net)));
+  };
+  SECTION("tuple") {
+    expect_error(nn::Sequential(nn::BatchNorm2d(3), Pair()), "stage 1 (1:Pair) returned std::tuple");
+  }
+  SECTION("non-tensor") {
+    expect_error(nn::Sequential(nn::BatchNorm2d(3), Count()), "returned long");
+  }
+  SECTION("in place") {
+    expect_error(nn::Sequential(nn::BatchNorm2d(3), InPlace()),
+                 "stage 1 (1:InPlace) modified its input in place");
+  }
+  SECTION("in-place ReLU") {
+    expect_error(nn::Sequential(nn::BatchNorm2d(3), nn::ReLU(nn::ReLUOptions(true))),
+                 "stage 1 (1:ReLU) modified its input in place");
+  }
+  SECTION("empty chain") { expect_error(nn::Sequential(), "no stages"); }
+  SECTION("device") {
+    nn::Sequential net(nn::BatchNorm2d(3), nn::Conv2d(nn::Conv2dOptions(3, 3, 1)));
+    try {
+      remat::profile(net, torch::empty({2, 3, 8, 8}, torch::Device(torch::kMeta)), quick());
+      FAIL("no error for a sample on another device");
+    } catch (const remat::ProfileError& error) {
+      CHECK_THAT(error.what(),
+                 Catch::Contains("stage 0 (0:BatchNorm2d) has parameters on cpu but the sample is on meta"));
+    }
+  }
+}
