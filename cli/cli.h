@@ -24,6 +24,8 @@ using Action = std::function<int()>;
 
 /// `remat schedule`: registers the subcommand and returns its action.
 Action add_schedule_command(CLI::App& app);
+/// `remat profile` (needs LibTorch; a build without it explains so).
+Action add_profile_command(CLI::App& app);
 
 /// A budget as given on the command line: bytes and units (`700MiB`, `1e9`) or a percentage
 /// of the chain's store-all peak (`50%`). Throws std::invalid_argument.

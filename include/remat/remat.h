@@ -6,3 +6,6 @@
 #if __has_include("remat/profiler.h")
 #include "remat/profiler.h"
 #endif
+#if __has_include("remat/models.h")
+#include "remat/models.h"
+#endif

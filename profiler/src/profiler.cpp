@@ -228,9 +228,14 @@ std::string short_type_name(std::string name) {
 
 std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential) {
   std::vector<NamedStage> out;
+  const auto children = sequential->named_children();
   int index = 0;
   for (const auto& module : *sequential) {
-    out.push_back({std::to_string(index) + ":" + short_type_name(module.ptr()->name()), module});
+    // A child's own name ("conv1") when it has one, else its index and type ("3:Conv2d").
+    const std::string& key = children[static_cast<std::size_t>(index)].key();
+    const bool numbered = key.find_first_not_of("0123456789") == std::string::npos;
+    out.push_back({numbered ? std::to_string(index) + ":" + short_type_name(module.ptr()->name()) : key,
+                   module});
     ++index;
   }
   return out;

@@ -747,3 +747,78 @@ TEST_CASE("help exits 0, a missing subcommand exits 2", "[cli]") {
     CHECK(run.err.find("remat --help") != std::string::npos);
   }
 }
+
+TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
+  if (!REMAT_CLI_HAS_TORCH) {
+    const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "2"});
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains("built without LibTorch"));
+    return;
+  }
+  TempDir dir;
+  const std::string path = dir.path() + "/convnet.json";
+  const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "2", "--image",
+                                   "32", "--repeat", "1", "--classes", "10", "-o", path});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  const remat::Chain chain = remat::load_chain(path);
+  CHECK(chain.length() == 12);
+  CHECK(chain.name == "convnet b2 32x32 cpu");
+  CHECK(chain.input_bytes == 2 * 3 * 32 * 32 * 4);
+  CHECK(chain.stages[0].name == "conv0");
+  CHECK(chain.stages[0].out_bytes == 2 * 32 * 32 * 32 * 4);
+  CHECK(chain.stages.back().out_bytes == 2 * 10 * 4);
+  // The table: one row per stage, the store-all peak of the chain written.
+  CHECK_THAT(run.out, Catch::Contains("classifier"));
+  CHECK_THAT(run.out, Catch::Contains("store-all peak   " +
+                                      remat::format_bytes(remat::store_all_peak(chain)) + " (" +
+                                      std::to_string(remat::store_all_peak(chain)) + " bytes)"));
+  // Progress on stderr, one line per stage when stderr is not a terminal.
+  CHECK_THAT(run.err, Catch::Contains("profile convnet: 12/12 classifier"));
+  CHECK_THAT(run.err, Catch::Contains("profile convnet: 12 stages in"));
+
+  // --format json prints the chain itself.
+  const RunResult as_json = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image",
+                                       "16x24", "--repeat", "1", "--format", "json"});
+  INFO(describe(as_json));
+  REQUIRE(as_json.exit_code == 0);
+  const remat::Chain parsed = remat::parse_chain(as_json.out, "stdout");
+  CHECK(parsed.input_bytes == 3 * 16 * 24 * 4);
+}
+
+TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli]") {
+  if (!REMAT_CLI_HAS_TORCH) return;
+  TempDir dir;
+  const std::string path = dir.path() + "/never.json";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--model", "resnet9000", "--batch", "2"}, "unknown model 'resnet9000' (known: convnet"},
+      {{"--model", "convnet", "--batch", "0"}, "--batch must be at least 1"},
+      {{"--model", "convnet", "--batch", "2", "--image", "4"}, "too small for convnet"},
+      {{"--model", "convnet", "--batch", "2", "--image", "32y32"}, "bad --image '32y32'"},
+      {{"--model", "convnet", "--batch", "2", "--device", "tpu"}, "bad --device 'tpu'"},
+      {{"--model", "convnet", "--batch", "2", "--repeat", "0"}, "--repeat must be at least 1"},
+      {{"--model", "convnet", "--batch", "2", "--format", "xml"}, "xml"},
+      {{"--batch", "2"}, "--model is required"},
+  };
+  for (const auto& [args, fragment] : cases) {
+    std::vector<std::string> full{"profile"};
+    full.insert(full.end(), args.begin(), args.end());
+    full.push_back("-o");
+    full.push_back(path);
+    const RunResult run = run_remat(full);
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains(fragment));
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
+  // CUDA: without CUDA in the build, or without a GPU, a clear error.
+  const RunResult cuda = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16",
+                                    "--repeat", "1", "--device", "cuda", "-o", path});
+  INFO(describe(cuda));
+  if (cuda.exit_code != 0) {
+    CHECK(cuda.exit_code == 2);
+    CHECK_THAT(cuda.err, Catch::Contains("--device cuda: "));
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
+}

@@ -70,7 +70,8 @@ class ProfileError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-/// The stages of a Sequential, named by their index and type ("3:Conv2d").
+/// The stages of a Sequential, named as its children ("conv1"), or by index and type when
+/// they are numbered ("3:Conv2d").
 std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential);
 
 /// Profiles `stages` on `sample` (on the sample's device). Throws ProfileError for bad input;

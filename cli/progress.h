@@ -1,0 +1,23 @@
+#pragma once
+// A progress bar on stderr for long work: redrawn in place on a terminal, one line per step
+// otherwise (logs, CI), with the elapsed time and an estimate of what is left.
+#include <chrono>
+#include <string>
+
+namespace remat::cli {
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  /// Step `done` of `total` is starting; `what` names it.
+  void update(int done, int total, const std::string& what);
+  /// Clears the bar (on a terminal) and prints the total time.
+  void finish(int total);
+
+ private:
+  std::string label_;
+  std::chrono::steady_clock::time_point start_;
+  bool terminal_;
+};
+
+}  // namespace remat::cli

@@ -1,0 +1,28 @@
+#pragma once
+// The built-in models by name, for the command line (`remat profile --model NAME`, `remat
+// models`). Each is a chain: a torch::nn::Sequential whose elements are its stages.
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace remat::models {
+
+struct ModelInfo {
+  std::string name;
+  std::string description;
+  /// Smallest input height/width the architecture accepts.
+  int min_image = 1;
+  /// Default input height/width (what `remat profile` uses without --image).
+  int default_image = 224;
+  std::function<torch::nn::Sequential(int num_classes)> make;
+};
+
+/// Every built-in model, in a stable order.
+const std::vector<ModelInfo>& registry();
+/// The model called `name`; throws std::invalid_argument listing the known names.
+const ModelInfo& find_model(const std::string& name);
+
+}  // namespace remat::models
