@@ -9,7 +9,7 @@
 //   bwd_tmp_bytes = peak during the backward - (live before it + the bytes of the output's
 //                   gradient, made inside the graph + the bytes of x's gradient).
 #include <ATen/core/Generator.h>
-#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Type.h>
 #include <torch/autograd.h>
@@ -34,6 +34,23 @@ std::string describe(int index, const std::string& name) {
   return "stage " + std::to_string(index) + " (" + name + ")";
 }
 
+// The default generator of a device (CUDA through LibTorch's hooks: no CUDA header here).
+at::Generator default_generator(c10::Device device) {
+  // A tensor's device always has an index; a bare "cuda" means the first GPU here.
+  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
+  return at::globalContext().defaultGenerator(device);
+}
+torch::Tensor generator_state(c10::Device device) {
+  at::Generator gen = default_generator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+void set_generator_state(c10::Device device, const torch::Tensor& state) {
+  at::Generator gen = default_generator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
 // Everything profiling may change, restored by the destructor.
 class ModelState {
  public:
@@ -53,16 +70,8 @@ class ModelState {
       }
       for (auto& b : entry.module->buffers(/*recurse=*/false)) buffers_.push_back({b, b.clone()});
     }
-    {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      cpu_rng_ = gen.get_state();
-    }
-    if (device.is_cuda()) {
-      auto gen = at::detail::getCUDAHooks().getDefaultCUDAGenerator(device.index());
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      cuda_rng_ = gen.get_state();
-    }
+    cpu_rng_ = generator_state(c10::Device(c10::kCPU));
+    if (device.is_cuda()) cuda_rng_ = generator_state(device);
   }
   ModelState(const ModelState&) = delete;
   ModelState& operator=(const ModelState&) = delete;
@@ -89,16 +98,8 @@ class ModelState {
       // train() recurses into children; modules_ is in pre-order (parents first), so each
       // module ends with its own recorded flag.
       for (auto& entry : modules_) entry.module->train(entry.training);
-      {
-        auto gen = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(cpu_rng_);
-      }
-      if (device_.is_cuda()) {
-        auto gen = at::detail::getCUDAHooks().getDefaultCUDAGenerator(device_.index());
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(cuda_rng_);
-      }
+      set_generator_state(c10::Device(c10::kCPU), cpu_rng_);
+      if (device_.is_cuda()) set_generator_state(device_, cuda_rng_);
     } catch (...) {
       // A destructor must not throw; restoring plain tensors does not fail in practice.
     }
