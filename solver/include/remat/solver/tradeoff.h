@@ -1,0 +1,61 @@
+#pragma once
+/// Predicted makespan against budget, for choosing a budget: `optimal` at evenly spaced
+/// budgets (all from one dynamic-programming table), `revolve` at the same budgets, and
+/// `periodic` for every segment count.
+///
+///   remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(30));
+///   for (const auto& p : t.optimal) std::printf("%lld %f\n", p.budget_bytes, p.makespan_ms);
+
+#include <cstdint>
+#include <vector>
+
+#include "remat/solver/chain.h"
+#include "remat/solver/solver.h"
+
+namespace remat {
+
+struct TradeoffOptions {
+  /// Smallest budget of the grid; 0: the optimal solver's minimum feasible budget.
+  REMAT_ARG(std::int64_t, from_bytes) = 0;
+  /// Largest budget of the grid; 0: the store-all peak.
+  REMAT_ARG(std::int64_t, to_bytes) = 0;
+  /// Budgets in the grid, evenly spaced from `from` to `to` (both included), at least 2.
+  REMAT_ARG(int, points) = 25;
+  /// Memory slots of the one table (0: automatic, as SolveOptions::slots).
+  REMAT_ARG(std::int64_t, slots) = 0;
+  REMAT_ARG(bool, use_nograd_time) = true;
+  REMAT_ARG(int, threads) = 0;
+};
+
+struct TradeoffPoint {
+  /// The budget (for `periodic`: the peak of its sequence, the least budget it needs).
+  std::int64_t budget_bytes = 0;
+  bool feasible = false;
+  double makespan_ms = 0;
+  /// Exact simulated peak of the sequence (<= budget_bytes).
+  std::int64_t peak_bytes = 0;
+  /// `revolve`: checkpoints; `periodic`: segments; else 0.
+  int parameter = 0;
+};
+
+struct Tradeoff {
+  std::int64_t store_all_peak_bytes = 0;
+  double store_all_makespan_ms = 0;
+  /// Least budget for which the optimal solver finds a schedule.
+  std::int64_t min_feasible_budget_bytes = 0;
+  /// Unit of the table the optimal points come from (1: exact bytes).
+  std::int64_t unit_bytes = 1;
+  /// Budgets of the grid, ascending.
+  std::vector<std::int64_t> budgets;
+  /// One point per budget of the grid.
+  std::vector<TradeoffPoint> optimal, revolve;
+  /// The fastest periodic schedule within each budget of the grid (parameter: segments).
+  std::vector<TradeoffPoint> periodic_best;
+  /// One point per segment count K = 1..L, budget_bytes = its peak.
+  std::vector<TradeoffPoint> periodic;
+};
+
+/// Throws std::invalid_argument for bad options (points < 2, from > to).
+Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options = TradeoffOptions());
+
+}  // namespace remat

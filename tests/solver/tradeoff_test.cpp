@@ -1,0 +1,85 @@
+#include <catch2/catch.hpp>
+#include <limits>
+
+#include "remat/solver.h"
+#include "test_chains.h"
+
+using remat::Algorithm;
+using remat::SolveOptions;
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}
+
+TEST_CASE("tradeoff: optimal points equal a solve at each budget, in exact bytes",
+          "[solver][tradeoff]") {
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    const remat::Chain chain = remat::test::random_chain(seed);
+    // Slots above every budget: the table works in exact bytes, as solve() then does.
+    const std::int64_t slots = 4 * remat::store_all_peak(chain) + 16;
+    const remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(9).slots(slots));
+    INFO("seed " << seed);
+    REQUIRE(t.unit_bytes == 1);
+    REQUIRE(t.budgets.size() == t.optimal.size());
+    CHECK(t.budgets.front() == t.min_feasible_budget_bytes);
+    CHECK(t.budgets.back() == t.store_all_peak_bytes);
+    CHECK(t.min_feasible_budget_bytes ==
+          remat::min_feasible_budget(chain, SolveOptions(0).slots(slots)));
+    double previous = kInf;
+    for (std::size_t k = 0; k < t.budgets.size(); ++k) {
+      const remat::TradeoffPoint& p = t.optimal[k];
+      const remat::Solution s = remat::solve(chain, SolveOptions(t.budgets[k]).slots(slots));
+      REQUIRE(p.feasible);
+      REQUIRE(s.ok());
+      CHECK(p.makespan_ms == Approx(s.makespan_ms).epsilon(1e-12));
+      CHECK(p.peak_bytes <= t.budgets[k]);
+      CHECK(p.makespan_ms <= previous * (1 + 1e-12));  // more memory never costs time
+      previous = p.makespan_ms;
+      // Optimal is never slower than the heuristics that fit.
+      if (t.revolve[k].feasible) CHECK(p.makespan_ms <= t.revolve[k].makespan_ms + 1e-9);
+      if (t.periodic_best[k].feasible) CHECK(p.makespan_ms <= t.periodic_best[k].makespan_ms + 1e-9);
+    }
+    CHECK(t.optimal.back().makespan_ms == Approx(t.store_all_makespan_ms));
+  }
+}
+
+TEST_CASE("tradeoff: revolve and periodic points are those of solve()", "[solver][tradeoff]") {
+  for (std::uint64_t seed = 50; seed <= 60; ++seed) {
+    const remat::Chain chain = remat::test::random_chain(seed);
+    const remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(6));
+    INFO("seed " << seed);
+    REQUIRE(static_cast<int>(t.periodic.size()) == chain.length());
+    for (const remat::TradeoffPoint& p : t.periodic) {
+      const remat::Solution s = remat::solve(
+          chain, SolveOptions(1LL << 50).algorithm(Algorithm::kPeriodic).segments(p.parameter));
+      CHECK(p.peak_bytes == s.peak_bytes);
+      CHECK(p.makespan_ms == Approx(s.makespan_ms));
+    }
+    for (std::size_t k = 0; k < t.budgets.size(); ++k) {
+      const remat::Solution s =
+          remat::solve(chain, SolveOptions(t.budgets[k]).algorithm(Algorithm::kRevolve));
+      CHECK(t.revolve[k].feasible == s.ok());
+      if (s.ok()) {
+        CHECK(t.revolve[k].parameter == s.parameter);
+        CHECK(t.revolve[k].makespan_ms == Approx(s.makespan_ms));
+      }
+      // periodic_best: the fastest segment count within the budget, by brute force.
+      double best = kInf;
+      for (const remat::TradeoffPoint& p : t.periodic)
+        if (p.peak_bytes <= t.budgets[k]) best = std::min(best, p.makespan_ms);
+      CHECK(t.periodic_best[k].feasible == (best < kInf));
+      if (t.periodic_best[k].feasible) CHECK(t.periodic_best[k].makespan_ms == best);
+    }
+    // Automatic slots: every optimal point fits its budget.
+    for (std::size_t k = 0; k < t.budgets.size(); ++k)
+      if (t.optimal[k].feasible) CHECK(t.optimal[k].peak_bytes <= t.budgets[k]);
+  }
+}
+
+TEST_CASE("tradeoff: bad options are errors", "[solver][tradeoff]") {
+  const remat::Chain chain = remat::test::uniform_chain(5);
+  CHECK_THROWS_WITH(remat::tradeoff(chain, remat::TradeoffOptions().points(1)),
+                    Catch::Contains("points must be at least 2"));
+  CHECK_THROWS_WITH(remat::tradeoff(chain, remat::TradeoffOptions().from_bytes(500).to_bytes(400)),
+                    Catch::Contains("is above the largest"));
+}
