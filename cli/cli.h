@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "remat/report.h"
 #include "remat/solver.h"
 
 namespace remat::cli {
@@ -24,6 +25,8 @@ using Action = std::function<int()>;
 
 /// `remat schedule`: registers the subcommand and returns its action.
 Action add_schedule_command(CLI::App& app);
+/// `remat tradeoff`.
+Action add_tradeoff_command(CLI::App& app);
 /// `remat profile` (needs LibTorch; a build without it explains so).
 Action add_profile_command(CLI::App& app);
 
@@ -34,5 +37,8 @@ std::int64_t parse_budget(const std::string& text, const Chain& chain);
 /// Output format of commands that print results.
 enum class Format { kText, kJson };
 Format parse_format(const std::string& text);
+
+/// Checks a --plot argument: empty (no plot) or a path ending in .svg.
+void check_plot_path(const std::string& path);
 
 }  // namespace remat::cli

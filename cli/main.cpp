@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.failure_message(CLI::FailureMessage::help);
   Action schedule = add_schedule_command(app);
+  Action tradeoff = add_tradeoff_command(app);
   Action profile = add_profile_command(app);
 
   // CLI11 reports an unknown command as "a subcommand is required": name it instead.
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
       argc > 1 && std::any_of(commands.begin(), commands.end(),
                               [&](const CLI::App* c) { return c->get_name() == argv[1]; });
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule, profile)\n", argv[1]);
+    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule, tradeoff, profile)\n", argv[1]);
     fmt::print(stderr, "Run 'remat --help' for usage.\n");
     return kExitBadInput;
   }
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("schedule")) return schedule();
+    if (app.got_subcommand("tradeoff")) return tradeoff();
     if (app.got_subcommand("profile")) return profile();
   } catch (const std::invalid_argument& error) {
     fmt::print(stderr, "remat: {}\n", error.what());

@@ -34,4 +34,11 @@ Format parse_format(const std::string& text) {
   return Format::kText;
 }
 
+void check_plot_path(const std::string& path) {
+  if (path.empty()) return;
+  const std::string suffix = ".svg";
+  if (path.size() <= suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)
+    throw std::invalid_argument("--plot '" + path + "': plots are SVG files; give a name ending in .svg");
+}
+
 }  // namespace remat::cli

@@ -24,6 +24,7 @@ struct ProfileArgs {
   std::string output;
   std::string format = "text";
   int threads = 0;
+  std::string plot;
 };
 
 // "224" or "224x160" -> {H, W}.
@@ -90,8 +91,10 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_option("-o,--output", args->output, "Write the chain to FILE (atomically)");
   cmd->add_option("--format", args->format, "text (table) or json (the chain) on stdout");
   cmd->add_option("--threads", args->threads, "CPU threads for LibTorch (default: its own)");
+  cmd->add_option("--plot", args->plot, "Draw per-stage times and bytes into FILE.svg");
   return [args]() -> int {
     const Format format = parse_format(args->format);
+    check_plot_path(args->plot);
     const models::ModelInfo& info = models::find_model(args->model);
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (args->repeat < 1) throw std::invalid_argument("--repeat must be at least 1");
@@ -139,12 +142,14 @@ Action add_profile_command(CLI::App& app) {
     }
     bar.finish(p.chain.length());
     if (!args->output.empty()) save_chain(p.chain, args->output);
+    if (!args->plot.empty()) write_text_file(args->plot, profile_svg(p.chain));
     if (format == Format::kJson)
       fmt::print("{}\n", chain_to_json(p.chain));
     else
       print_table(p);
     if (!args->output.empty() && format == Format::kText)
       fmt::print("written          {}\n", args->output);
+    if (!args->plot.empty() && format == Format::kText) fmt::print("plot             {}\n", args->plot);
     return kExitOk;
   };
 }

@@ -20,6 +20,7 @@ struct ScheduleArgs {
   int threads = 0;
   bool ignore_nograd_time = false;
   bool reference_recurrence = false;
+  std::string plot;
 };
 
 // Wraps a space-separated text at `width` columns, each line indented.
@@ -140,6 +141,8 @@ Action add_schedule_command(CLI::App& app) {
                   "optimal: memory slots N, as the reference rotor (default: automatic)");
   cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
   cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
+  cmd->add_option("--plot", args->plot,
+                  "Draw the schedule (timeline and memory) into FILE.svg");
   cmd->add_flag("--ignore-nograd-time", args->ignore_nograd_time,
                 "Cost Fn/CF with fwd_ms, as the reference does, even when fwd_nograd_ms is given");
   cmd->add_flag("--reference-recurrence", args->reference_recurrence,
@@ -160,6 +163,7 @@ Action add_schedule_command(CLI::App& app) {
     REMAT_CHECK(!args->reference_recurrence || algorithm == Algorithm::kOptimal,
                 "--reference-recurrence applies to --algorithm optimal only");
     REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
+    check_plot_path(args->plot);
     const Chain chain = load_chain(args->chain_path);
     const std::int64_t budget = parse_budget(args->budget, chain);
     SolveOptions options = SolveOptions(budget)
@@ -175,6 +179,7 @@ Action add_schedule_command(CLI::App& app) {
     } else {
       print_text(chain, solution, options);
     }
+    if (!args->plot.empty() && solution.ok()) write_text_file(args->plot, schedule_svg(chain, solution));
     std::fflush(stdout);  // keep stdout and stderr in order when both go to one place
     if (!solution.warning.empty()) fmt::print(stderr, "remat: warning: {}\n", solution.warning);
     if (!solution.ok()) {

@@ -43,8 +43,9 @@ echo "== installing into build/install-test and building a project that uses fin
 rm -rf build/install-test build/package-test
 cmake --install build --prefix build/install-test >/dev/null
 cmake -S tests/package -B build/package-test -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install-test" >/dev/null
-cmake --build build/package-test >/dev/null
+cmake --build build/package-test | tail -n 20
 build/package-test/consumer
+[ -x build/package-test/consumer_torch ] && build/package-test/consumer_torch
 echo "== building the sanitizer build (build-asan/)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_SANITIZE=ON \
   -DREMAT_BUILD_BENCH=OFF -DREMAT_WITH_TORCH=OFF -DREMAT_WERROR=ON >/dev/null

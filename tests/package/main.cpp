@@ -1,5 +1,5 @@
 // Solves a small chain through the installed remat::solver; exits 0 when the schedule fits.
-#include <remat/remat.h>
+#include <remat/solver.h>
 
 #include <iostream>
 

@@ -1,0 +1,113 @@
+// remat tradeoff: predicted makespan against budget, for optimal, revolve and periodic.
+#include <fmt/core.h>
+
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+
+namespace remat::cli {
+namespace {
+
+struct TradeoffArgs {
+  std::string chain_path;
+  std::string from, to;
+  int points = 25;
+  std::int64_t slots = 0;
+  std::string format = "text";
+  std::string plot;
+  int threads = 0;
+};
+
+std::string cell(const TradeoffPoint& p, double store_all_ms, const char* parameter_name) {
+  if (!p.feasible) return fmt::format("{:>30}", "-");
+  double overhead = store_all_ms > 0 ? 100.0 * (p.makespan_ms / store_all_ms - 1.0) : 0.0;
+  if (std::fabs(overhead) < 0.05) overhead = 0;  // no "-0.0%" from rounding
+  std::string text = fmt::format("{:.3f} {:+.1f}%", p.makespan_ms, overhead);
+  if (parameter_name != nullptr) text += fmt::format(" ({} {})", p.parameter, parameter_name);
+  return fmt::format("{:>30}", text);
+}
+
+nlohmann::json point_json(const TradeoffPoint& p, const char* parameter_name) {
+  nlohmann::json out = {{"feasible", p.feasible}};
+  if (p.feasible) {
+    out["makespan_ms"] = p.makespan_ms;
+    out["peak_bytes"] = p.peak_bytes;
+    if (parameter_name != nullptr) out[parameter_name] = p.parameter;
+  }
+  return out;
+}
+
+}  // namespace
+
+Action add_tradeoff_command(CLI::App& app) {
+  auto args = std::make_shared<TradeoffArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "tradeoff", "Predicted time against memory budget, for optimal, revolve and periodic");
+  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/1 JSON)")->required();
+  cmd->add_option("--from", args->from,
+                  "Smallest budget (SIZE or % of store-all; default: the minimum feasible)");
+  cmd->add_option("--to", args->to, "Largest budget (default: the store-all peak)");
+  cmd->add_option("--points", args->points, "Budgets in the table, evenly spaced")->capture_default_str();
+  cmd->add_option("--slots", args->slots, "optimal: memory slots of the one table (default: automatic)");
+  cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
+  cmd->add_option("--plot", args->plot, "Draw the curves into FILE.svg");
+  cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
+  return [args]() -> int {
+    const Format format = parse_format(args->format);
+    check_plot_path(args->plot);
+    REMAT_CHECK(args->points >= 2 && args->points <= 10000, "--points (", args->points,
+                ") must be between 2 and 10000");
+    REMAT_CHECK(args->slots >= 0, "--slots (", args->slots, ") must be a positive number of slots");
+    REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
+    const Chain chain = load_chain(args->chain_path);
+    TradeoffOptions options;
+    options.points(args->points).slots(args->slots).threads(args->threads);
+    if (!args->from.empty()) options.from_bytes(std::max<std::int64_t>(1, parse_budget(args->from, chain)));
+    if (!args->to.empty()) options.to_bytes(std::max<std::int64_t>(1, parse_budget(args->to, chain)));
+    const Tradeoff t = tradeoff(chain, options);
+    if (format == Format::kJson) {
+      nlohmann::json out;
+      out["chain"] = chain.name;
+      out["stages"] = chain.length();
+      out["store_all_peak_bytes"] = t.store_all_peak_bytes;
+      out["store_all_makespan_ms"] = t.store_all_makespan_ms;
+      out["min_feasible_budget_bytes"] = t.min_feasible_budget_bytes;
+      out["unit_bytes"] = t.unit_bytes;
+      out["points"] = nlohmann::json::array();
+      for (std::size_t k = 0; k < t.budgets.size(); ++k)
+        out["points"].push_back({{"budget_bytes", t.budgets[k]},
+                                 {"optimal", point_json(t.optimal[k], nullptr)},
+                                 {"revolve", point_json(t.revolve[k], "checkpoints")},
+                                 {"periodic", point_json(t.periodic_best[k], "segments")}});
+      out["periodic_segments"] = nlohmann::json::array();
+      for (const TradeoffPoint& p : t.periodic)
+        out["periodic_segments"].push_back(
+            {{"segments", p.parameter}, {"peak_bytes", p.peak_bytes}, {"makespan_ms", p.makespan_ms}});
+      fmt::print("{}\n", out.dump(2));
+    } else {
+      fmt::print("chain        {} ({} stages)\n", chain.name.empty() ? "-" : chain.name, chain.length());
+      fmt::print("store-all    peak {} ({} bytes), {:.3f} ms\n", format_bytes(t.store_all_peak_bytes),
+                 t.store_all_peak_bytes, t.store_all_makespan_ms);
+      fmt::print("min budget   {} ({} bytes) for optimal\n", format_bytes(t.min_feasible_budget_bytes),
+                 t.min_feasible_budget_bytes);
+      fmt::print("optimal      from one table, unit {}\n\n",
+                 t.unit_bytes == 1 ? std::string("1 byte (exact)") : format_bytes(t.unit_bytes));
+      fmt::print("{:>12} {:>30} {:>30} {:>30}\n", "budget", "optimal ms", "revolve ms",
+                 "periodic ms");
+      for (std::size_t k = 0; k < t.budgets.size(); ++k)
+        fmt::print("{:>12} {} {} {}\n", format_bytes(t.budgets[k]),
+                   cell(t.optimal[k], t.store_all_makespan_ms, nullptr),
+                   cell(t.revolve[k], t.store_all_makespan_ms, "ckpt"),
+                   cell(t.periodic_best[k], t.store_all_makespan_ms, "seg"));
+    }
+    if (!args->plot.empty()) {
+      write_text_file(args->plot, tradeoff_svg(chain, t));
+      if (format == Format::kText) fmt::print("\nplot         {}\n", args->plot);
+    }
+    return kExitOk;
+  };
+}
+
+}  // namespace remat::cli

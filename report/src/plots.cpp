@@ -1,0 +1,387 @@
+// The three pictures. Layout constants are in pixels for the default width of 1200.
+#include "remat/report/plots.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+#include "remat/solver/simulator.h"
+#include "remat/solver/units.h"
+#include "svg.h"
+
+namespace remat {
+namespace {
+
+using detail::ByteAxis;
+using detail::LegendEntry;
+using detail::num;
+using detail::Scale;
+using detail::Svg;
+
+constexpr double kLeft = 96, kRight = 28;
+
+// Operation colors: forward with autograd, forward without, checkpointing forward, loss,
+// backward.
+const char* op_color(OpKind kind) {
+  switch (kind) {
+    case OpKind::kForwardGrad: return "#4e79a7";
+    case OpKind::kForwardNoGrad: return "#a0cbe8";
+    case OpKind::kForwardCheckpoint: return "#f28e2b";
+    case OpKind::kLoss: return "#79706e";
+    case OpKind::kBackward: return "#e15759";
+  }
+  return "#000";
+}
+// Memory colors: checkpoints, saved activations, gradients, temporaries.
+constexpr const char* kCheckpointColor = "#59a14f";
+constexpr const char* kSavedColor = "#76b7b2";
+constexpr const char* kGradientColor = "#edc948";
+constexpr const char* kTemporaryColor = "#bab0ac";
+
+std::string ms_label(double ms) { return num(ms) + " ms"; }
+
+// A title cut to what fits in the picture's width (about 8.5 px per bold character).
+std::string fit(const std::string& text, double width) {
+  const auto fits = static_cast<std::size_t>(std::max(20.0, (width - kLeft - kRight) / 8.5));
+  return text.size() <= fits ? text : text.substr(0, fits - 3) + "...";
+}
+
+std::string title_or(const PlotOptions& options, const std::string& fallback) {
+  return options.title().empty() ? fallback : options.title();
+}
+
+}  // namespace
+
+std::string schedule_svg(const Chain& chain, const Solution& solution, const PlotOptions& options) {
+  if (!solution.ok() || solution.simulation.trace.empty())
+    throw std::invalid_argument("schedule plot: the solution is infeasible; nothing to draw");
+  const Simulation& sim = solution.simulation;
+  const double width = std::max(600, options.width());
+  const double plot_w = width - kLeft - kRight;
+  const double timeline_top = 82, timeline_h = 34;
+  const double memory_top = timeline_top + timeline_h + 44, memory_h = 330;
+  const double height = memory_top + memory_h + 64;
+  const double makespan = std::max(sim.makespan_ms, 1e-9);
+  const Scale x{0, makespan, kLeft, kLeft + plot_w};
+
+  Svg svg(width, height);
+  svg.root_attribute("data-kind", "schedule");
+  svg.root_attribute("data-ops", std::to_string(solution.sequence.size()));
+  svg.root_attribute("data-makespan-ms", num(sim.makespan_ms));
+  svg.root_attribute("data-peak-bytes", std::to_string(sim.peak_bytes));
+  svg.root_attribute("data-budget-bytes", std::to_string(solution.budget_bytes));
+  svg.text(kLeft, 24, title_or(options, fit(chain.name.empty() ? "chain" : chain.name, width)),
+           "start", 15, "font-weight=\"bold\"");
+  svg.text(kLeft, 44,
+           std::string(algorithm_name(solution.algorithm)) + " schedule of " +
+               std::to_string(chain.length()) + " stages, budget " +
+               format_bytes(solution.budget_bytes) + ": " + num(sim.makespan_ms) +
+               " ms (store-all " + num(solution.store_all_makespan_ms) + " ms), peak " +
+               format_bytes(sim.peak_bytes),
+           "start", 12, "fill=\"#333\"");
+  legend(svg, kLeft, 64,
+         {{op_color(OpKind::kForwardGrad), "Fe forward with autograd"},
+          {op_color(OpKind::kForwardNoGrad), "Fn forward without"},
+          {op_color(OpKind::kForwardCheckpoint), "CF checkpointing forward"},
+          {op_color(OpKind::kBackward), "B backward"},
+          {op_color(OpKind::kLoss), "L loss"}});
+
+  // Timeline: one mark per operation, or per run of same-kind operations when there are
+  // more than max_op_marks.
+  const auto& trace = sim.trace;
+  const std::size_t n = trace.size();
+  const std::size_t group = std::max<std::size_t>(
+      1, (n + static_cast<std::size_t>(std::max(1, options.max_op_marks())) - 1) /
+             static_cast<std::size_t>(std::max(1, options.max_op_marks())));
+  svg.open_group("class=\"timeline\"");
+  std::size_t marks = 0;
+  for (std::size_t k = 0; k < n;) {
+    std::size_t end = k + 1;
+    while (group > 1 && end < n && end - k < group && trace[end].op.kind == trace[k].op.kind) ++end;
+    const OpRecord& first = trace[k];
+    const OpRecord& last = trace[end - 1];
+    const double x0 = x(first.start_ms), x1 = x(last.end_ms);
+    const double w = std::max(x1 - x0, 1.0);
+    std::string label = first.op.str();
+    if (end - k > 1) label += ".." + last.op.str();
+    svg.rect(x0, timeline_top, w, timeline_h, op_color(first.op.kind),
+             "class=\"op\" data-op=\"" + label + "\" data-count=\"" + std::to_string(end - k) +
+                 "\" stroke=\"white\" stroke-width=\"" + (w > 3 ? "0.5" : "0") + "\"");
+    if (end - k == 1 && first.op.kind != OpKind::kLoss) {
+      const std::string index = std::to_string(first.op.stage);
+      if (w >= 7.0 * static_cast<double>(index.size()) + 3)
+        svg.text(x0 + w / 2, timeline_top + timeline_h / 2 + 4, index, "middle", 10,
+                 first.op.kind == OpKind::kForwardNoGrad ? "fill=\"#1f3b57\"" : "fill=\"white\"");
+    }
+    ++marks;
+    k = end;
+  }
+  svg.close_group();
+  svg.root_attribute("data-op-marks", std::to_string(marks));
+  svg.text(kLeft - 8, timeline_top + timeline_h / 2 + 4, "ops", "end", 12, "fill=\"#333\"");
+
+  // Memory: for each pixel column the operation with the largest memory in it, drawn as
+  // stacked areas; consecutive columns of one operation merge into one rectangle.
+  const double top_bytes = std::max<double>(
+      {static_cast<double>(sim.peak_bytes), static_cast<double>(solution.budget_bytes), 1.0});
+  const ByteAxis bytes_axis(top_bytes);
+  const std::vector<double> yticks = bytes_axis.ticks(0, top_bytes * 1.08, 6);
+  const double y_top = std::max(top_bytes * 1.08, yticks.back());
+  const Scale y{0, y_top, memory_top + memory_h, memory_top};
+  detail::y_axis(svg, y, kLeft, kLeft + plot_w, yticks, [&](double v) { return bytes_axis.label(v); },
+                 "live memory");
+  const int columns = static_cast<int>(std::ceil(plot_w));
+  std::vector<std::ptrdiff_t> owner(static_cast<std::size_t>(columns), -1);
+  for (std::size_t k = 0; k < n; ++k) {
+    const int c0 = std::clamp(static_cast<int>(std::floor(x(trace[k].start_ms) - kLeft)), 0, columns - 1);
+    const int c1 = std::clamp(static_cast<int>(std::ceil(x(trace[k].end_ms) - kLeft)) - 1, c0, columns - 1);
+    for (int c = c0; c <= c1; ++c) {
+      auto& o = owner[static_cast<std::size_t>(c)];
+      if (o < 0 || trace[k].during.total() > trace[static_cast<std::size_t>(o)].during.total())
+        o = static_cast<std::ptrdiff_t>(k);
+    }
+  }
+  const std::vector<double> xticks = detail::nice_ticks(0, makespan, 10);
+  detail::x_axis(svg, x, memory_top + memory_h, memory_top, xticks, ms_label, "predicted time");
+  svg.open_group("class=\"memory\"");
+  for (int c = 0; c < columns;) {
+    int end = c + 1;
+    while (end < columns && owner[static_cast<std::size_t>(end)] == owner[static_cast<std::size_t>(c)]) ++end;
+    const std::ptrdiff_t k = owner[static_cast<std::size_t>(c)];
+    if (k >= 0) {
+      const MemoryBreakdown& m = trace[static_cast<std::size_t>(k)].during;
+      const double parts[] = {static_cast<double>(m.checkpoint_bytes), static_cast<double>(m.saved_bytes),
+                              static_cast<double>(m.gradient_bytes), static_cast<double>(m.temporary_bytes)};
+      const char* colors[] = {kCheckpointColor, kSavedColor, kGradientColor, kTemporaryColor};
+      double base = 0;
+      for (int p = 0; p < 4; ++p) {
+        if (parts[p] <= 0) continue;
+        svg.rect(kLeft + c, y(base + parts[p]), end - c, y(base) - y(base + parts[p]), colors[p]);
+        base += parts[p];
+      }
+    }
+    c = end;
+  }
+  svg.close_group();
+
+  // Budget line and peak.
+  const double budget_y = y(static_cast<double>(solution.budget_bytes));
+  svg.line(kLeft, budget_y, kLeft + plot_w, budget_y, "#d62728", 1.5,
+           "class=\"budget\" stroke-dasharray=\"6 4\" data-bytes=\"" +
+               std::to_string(solution.budget_bytes) + "\"");
+  svg.text(kLeft + plot_w - 4, budget_y - 5, "budget " + format_bytes(solution.budget_bytes), "end",
+           11, "fill=\"#d62728\"");
+  const OpRecord& peak_op = trace[static_cast<std::size_t>(std::max<std::ptrdiff_t>(0, sim.peak_op))];
+  const double peak_x = (x(peak_op.start_ms) + std::max(x(peak_op.end_ms), x(peak_op.start_ms) + 1)) / 2;
+  const double peak_y = y(static_cast<double>(sim.peak_bytes));
+  svg.circle(peak_x, peak_y, 4.5, "black",
+             "class=\"peak\" data-bytes=\"" + std::to_string(sim.peak_bytes) + "\" data-op=\"" +
+                 peak_op.op.str() + "\"");
+  const bool right_half = peak_x > kLeft + plot_w * 0.7;
+  svg.text(peak_x + (right_half ? -8 : 8), peak_y - 8,
+           "peak " + format_bytes(sim.peak_bytes) + " at " + peak_op.op.str(),
+           right_half ? "end" : "start", 11, "font-weight=\"bold\"");
+  legend(svg, kLeft, height - 14,
+         {{kCheckpointColor, "checkpoints (x)"},
+          {kSavedColor, "saved for backward (xbar)"},
+          {kGradientColor, "gradients (y)"},
+          {kTemporaryColor, "temporaries"},
+          {"#d62728", "budget", LegendEntry::kDashed}});
+  return svg.str();
+}
+
+std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOptions& options) {
+  const double width = std::max(600, options.width());
+  const double plot_w = width - kLeft - kRight;
+  const double top = 70, plot_h = 440;
+  const double height = top + plot_h + 70;
+  Svg svg(width, height);
+  svg.root_attribute("data-kind", "tradeoff");
+  svg.root_attribute("data-store-all-peak-bytes", std::to_string(t.store_all_peak_bytes));
+  svg.root_attribute("data-store-all-ms", num(t.store_all_makespan_ms));
+  svg.root_attribute("data-min-budget-bytes", std::to_string(t.min_feasible_budget_bytes));
+
+  // Ranges: budgets of the grid and the periodic points within 1.15x of the largest.
+  double bx0 = static_cast<double>(t.budgets.front()), bx1 = static_cast<double>(t.budgets.back());
+  double my0 = t.store_all_makespan_ms, my1 = t.store_all_makespan_ms;
+  auto extend = [&](const TradeoffPoint& p) {
+    if (!p.feasible) return;
+    my0 = std::min(my0, p.makespan_ms);
+    my1 = std::max(my1, p.makespan_ms);
+  };
+  for (const auto* curve : {&t.optimal, &t.revolve, &t.periodic_best})
+    for (const TradeoffPoint& p : *curve) extend(p);
+  std::vector<const TradeoffPoint*> periodic_shown;
+  for (const TradeoffPoint& p : t.periodic) {
+    if (static_cast<double>(p.budget_bytes) < bx0 * 0.9 || static_cast<double>(p.budget_bytes) > bx1 * 1.15) continue;
+    periodic_shown.push_back(&p);
+    bx0 = std::min(bx0, static_cast<double>(p.budget_bytes));
+    bx1 = std::max(bx1, static_cast<double>(p.budget_bytes));
+    extend(p);
+  }
+  const double xpad = std::max((bx1 - bx0) * 0.03, 1.0);
+  const ByteAxis bytes_axis(bx1);
+  const Scale x{bx0 - xpad, bx1 + xpad, kLeft, kLeft + plot_w};
+  const double ypad = std::max((my1 - my0) * 0.06, 1e-6);
+  const std::vector<double> yticks = detail::nice_ticks(my0 - ypad, my1 + ypad, 7);
+  const Scale y{my0 - ypad, my1 + ypad, top + plot_h, top};
+  std::vector<double> yshown;
+  for (double v : yticks)
+    if (v >= y.d0 && v <= y.d1) yshown.push_back(v);
+  std::vector<double> xshown;
+  for (double v : bytes_axis.ticks(x.d0, x.d1, 8))
+    if (v >= x.d0 && v <= x.d1) xshown.push_back(v);
+  detail::y_axis(svg, y, kLeft, kLeft + plot_w, yshown, ms_label, "predicted makespan");
+  detail::x_axis(svg, x, top + plot_h, top, xshown, [&](double v) { return bytes_axis.label(v); },
+                 "memory budget");
+  svg.text(kLeft, 26,
+           title_or(options, fit((chain.name.empty() ? std::string("chain") : chain.name) +
+                                     ": predicted time against memory budget (" +
+                                     std::to_string(chain.length()) + " stages)", width)),
+           "start", 15, "font-weight=\"bold\"");
+
+  // Store-all: the fastest possible time, from its peak on.
+  const double sa_y = y(t.store_all_makespan_ms);
+  svg.line(kLeft, sa_y, kLeft + plot_w, sa_y, "#555", 1, "stroke-dasharray=\"3 3\"");
+  svg.circle(x(static_cast<double>(t.store_all_peak_bytes)), sa_y, 6, "none",
+             "class=\"store-all\" stroke=\"black\" stroke-width=\"2\" data-budget-bytes=\"" +
+                 std::to_string(t.store_all_peak_bytes) + "\" data-makespan-ms=\"" +
+                 num(t.store_all_makespan_ms) + "\"");
+  svg.text(x(static_cast<double>(t.store_all_peak_bytes)) - 8, sa_y - 10,
+           "store-all " + format_bytes(t.store_all_peak_bytes) + ", " + num(t.store_all_makespan_ms) + " ms",
+           "end", 11);
+
+  // Curves: a step where the next budget starts, one marked point per grid budget.
+  auto curve = [&](const std::vector<TradeoffPoint>& points, const std::string& name,
+                   const std::string& color, double stroke) {
+    std::vector<std::pair<double, double>> line;
+    svg.open_group("class=\"curve\" data-algorithm=\"" + name + "\"");
+    for (const TradeoffPoint& p : points) {
+      if (!p.feasible) {
+        if (line.size() > 1) svg.polyline(line, color, stroke);
+        line.clear();
+        continue;
+      }
+      const double px = x(static_cast<double>(p.budget_bytes)), py = y(p.makespan_ms);
+      if (!line.empty()) line.push_back({px, line.back().second});
+      line.push_back({px, py});
+      svg.circle(px, py, 2.6, color,
+                 "class=\"point\" data-budget-bytes=\"" + std::to_string(p.budget_bytes) +
+                     "\" data-makespan-ms=\"" + num(p.makespan_ms) + "\"");
+    }
+    if (line.size() > 1) svg.polyline(line, color, stroke);
+    svg.close_group();
+  };
+  curve(t.periodic_best, "periodic", "#f28e2b", 1.5);
+  curve(t.revolve, "revolve", "#59a14f", 1.5);
+  curve(t.optimal, "optimal", "#4e79a7", 2.5);
+  svg.open_group("class=\"periodic-points\"");
+  for (const TradeoffPoint* p : periodic_shown) {
+    svg.circle(x(static_cast<double>(p->budget_bytes)), y(p->makespan_ms), 3.5, "white",
+               "stroke=\"#f28e2b\" stroke-width=\"1.5\" data-segments=\"" + std::to_string(p->parameter) +
+                   "\" data-budget-bytes=\"" + std::to_string(p->budget_bytes) +
+                   "\" data-makespan-ms=\"" + num(p->makespan_ms) + "\"");
+  }
+  svg.close_group();
+  legend(svg, kLeft, 52,
+         {{"#4e79a7", "optimal", LegendEntry::kLine},
+          {"#59a14f", "revolve", LegendEntry::kLine},
+          {"#f28e2b", "periodic (best segment count)", LegendEntry::kLine},
+          {"#f28e2b", "periodic, one segment count", LegendEntry::kDot},
+          {"#555", "store-all", LegendEntry::kDashed}});
+  return svg.str();
+}
+
+std::string profile_svg(const Chain& chain, const PlotOptions& options) {
+  const double width = std::max(600, options.width());
+  const double plot_w = width - kLeft - kRight;
+  const double top1 = 70, panel_h = 230, gap = 70;
+  const double top2 = top1 + panel_h + gap;
+  const double height = top2 + panel_h + 70;
+  const int length = chain.length();
+  Svg svg(width, height);
+  svg.root_attribute("data-kind", "profile");
+  svg.root_attribute("data-stages", std::to_string(length));
+  svg.text(kLeft, 26,
+           title_or(options, fit((chain.name.empty() ? std::string("chain") : chain.name) +
+                                     ": per-stage profile (" + std::to_string(length) + " stages)", width)),
+           "start", 15, "font-weight=\"bold\"");
+  // Stages are aggregated into bins when there are more than plot_w / 3 of them: a bin shows
+  // the largest value of its stages.
+  const int bins = std::max(1, std::min(length, static_cast<int>(plot_w / 3)));
+  const double bin_w = plot_w / bins;
+  auto bin_of = [&](int stage) { return static_cast<int>(static_cast<long long>(stage) * bins / length); };
+  std::vector<double> fwd(static_cast<std::size_t>(bins)), bwd(fwd), saved(fwd), out(fwd);
+  for (int i = 0; i < length; ++i) {
+    const Stage& s = chain.stages[static_cast<std::size_t>(i)];
+    const auto b = static_cast<std::size_t>(bin_of(i));
+    fwd[b] = std::max(fwd[b], s.fwd_ms);
+    bwd[b] = std::max(bwd[b], s.bwd_ms);
+    saved[b] = std::max(saved[b], static_cast<double>(s.saved_bytes));
+    out[b] = std::max(out[b], static_cast<double>(s.out_bytes));
+  }
+  svg.root_attribute("data-bins", std::to_string(bins));
+  // Stage labels: every k-th stage so that labels do not overlap.
+  const int label_every = std::max(1, static_cast<int>(std::ceil(length * 34.0 / plot_w)));
+  auto stage_axis = [&](double y0) {
+    svg.line(kLeft, y0, kLeft + plot_w, y0, "#666", 1);
+    for (int i = 0; i < length; i += label_every) {
+      const double cx = kLeft + (bin_of(i) + 0.5) * bin_w;
+      svg.line(cx, y0, cx, y0 + 4, "#666", 1);
+      svg.text(cx, y0 + 16, std::to_string(i), "middle", 10, "fill=\"#444\"");
+    }
+    svg.text(kLeft + plot_w / 2, y0 + 34,
+             bins < length ? "stage (bars show the largest of " + num(static_cast<double>(length) / bins) +
+                                 " stages)"
+                           : "stage",
+             "middle", 12, "fill=\"#333\"");
+  };
+  auto panel = [&](double top, const std::vector<double>& a, const std::vector<double>& b,
+                   const char* color_a, const char* color_b, const std::string& cls_a,
+                   const std::string& cls_b, bool bytes, const std::string& title) {
+    const double largest = std::max(*std::max_element(a.begin(), a.end()),
+                                    *std::max_element(b.begin(), b.end()));
+    const ByteAxis axis(std::max(largest, 1.0));
+    const std::vector<double> ticks =
+        bytes ? axis.ticks(0, std::max(largest, 1.0) * 1.05, 5) : detail::nice_ticks(0, std::max(largest, 1e-6) * 1.05, 5);
+    const Scale y{0, std::max(ticks.back(), std::max(largest, 1e-6) * 1.05), top + panel_h, top};
+    detail::y_axis(svg, y, kLeft, kLeft + plot_w, ticks,
+                   [&](double v) { return bytes ? axis.label(v) : ms_label(v); }, title);
+    for (int k = 0; k < bins; ++k) {
+      const double x0 = kLeft + k * bin_w;
+      const double bar = std::max(bin_w * 0.42, 0.5);
+      const auto uk = static_cast<std::size_t>(k);
+      svg.rect(x0 + bin_w * 0.08, y(a[uk]), bar, y(0) - y(a[uk]), color_a, "class=\"" + cls_a + "\"");
+      svg.rect(x0 + bin_w * 0.5, y(b[uk]), bar, y(0) - y(b[uk]), color_b, "class=\"" + cls_b + "\"");
+    }
+    stage_axis(top + panel_h);
+  };
+  panel(top1, fwd, bwd, "#4e79a7", "#e15759", "fwd", "bwd", false, "time per stage");
+  panel(top2, saved, out, "#76b7b2", "#59a14f", "saved", "out", true, "bytes per stage");
+  legend(svg, kLeft, 52, {{"#4e79a7", "forward (fwd_ms)"}, {"#e15759", "backward (bwd_ms)"}});
+  legend(svg, kLeft, top2 - 16,
+         {{"#76b7b2", "kept for backward (saved_bytes)"}, {"#59a14f", "output (out_bytes)"}});
+  return svg.str();
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp-remat";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(path + ": cannot write the file");
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(temporary.c_str());
+      throw std::runtime_error(path + ": writing the file failed");
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    throw std::runtime_error(path + ": cannot replace the file");
+  }
+}
+
+}  // namespace remat
