@@ -1,0 +1,117 @@
+#include <catch2/catch.hpp>
+#include <cctype>
+
+#include "remat/report.h"
+#include "remat/solver.h"
+#include "solver/test_chains.h"
+#include "xml.h"
+
+using remat::test::parse_xml;
+
+namespace {
+
+std::int64_t as_int(const std::string& text) { return std::stoll(text); }
+
+}  // namespace
+
+TEST_CASE("the XML reader rejects malformed documents", "[report]") {
+  CHECK_NOTHROW(parse_xml("<a x=\"1\"><b/>t &amp; u</a>"));
+  CHECK_THROWS(parse_xml("<a><b></a>"));
+  CHECK_THROWS(parse_xml("<a x=1/>"));
+  CHECK_THROWS(parse_xml("<a>1 < 2</a>"));
+  CHECK_THROWS(parse_xml("<a>&nbsp;</a>"));
+  CHECK_THROWS(parse_xml("<a x=\"1\" x=\"2\"/>"));
+  CHECK_THROWS(parse_xml("<a/><b/>"));
+}
+
+TEST_CASE("schedule plot: one mark per operation, budget and peak as solved", "[report]") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    remat::Chain chain = remat::test::random_chain(seed);
+    chain.name = "chain <" + std::to_string(seed) + "> & \"quotes\"";  // must be escaped
+    const std::int64_t budget = remat::store_all_peak(chain) * 2 / 3 + 1;
+    const remat::Solution s = remat::solve(chain, remat::SolveOptions(budget));
+    if (!s.ok()) continue;
+    INFO("seed " << seed);
+    const auto svg = parse_xml(remat::schedule_svg(chain, s));
+    CHECK(svg->name == "svg");
+    CHECK(svg->attr("width") == "1200");
+    CHECK(as_int(svg->attr("data-peak-bytes")) == s.peak_bytes);
+    CHECK(as_int(svg->attr("data-ops")) == static_cast<std::int64_t>(s.sequence.size()));
+    const auto ops = svg->find_all("rect", "op");
+    REQUIRE(ops.size() == s.sequence.size());
+    for (std::size_t k = 0; k < ops.size(); ++k) CHECK(ops[k]->attr("data-op") == s.sequence[k].str());
+    const auto budget_lines = svg->find_all("line", "budget");
+    REQUIRE(budget_lines.size() == 1);
+    CHECK(as_int(budget_lines[0]->attr("data-bytes")) == budget);
+    const auto peaks = svg->find_all("circle", "peak");
+    REQUIRE(peaks.size() == 1);
+    CHECK(as_int(peaks[0]->attr("data-bytes")) == s.peak_bytes);
+    CHECK(peaks[0]->attr("data-op") == s.sequence[static_cast<std::size_t>(s.simulation.peak_op)].str());
+    // The peak is drawn no higher than the budget line (SVG y grows downwards).
+    CHECK(std::stod(peaks[0]->attr("cy")) >= std::stod(budget_lines[0]->attr("y1")) - 0.01);
+    // The title keeps the name, escaped in the file and intact once parsed.
+    std::vector<const remat::test::XmlElement*> texts = svg->find_all("text");
+    bool titled = false;
+    for (const auto* t : texts) titled = titled || t->text == chain.name;
+    CHECK(titled);
+  }
+}
+
+TEST_CASE("schedule plot: long schedules are aggregated, every operation still counted",
+          "[report]") {
+  const remat::Chain chain = remat::test::uniform_chain(300, 10);
+  const remat::Solution s = remat::solve(chain, remat::SolveOptions(remat::store_all_peak(chain) / 4));
+  REQUIRE(s.ok());
+  REQUIRE(s.sequence.size() > 800);
+  const auto svg = parse_xml(remat::schedule_svg(chain, s, remat::PlotOptions().max_op_marks(200)));
+  const auto marks = svg->find_all("rect", "op");
+  CHECK(marks.size() <= 200);
+  CHECK(as_int(svg->attr("data-op-marks")) == static_cast<std::int64_t>(marks.size()));
+  std::int64_t counted = 0;
+  for (const auto* m : marks) counted += as_int(m->attr("data-count"));
+  CHECK(counted == static_cast<std::int64_t>(s.sequence.size()));
+}
+
+TEST_CASE("schedule plot of an infeasible solution is an error", "[report]") {
+  const remat::Chain chain = remat::test::uniform_chain(5, 10);
+  const remat::Solution s = remat::solve(chain, remat::SolveOptions(1));
+  REQUIRE_FALSE(s.ok());
+  CHECK_THROWS_WITH(remat::schedule_svg(chain, s), Catch::Contains("infeasible"));
+}
+
+TEST_CASE("tradeoff plot: every point where the tradeoff puts it", "[report]") {
+  const remat::Chain chain = remat::test::random_chain(7, {8, 12});
+  const remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(10));
+  const auto svg = parse_xml(remat::tradeoff_svg(chain, t));
+  CHECK(as_int(svg->attr("data-store-all-peak-bytes")) == t.store_all_peak_bytes);
+  std::vector<const remat::test::XmlElement*> curves = svg->find_all("g", "curve");
+  REQUIRE(curves.size() == 3);
+  for (const auto* curve : curves) {
+    const std::string algorithm = curve->attr("data-algorithm");
+    const std::vector<remat::TradeoffPoint>& points =
+        algorithm == "optimal" ? t.optimal : algorithm == "revolve" ? t.revolve : t.periodic_best;
+    std::vector<const remat::TradeoffPoint*> feasible;
+    for (const auto& p : points)
+      if (p.feasible) feasible.push_back(&p);
+    const auto dots = curve->find_all("circle", "point");
+    REQUIRE(dots.size() == feasible.size());
+    for (std::size_t k = 0; k < dots.size(); ++k) {
+      CHECK(as_int(dots[k]->attr("data-budget-bytes")) == feasible[k]->budget_bytes);
+      CHECK(std::stod(dots[k]->attr("data-makespan-ms")) == Approx(feasible[k]->makespan_ms).epsilon(1e-3));
+    }
+  }
+  CHECK(svg->find_all("circle", "store-all").size() == 1);
+}
+
+TEST_CASE("profile plot: one bar per stage, binned beyond the width", "[report]") {
+  const remat::Chain small = remat::test::uniform_chain(20, 10);
+  auto svg = parse_xml(remat::profile_svg(small));
+  CHECK(svg->find_all("rect", "fwd").size() == 20);
+  CHECK(svg->find_all("rect", "saved").size() == 20);
+  const remat::Chain large = remat::test::uniform_chain(1000, 10);
+  svg = parse_xml(remat::profile_svg(large));
+  const auto bars = svg->find_all("rect", "bwd");
+  CHECK(bars.size() < 1000);
+  CHECK(as_int(svg->attr("data-bins")) == static_cast<std::int64_t>(bars.size()));
+  CHECK(as_int(svg->attr("data-stages")) == 1000);
+}
