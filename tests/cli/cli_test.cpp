@@ -822,3 +822,99 @@ TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli
     CHECK_FALSE(std::filesystem::exists(path));
   }
 }
+
+namespace {
+
+// Renders an SVG to PNG with Debian's rsvg-convert when it is installed (the test command
+// installs librsvg2-bin); returns false when it is not there.
+bool render_png(const std::string& svg, const std::string& png) {
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") != 0) return false;
+  const std::string command = "rsvg-convert -w 1200 '" + svg + "' -o '" + png + "'";
+  REQUIRE(std::system(command.c_str()) == 0);
+  const std::string bytes = read_file(png);
+  REQUIRE(bytes.size() > 1000);
+  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  return true;
+}
+
+std::string root_attribute(const std::string& svg, const std::string& key) {
+  const std::string marker = key + "=\"";
+  const auto at = svg.find(marker);
+  if (at == std::string::npos) return "";
+  const auto start = at + marker.size();
+  return svg.substr(start, svg.find('"', start) - start);
+}
+
+}  // namespace
+
+TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]") {
+  TempDir dir;
+  const std::string chain = std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet50-synthetic.json";
+  const std::string svg = dir.path() + "/schedule.svg";
+  const json out = schedule_json({"--chain", chain, "--budget", "40%", "--plot", svg}, 0);
+  const std::string text = read_file(svg);
+  CHECK(root_attribute(text, "data-peak-bytes") == std::to_string(out["peak_bytes"].get<std::int64_t>()));
+  CHECK(root_attribute(text, "data-budget-bytes") == std::to_string(out["budget_bytes"].get<std::int64_t>()));
+  CHECK(root_attribute(text, "data-ops") == std::to_string(out["sequence"].size()));
+  render_png(svg, dir.path() + "/schedule.png");
+
+  // Infeasible: exit 3 and no picture; a plot that is not .svg: exit 2.
+  const std::string never = dir.path() + "/never.svg";
+  const RunResult infeasible = run_remat({"schedule", "--chain", chain, "--budget", "1MiB", "--plot", never});
+  CHECK(infeasible.exit_code == 3);
+  CHECK_FALSE(std::filesystem::exists(never));
+  const RunResult png = run_remat({"schedule", "--chain", chain, "--budget", "50%", "--plot", dir.path() + "/x.png"});
+  CHECK(png.exit_code == 2);
+  CHECK_THAT(png.err, Catch::Contains("plots are SVG files"));
+}
+
+TEST_CASE("tradeoff prints makespan against budget, as text, JSON and a plot", "[cli][plot]") {
+  TempDir dir;
+  const std::string chain = std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet18-synthetic.json";
+  const std::string svg = dir.path() + "/tradeoff.svg";
+  const RunResult run = run_remat({"tradeoff", "--chain", chain, "--points", "8", "--format", "json", "--plot", svg});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  const json out = json::parse(run.out);
+  const remat::Chain parsed = remat::load_chain(chain);
+  REQUIRE(out["points"].size() == 8);
+  CHECK(out["points"][0]["budget_bytes"] == out["min_feasible_budget_bytes"]);
+  CHECK(out["points"][7]["budget_bytes"] == remat::store_all_peak(parsed));
+  CHECK(out["periodic_segments"].size() == static_cast<std::size_t>(parsed.length()));
+  for (const json& point : out["points"]) {
+    // Each optimal point is what `remat schedule` finds at that budget, with the table's unit
+    // at most as fine: never faster, and within the budget.
+    REQUIRE(point["optimal"]["feasible"] == true);
+    CHECK(point["optimal"]["peak_bytes"].get<std::int64_t>() <= point["budget_bytes"].get<std::int64_t>());
+  }
+  const std::string text = read_file(svg);
+  CHECK(root_attribute(text, "data-store-all-peak-bytes") == std::to_string(remat::store_all_peak(parsed)));
+  CHECK(root_attribute(text, "data-min-budget-bytes") ==
+        std::to_string(out["min_feasible_budget_bytes"].get<std::int64_t>()));
+  render_png(svg, dir.path() + "/tradeoff.png");
+
+  const RunResult table = run_remat({"tradeoff", "--chain", chain, "--points", "3"});
+  INFO(describe(table));
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("optimal ms"));
+  CHECK(count_lines(table.out) == 9);  // 4 header lines, a blank line, column titles, 3 rows
+  const RunResult bad = run_remat({"tradeoff", "--chain", chain, "--points", "1"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--points (1) must be between 2 and 10000"));
+  const RunResult reversed = run_remat({"tradeoff", "--chain", chain, "--from", "90%", "--to", "50%"});
+  CHECK(reversed.exit_code == 2);
+  CHECK_THAT(reversed.err, Catch::Contains("is above the largest"));
+}
+
+TEST_CASE("profile --plot draws the profiled stages", "[cli][plot]") {
+  if (!REMAT_CLI_HAS_TORCH) return;
+  TempDir dir;
+  const std::string svg = dir.path() + "/profile.svg";
+  const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "2", "--image", "16",
+                                   "--repeat", "1", "--plot", svg});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  const std::string text = read_file(svg);
+  CHECK(root_attribute(text, "data-stages") == "12");
+  render_png(svg, dir.path() + "/profile.png");
+}
