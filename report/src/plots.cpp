@@ -211,11 +211,18 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOption
     my0 = std::min(my0, p.makespan_ms);
     my1 = std::max(my1, p.makespan_ms);
   };
-  for (const auto* curve : {&t.optimal, &t.revolve, &t.periodic_best})
-    for (const TradeoffPoint& p : *curve) extend(p);
+  for (const TradeoffPoint& p : t.optimal) extend(p);
+  // The heuristics can be far slower at small budgets (revolve with 2 checkpoints on a long
+  // chain: 60x store-all): the scale stops at twice the optimal curve's overhead, and points
+  // above are drawn at the top edge, marked as off scale.
+  const double cap = my1 + std::max(my1 - t.store_all_makespan_ms, 0.05 * t.store_all_makespan_ms);
+  for (const auto* curve : {&t.revolve, &t.periodic_best})
+    for (const TradeoffPoint& p : *curve)
+      if (p.feasible && p.makespan_ms <= cap) extend(p);
   std::vector<const TradeoffPoint*> periodic_shown;
   for (const TradeoffPoint& p : t.periodic) {
     if (static_cast<double>(p.budget_bytes) < bx0 * 0.9 || static_cast<double>(p.budget_bytes) > bx1 * 1.15) continue;
+    if (p.makespan_ms > cap) continue;
     periodic_shown.push_back(&p);
     bx0 = std::min(bx0, static_cast<double>(p.budget_bytes));
     bx1 = std::max(bx1, static_cast<double>(p.budget_bytes));
@@ -264,12 +271,19 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOption
         line.clear();
         continue;
       }
-      const double px = x(static_cast<double>(p.budget_bytes)), py = y(p.makespan_ms);
+      const bool off_scale = p.makespan_ms > y.d1;
+      const double px = x(static_cast<double>(p.budget_bytes));
+      const double py = off_scale ? y.r1 : y(p.makespan_ms);
       if (!line.empty()) line.push_back({px, line.back().second});
       line.push_back({px, py});
-      svg.circle(px, py, 2.6, color,
-                 "class=\"point\" data-budget-bytes=\"" + std::to_string(p.budget_bytes) +
-                     "\" data-makespan-ms=\"" + num(p.makespan_ms) + "\"");
+      const std::string data = "class=\"point\" data-budget-bytes=\"" + std::to_string(p.budget_bytes) +
+                               "\" data-makespan-ms=\"" + num(p.makespan_ms) + "\"";
+      if (off_scale) {
+        svg.polyline({{px - 5, py + 7}, {px, py}, {px + 5, py + 7}}, color, 2, data + " data-off-scale=\"1\"");
+        svg.text(px + 7, py + 12, num(p.makespan_ms) + " ms", "start", 10, "fill=\"" + color + "\"");
+      } else {
+        svg.circle(px, py, 2.6, color, data);
+      }
     }
     if (line.size() > 1) svg.polyline(line, color, stroke);
     svg.close_group();

@@ -93,7 +93,8 @@ TEST_CASE("tradeoff plot: every point where the tradeoff puts it", "[report]") {
     std::vector<const remat::TradeoffPoint*> feasible;
     for (const auto& p : points)
       if (p.feasible) feasible.push_back(&p);
-    const auto dots = curve->find_all("circle", "point");
+    std::vector<const remat::test::XmlElement*> dots;
+    curve->collect([](const remat::test::XmlElement& e) { return e.attr("class") == "point"; }, dots);
     REQUIRE(dots.size() == feasible.size());
     for (std::size_t k = 0; k < dots.size(); ++k) {
       CHECK(as_int(dots[k]->attr("data-budget-bytes")) == feasible[k]->budget_bytes);
