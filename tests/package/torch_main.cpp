@@ -8,8 +8,8 @@ int main() {
   torch::nn::Sequential net = remat::models::convnet(remat::models::ConvNetOptions().blocks(2));
   const remat::Profile p = remat::profile(net, torch::randn({2, 3, 16, 16}),
                                           remat::ProfileOptions().measure_time(false));
-  const auto solution =
-      remat::solve(p.chain, remat::SolveOptions(remat::store_all_peak(p.chain) * 3 / 4));
+  const std::int64_t least = remat::min_feasible_budget(p.chain, remat::SolveOptions(0));
+  const auto solution = remat::solve(p.chain, remat::SolveOptions(least));
   std::cout << p.chain.length() << " stages: " << remat::collapsed_string(solution.sequence) << "\n";
   return solution.ok() ? 0 : 1;
 }
