@@ -7,6 +7,9 @@
 #if __has_include("remat/profiler.h")
 #include "remat/profiler.h"
 #endif
+#if __has_include("remat/runtime.h")
+#include "remat/runtime.h"
+#endif
 #if __has_include("remat/models.h")
 #include "remat/models.h"
 #endif

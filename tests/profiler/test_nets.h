@@ -3,6 +3,8 @@
 // ReLU, pooling, Linear, Dropout), a batch of a few samples.
 #include <torch/torch.h>
 
+#include "remat/profiler/block.h"
+
 namespace remat::test {
 
 namespace nn = torch::nn;

@@ -1,0 +1,3 @@
+#pragma once
+// remat_runtime: remat::Checkpointable.
+#include "remat/runtime/checkpointable.h"

@@ -1,0 +1,84 @@
+#pragma once
+// remat::Checkpointable: runs a chain of stages under a checkpointing schedule, with
+// gradients identical to plain training.
+//
+//   torch::nn::Sequential net = /* any chain of stages */;
+//   remat::Checkpointable chk(net);              // TORCH_MODULE-style holder
+//   chk->measure(sample);                        // profile on a sample batch
+//   chk->compute_sequence(700LL << 20);          // optimal schedule for 700 MiB of activations
+//   torch::Tensor out = chk->forward(input);     // runs the schedule's forward phase
+//   torch::nll_loss(out, target).backward();     // recomputation and backward happen here
+//
+// In training mode with autograd enabled, forward() executes the operations of the schedule
+// up to the loss and returns the chain's output, connected to autograd; the backward of any
+// loss computed from it executes the rest (recomputations and backwards), accumulating the
+// parameter gradients and returning the input's gradient. In eval mode or under
+// torch::NoGradGuard, forward() runs the plain network.
+//
+// Recomputation is exact: each stage sees, every time it runs, the random numbers it saw the
+// first time (CPU and CUDA generator states are saved per stage and restored), and its
+// buffers (BatchNorm running statistics, num_batches_tracked) are updated once per step, by
+// its first forward: they are restored after any later forward of the stage (after its
+// backward when autograd saved them).
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "remat/profiler/profiler.h"
+#include "remat/solver/chain.h"
+#include "remat/solver/solver.h"
+
+namespace remat {
+
+class CheckpointableImpl : public torch::nn::Module {
+ public:
+  /// Wraps `net`, whose elements are the stages of the chain.
+  explicit CheckpointableImpl(torch::nn::Sequential net);
+  /// Wraps `net` and measures it on `sample`.
+  CheckpointableImpl(torch::nn::Sequential net, const torch::Tensor& sample);
+  /// Wraps `net`, measures it on `sample` and computes the optimal sequence for `budget_bytes`.
+  CheckpointableImpl(torch::nn::Sequential net, const torch::Tensor& sample,
+                     std::int64_t budget_bytes);
+
+  /// Profiles the chain on `sample` (remat::profile) and keeps the result as chain().
+  const Chain& measure(const torch::Tensor& sample,
+                       const ProfileOptions& options = ProfileOptions());
+  /// Uses a chain measured earlier (e.g. loaded with remat::load_chain) instead of measuring;
+  /// it must have one stage per element of the network.
+  void set_chain(Chain chain);
+  /// Computes the schedule used by forward(). Throws std::invalid_argument when the budget is
+  /// below the algorithm's minimum (the message gives it) or when no chain is known.
+  const Solution& compute_sequence(std::int64_t budget_bytes,
+                                   Algorithm algorithm = Algorithm::kOptimal);
+  /// Uses `options` as given (slots, segments, threads, ...).
+  const Solution& compute_sequence(const SolveOptions& options);
+
+  bool has_chain() const { return chain_.has_value(); }
+  const Chain& chain() const;
+  bool has_sequence() const { return solution_.has_value(); }
+  const Solution& solution() const;
+  const Sequence& sequence() const { return solution().sequence; }
+  double predicted_makespan_ms() const { return solution().makespan_ms; }
+  std::int64_t predicted_peak_bytes() const { return solution().peak_bytes; }
+
+  torch::Tensor forward(torch::Tensor input);
+  /// The wrapped network.
+  torch::nn::Sequential& network() { return net_; }
+
+  void pretty_print(std::ostream& stream) const override;
+
+ private:
+  torch::nn::Sequential net_;
+  std::vector<NamedStage> stages_;
+  std::optional<Chain> chain_;
+  std::optional<Solution> solution_;
+};
+TORCH_MODULE(Checkpointable);
+
+}  // namespace remat

@@ -1,0 +1,52 @@
+#pragma once
+// Executes a schedule (internal). run_forward() performs the operations before the loss and
+// returns x_L; run_backward() performs the rest, given y_L, and returns y_0.
+#include <torch/types.h>
+
+#include <vector>
+
+#include "remat/profiler/profiler.h"
+#include "remat/solver/sequence.h"
+
+namespace remat::detail {
+
+class Executor {
+ public:
+  Executor(const std::vector<NamedStage>& stages, const Sequence& sequence, c10::Device device);
+  torch::Tensor run_forward(const torch::Tensor& input);
+  torch::Tensor run_backward(const torch::Tensor& grad_output);
+
+ private:
+  torch::Tensor input_of(int i) const;
+  torch::Tensor call(int i, const torch::Tensor& x);
+  void run(const Op& op);
+  // Before a forward of stage i: the first one saves the generator states; later ones set
+  // them to the saved ones and snapshot the stage's buffers. After it: restore the caller's
+  // generator states, and the buffers unless autograd saved them (then after B_i).
+  void before_forward(int i, bool keeps_graph);
+  void after_forward(int i, bool keeps_graph);
+  void restore_buffers(int i);
+
+  // Copies: the module may get a new sequence between this step's forward and backward.
+  std::vector<NamedStage> stages_;
+  Sequence sequence_;
+  c10::Device device_;
+  int length_;
+  std::size_t loss_index_ = 0;
+  bool backward_done_ = false;
+  // x_[k]: activation x_k held without autograd (the input, a checkpoint, an Fn/CF output).
+  std::vector<torch::Tensor> x_;
+  std::vector<bool> checkpoint_;
+  // Stage i run with autograd: its input leaf and output (xbar_{i+1}).
+  std::vector<torch::Tensor> fe_in_, fe_out_;
+  // y_[k]: gradient of x_k.
+  std::vector<torch::Tensor> y_;
+  torch::Tensor output_;  // x_L as returned to the caller
+  std::vector<bool> ran_;
+  std::vector<torch::Tensor> cpu_rng_, cuda_rng_;
+  torch::Tensor caller_cpu_rng_, caller_cuda_rng_;
+  std::vector<std::vector<torch::Tensor>> buffer_snapshot_;
+  std::vector<bool> restore_after_backward_;
+};
+
+}  // namespace remat::detail
