@@ -1,6 +1,7 @@
 #include "remat/runtime/checkpointable.h"
 
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <ostream>
 #include <stdexcept>
@@ -10,39 +11,41 @@
 namespace remat {
 namespace {
 
-using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The executor of one step travels in the autograd context inside a one-byte tensor whose
-// deleter releases it: dropped with the graph when backward never runs.
-torch::Tensor hold(std::shared_ptr<detail::Executor> executor) {
-  auto* box = new std::shared_ptr<detail::Executor>(std::move(executor));
-  return torch::from_blob(
-      box, {1}, [](void* p) { delete static_cast<std::shared_ptr<detail::Executor>*>(p); },
-      torch::kUInt8);
-}
-detail::Executor& held(const torch::Tensor& holder) {
-  return **static_cast<std::shared_ptr<detail::Executor>*>(holder.data_ptr());
-}
+// The backward of the whole schedule, as one node of the caller's graph: the chain's output
+// has it as grad_fn, the input is its next edge. A node of our own (not a custom Function):
+// it can drop the engine's handle on y_L before running the backward phase, so that y_L is
+// freed once B_{L-1} has used it, as in plain training. The node owns the step's executor;
+// a graph dropped without backward frees it with the node.
+class ScheduleBackward : public torch::autograd::Node {
+ public:
+  ScheduleBackward(std::shared_ptr<detail::Executor> executor, bool input_requires_grad,
+                   const torch::Tensor& output)
+      : executor_(std::move(executor)), input_requires_grad_(input_requires_grad),
+        output_sizes_(output.sizes().vec()), output_options_(output.options()) {}
+  std::string name() const override { return "remat::ScheduleBackward"; }
 
-// The whole schedule as one autograd function: forward runs the operations before the loss,
-// backward the rest. `anchor` requires grad so that backward runs even when neither the input
-// nor anything else entering the function does (parameters are reached by the inner graphs).
-struct ScheduleFunction : torch::autograd::Function<ScheduleFunction> {
-  static variable_list forward(AutogradContext* ctx, torch::Tensor input, torch::Tensor anchor,
-                               std::shared_ptr<detail::Executor> executor) {
-    (void)anchor;
-    torch::Tensor out = executor->run_forward(input);
-    ctx->saved_data["executor"] = hold(std::move(executor));
-    ctx->saved_data["input_requires_grad"] = input.requires_grad();
-    return {out};
+  variable_list apply(variable_list&& grads) override {
+    if (!executor_)
+      throw std::runtime_error(
+          "remat: the backward of this step's schedule already ran; a checkpointed forward can "
+          "be backpropagated once (retain_graph is not supported)");
+    torch::Tensor grad = std::move(grads[0]);
+    grads.clear();
+    if (!grad.defined()) grad = torch::zeros(output_sizes_, output_options_);
+    std::shared_ptr<detail::Executor> executor = std::move(executor_);
+    torch::Tensor y0 = executor->run_backward(std::move(grad));
+    executor.reset();
+    if (!input_requires_grad_) y0 = torch::Tensor();
+    return {y0};
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    detail::Executor& executor = held(ctx->saved_data["executor"].toTensor());
-    torch::Tensor y0 = executor.run_backward(grads[0]);
-    if (!ctx->saved_data["input_requires_grad"].toBool()) y0 = torch::Tensor();
-    return {y0, torch::Tensor(), torch::Tensor()};
-  }
+
+ private:
+  std::shared_ptr<detail::Executor> executor_;
+  bool input_requires_grad_;
+  std::vector<std::int64_t> output_sizes_;
+  torch::TensorOptions output_options_;
 };
 
 }  // namespace
@@ -88,12 +91,17 @@ const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options
   if (!chain_)
     throw std::invalid_argument(
         "Checkpointable::compute_sequence: no chain yet; call measure(sample) or set_chain()");
-  Solution solution = solve(*chain_, options);
+  // The runtime's own tensors (the scalar roots of its inner backward calls) and the caller's
+  // loss value come out of the budget: the schedule is computed for what is left.
+  SolveOptions reserved = options;
+  reserved.budget_bytes(std::max<std::int64_t>(0, options.budget_bytes() - kRuntimeReserveBytes));
+  Solution solution = solve(*chain_, reserved);
   if (!solution.ok())
     throw std::invalid_argument(
         "Checkpointable::compute_sequence: " + std::string(algorithm_name(options.algorithm())) +
         " cannot run in " + std::to_string(options.budget_bytes()) + " bytes; it needs at least " +
-        std::to_string(solution.min_feasible_budget_bytes) + " bytes");
+        std::to_string(solution.min_feasible_budget_bytes + kRuntimeReserveBytes) +
+        " bytes (" + std::to_string(kRuntimeReserveBytes) + " of them for the runtime's bookkeeping)");
   solution_ = std::move(solution);
   return *solution_;
 }
@@ -115,9 +123,17 @@ torch::Tensor CheckpointableImpl::forward(torch::Tensor input) {
         "Checkpointable::forward in training mode needs a sequence: call compute_sequence(budget) "
         "first (or use eval mode / torch::NoGradGuard for inference)");
   auto executor = std::make_shared<detail::Executor>(stages_, solution_->sequence, input.device());
-  const torch::Tensor anchor =
-      torch::empty({0}, torch::TensorOptions().dtype(input.dtype()).requires_grad(true));
-  return ScheduleFunction::apply(input, anchor, executor)[0];
+  torch::Tensor output;
+  {
+    torch::NoGradGuard no_grad;  // the forward phase records its own graphs where it needs them
+    output = executor->run_forward(input);
+  }
+  std::shared_ptr<ScheduleBackward> node(
+      new ScheduleBackward(std::move(executor), input.requires_grad(), output),
+      torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(input));
+  torch::autograd::create_gradient_edge(output, std::move(node));
+  return output;
 }
 
 void CheckpointableImpl::pretty_print(std::ostream& stream) const {

@@ -15,16 +15,39 @@ at::Generator default_generator(c10::Device device) {
   if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
   return at::globalContext().defaultGenerator(device);
 }
-torch::Tensor generator_state(c10::Device device) {
+// Generator states and buffer snapshots are kept in host memory outside LibTorch's
+// allocators: they are bookkeeping, not activations, and must not count against the budget
+// (a CPU generator state is 5 KB per stage that draws random numbers).
+HostCopy generator_state(c10::Device device) {
   at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
+  return HostCopy(gen.get_state());
 }
-void set_generator_state(c10::Device device, const torch::Tensor& state) {
+void set_generator_state(c10::Device device, const HostCopy& state) {
   at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
+  gen.set_state(state.tensor());
 }
+
+// Feeds a gradient into a graph without anyone else holding it: forward returns a scalar
+// zero that depends on `output`; backward hands over `gradient` as output's gradient and
+// forgets it. Calling backward on that scalar, after dropping our own handles on the output
+// and its gradient, lets autograd free both as soon as the graph has used them, as it does
+// in plain training (holding them would keep up to 2 x out_bytes more during B_i, beyond what
+// the profiler measured).
+struct InjectGradient : torch::autograd::Function<InjectGradient> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                torch::Tensor output, torch::Tensor gradient) {
+    ctx->saved_data["gradient"] = std::move(gradient);
+    return {torch::zeros({}, output.options().requires_grad(false))};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    torch::Tensor gradient = ctx->saved_data["gradient"].toTensor();
+    ctx->saved_data.erase("gradient");
+    return {gradient, torch::Tensor()};
+  }
+};
 
 [[noreturn]] void bug(const std::string& what) {
   throw std::logic_error("remat runtime: " + what + " (this is a bug in remat; please report it)");
@@ -66,36 +89,41 @@ torch::Tensor Executor::call(int i, const torch::Tensor& x) {
   return module.forward<torch::Tensor>(x);
 }
 
-void Executor::before_forward(int i, bool keeps_graph) {
+void Executor::before_forward(int i) {
   const auto ui = static_cast<std::size_t>(i);
   if (!ran_[ui]) {
-    ran_[ui] = true;
     cpu_rng_[ui] = generator_state(c10::Device(c10::kCPU));
     if (device_.is_cuda()) cuda_rng_[ui] = generator_state(device_);
     return;
   }
-  caller_cpu_rng_ = generator_state(c10::Device(c10::kCPU));
-  set_generator_state(c10::Device(c10::kCPU), cpu_rng_[ui]);
-  if (device_.is_cuda()) {
+  if (!cpu_rng_[ui].empty()) {
+    caller_cpu_rng_ = generator_state(c10::Device(c10::kCPU));
+    set_generator_state(c10::Device(c10::kCPU), cpu_rng_[ui]);
+  }
+  if (!cuda_rng_[ui].empty()) {
     caller_cuda_rng_ = generator_state(device_);
     set_generator_state(device_, cuda_rng_[ui]);
   }
   if (buffer_snapshot_[ui].empty()) {
     torch::NoGradGuard no_grad;
-    for (const auto& b : stages_[ui].module.ptr()->buffers()) buffer_snapshot_[ui].push_back(b.clone());
+    for (const auto& b : stages_[ui].module.ptr()->buffers()) buffer_snapshot_[ui].emplace_back(b);
   }
-  (void)keeps_graph;
 }
 
 void Executor::after_forward(int i, bool keeps_graph) {
   const auto ui = static_cast<std::size_t>(i);
-  if (!caller_cpu_rng_.defined()) return;  // the stage's first forward
-  set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_);
-  caller_cpu_rng_ = torch::Tensor();
-  if (device_.is_cuda()) {
-    set_generator_state(device_, caller_cuda_rng_);
-    caller_cuda_rng_ = torch::Tensor();
+  if (!ran_[ui]) {
+    // The stage's first forward: keep its generator states only if it drew random numbers
+    // (each is a few kilobytes of memory per stage, held until the step's backward ends).
+    ran_[ui] = true;
+    if (cpu_rng_[ui] == generator_state(c10::Device(c10::kCPU))) cpu_rng_[ui] = HostCopy();
+    if (!cuda_rng_[ui].empty() && cuda_rng_[ui] == generator_state(device_)) cuda_rng_[ui] = HostCopy();
+    return;
   }
+  if (!caller_cpu_rng_.empty()) set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_);
+  if (!caller_cuda_rng_.empty()) set_generator_state(device_, caller_cuda_rng_);
+  caller_cpu_rng_ = HostCopy();
+  caller_cuda_rng_ = HostCopy();
   if (keeps_graph)
     restore_after_backward_[ui] = true;  // autograd saved the buffers: after B_i
   else
@@ -107,7 +135,7 @@ void Executor::restore_buffers(int i) {
   if (buffer_snapshot_[ui].empty()) return;
   torch::NoGradGuard no_grad;
   const auto buffers = stages_[ui].module.ptr()->buffers();
-  for (std::size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(buffer_snapshot_[ui][k]);
+  for (std::size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(buffer_snapshot_[ui][k].tensor());
   buffer_snapshot_[ui].clear();
   restore_after_backward_[ui] = false;
 }
@@ -117,7 +145,7 @@ void Executor::run(const Op& op) {
   const auto ui = static_cast<std::size_t>(i);
   switch (op.kind) {
     case OpKind::kForwardGrad: {
-      before_forward(i, true);
+      before_forward(i);
       torch::AutoGradMode grad(true);
       torch::Tensor in = input_of(i).detach().requires_grad_(true);
       torch::Tensor out = call(i, in);
@@ -128,7 +156,7 @@ void Executor::run(const Op& op) {
     }
     case OpKind::kForwardNoGrad:
     case OpKind::kForwardCheckpoint: {
-      before_forward(i, false);
+      before_forward(i);
       torch::Tensor out;
       {
         torch::NoGradGuard no_grad;
@@ -159,15 +187,20 @@ void Executor::run(const Op& op) {
       torch::Tensor& in = fe_in_[ui];
       if (!out.defined() || !y_[ui + 1].defined())
         bug("B_" + std::to_string(i) + " without its forward or its output's gradient");
+      torch::Tensor root;
       {
         torch::AutoGradMode grad(true);
-        torch::autograd::backward({out}, {y_[ui + 1]});
+        root = InjectGradient::apply(std::move(out), std::move(y_[ui + 1]))[0];
       }
+      out.reset();
+      y_[ui + 1].reset();
+      // Grad mode off, as in any backward: with it on, AccumulateGrad would copy the input's
+      // gradient instead of taking the buffer autograd produced.
+      torch::autograd::backward({root});
+      root.reset();
       y_[ui] = in.grad();
       in.mutable_grad().reset();
-      out.reset();
       in.reset();
-      y_[ui + 1].reset();
       x_[ui].reset();
       if (restore_after_backward_[ui]) restore_buffers(i);
       break;
@@ -184,13 +217,13 @@ torch::Tensor Executor::run_forward(const torch::Tensor& input) {
   return out;
 }
 
-torch::Tensor Executor::run_backward(const torch::Tensor& grad_output) {
+torch::Tensor Executor::run_backward(torch::Tensor grad_output) {
   if (backward_done_)
     throw std::runtime_error(
         "remat: the backward of this step's schedule already ran; a checkpointed forward can "
         "be backpropagated once (retain_graph is not supported)");
   backward_done_ = true;
-  y_[static_cast<std::size_t>(length_)] = grad_output;
+  y_[static_cast<std::size_t>(length_)] = std::move(grad_output);
   for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(sequence_[k]);
   torch::Tensor y0 = y_[0];
   y_[0] = torch::Tensor();

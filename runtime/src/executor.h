@@ -3,6 +3,7 @@
 // returns x_L; run_backward() performs the rest, given y_L, and returns y_0.
 #include <torch/types.h>
 
+#include <cstring>
 #include <vector>
 
 #include "remat/profiler/profiler.h"
@@ -10,11 +11,39 @@
 
 namespace remat::detail {
 
+/// A tensor's contents in host memory outside LibTorch's allocators (not counted as
+/// activation memory); tensor() views them again (CPU) for copy_ or set_state.
+class HostCopy {
+ public:
+  HostCopy() = default;
+  explicit HostCopy(const torch::Tensor& t)
+      : sizes_(t.sizes().vec()), dtype_(t.scalar_type()), device_(t.device()) {
+    const torch::Tensor cpu = t.device().is_cpu() ? t.contiguous() : t.to(torch::kCPU).contiguous();
+    bytes_.resize(cpu.nbytes());
+    if (!bytes_.empty()) std::memcpy(bytes_.data(), cpu.data_ptr(), bytes_.size());
+    present_ = true;
+  }
+  bool empty() const { return !present_; }
+  torch::Tensor tensor() const {
+    return torch::from_blob(const_cast<char*>(bytes_.data()), sizes_, torch::TensorOptions().dtype(dtype_));
+  }
+  bool operator==(const HostCopy& other) const {
+    return present_ == other.present_ && sizes_ == other.sizes_ && bytes_ == other.bytes_;
+  }
+
+ private:
+  std::vector<char> bytes_;
+  std::vector<std::int64_t> sizes_;
+  c10::ScalarType dtype_ = c10::kByte;
+  c10::Device device_ = c10::Device(c10::kCPU);
+  bool present_ = false;
+};
+
 class Executor {
  public:
   Executor(const std::vector<NamedStage>& stages, const Sequence& sequence, c10::Device device);
   torch::Tensor run_forward(const torch::Tensor& input);
-  torch::Tensor run_backward(const torch::Tensor& grad_output);
+  torch::Tensor run_backward(torch::Tensor grad_output);
 
  private:
   torch::Tensor input_of(int i) const;
@@ -23,7 +52,7 @@ class Executor {
   // Before a forward of stage i: the first one saves the generator states; later ones set
   // them to the saved ones and snapshot the stage's buffers. After it: restore the caller's
   // generator states, and the buffers unless autograd saved them (then after B_i).
-  void before_forward(int i, bool keeps_graph);
+  void before_forward(int i);
   void after_forward(int i, bool keeps_graph);
   void restore_buffers(int i);
 
@@ -43,9 +72,9 @@ class Executor {
   std::vector<torch::Tensor> y_;
   torch::Tensor output_;  // x_L as returned to the caller
   std::vector<bool> ran_;
-  std::vector<torch::Tensor> cpu_rng_, cuda_rng_;
-  torch::Tensor caller_cpu_rng_, caller_cuda_rng_;
-  std::vector<std::vector<torch::Tensor>> buffer_snapshot_;
+  std::vector<HostCopy> cpu_rng_, cuda_rng_;
+  HostCopy caller_cpu_rng_, caller_cuda_rng_;
+  std::vector<std::vector<HostCopy>> buffer_snapshot_;
   std::vector<bool> restore_after_backward_;
 };
 

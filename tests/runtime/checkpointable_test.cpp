@@ -82,7 +82,7 @@ TEST_CASE("checkpointed training equals plain training, bit for bit", "[runtime]
       nn::Sequential net = fresh(make);
       remat::Checkpointable chk(net);
       chk->set_chain(chain);
-      const remat::Solution& s = chk->compute_sequence(c.budget, c.algorithm);
+      const remat::Solution& s = chk->compute_sequence(c.budget + remat::kRuntimeReserveBytes, c.algorithm);
       INFO(remat::collapsed_string(s.sequence));
       const StepResult ours = train(*net, [&](const torch::Tensor& x) { return chk->forward(x); }, sample, 2, 5);
       check_equal(plain, ours);
@@ -97,7 +97,8 @@ TEST_CASE("the input may or may not require grad; eval and no-grad run the plain
   nn::Sequential net = remat::test::conv_chain(4, 5, false);
   const torch::Tensor sample = torch::randn({2, 3, 12, 12});
   remat::Checkpointable chk(net, sample);
-  chk->compute_sequence(remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)));
+  chk->compute_sequence(remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) +
+                        remat::kRuntimeReserveBytes);
   // Input without grad: parameters still get their gradients.
   torch::Tensor out = chk->forward(sample);
   CHECK(out.requires_grad());
@@ -121,7 +122,60 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   CHECK_THROWS_WITH(chk->forward(torch::randn({2, 3, 8, 8})), Catch::Contains("compute_sequence"));
   chk->measure(torch::randn({2, 3, 8, 8}), remat::ProfileOptions().measure_time(false));
   CHECK_THROWS_WITH(chk->compute_sequence(10), Catch::Contains("needs at least"));
+  const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0));
+  CHECK_THROWS_WITH(chk->compute_sequence(least), Catch::Contains(std::to_string(least + remat::kRuntimeReserveBytes)));
+  CHECK_NOTHROW(chk->compute_sequence(least + remat::kRuntimeReserveBytes));
   remat::Chain wrong = chk->chain();
   wrong.stages.pop_back();
   CHECK_THROWS_WITH(chk->set_chain(wrong), Catch::Contains("stages but the network"));
+}
+
+TEST_CASE("measured peak stays within the budget and close to the prediction", "[runtime]") {
+  torch::set_num_threads(1);
+  struct Net {
+    const char* name;
+    int channels, batch, size;
+    bool dropout;
+  };
+  for (const Net& n : {Net{"conv chain", 8, 4, 24, false}, Net{"with dropout", 8, 3, 20, true}}) {
+    torch::manual_seed(21);
+    nn::Sequential net = remat::test::conv_chain(n.channels, 10, n.dropout);
+    const torch::Tensor sample = torch::randn({n.batch, 3, n.size, n.size});
+    remat::Checkpointable chk(net);
+    chk->measure(sample, remat::ProfileOptions().measure_time(false));
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+    torch::Tensor weight;
+    {
+      torch::NoGradGuard no_grad;
+      weight = torch::ones_like(net->forward(sample));
+    }
+    constexpr std::int64_t kR = remat::kRuntimeReserveBytes;
+    const std::int64_t full = remat::store_all_peak(chk->chain()) + kR;
+    const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) + kR;
+    for (const auto& [algorithm, budget] :
+         std::vector<std::pair<Algorithm, std::int64_t>>{{Algorithm::kOptimal, least},
+                                                         {Algorithm::kOptimal, (least + full) / 2},
+                                                         {Algorithm::kOptimal, full},
+                                                         {Algorithm::kPeriodic, full},
+                                                         {Algorithm::kRevolve, (2 * least + full) / 3},
+                                                         {Algorithm::kRecomputeAll, full}}) {
+      const remat::Solution& s = chk->compute_sequence(budget, algorithm);
+      remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+      const std::int64_t base = tracker.live();
+      tracker.reset_peak();
+      {
+        torch::Tensor x = sample.clone().requires_grad_(true);
+        torch::Tensor loss = (chk->forward(x) * weight).sum();
+        loss.backward();
+      }
+      const std::int64_t measured = tracker.peak() - base;
+      INFO(n.name << ": " << remat::algorithm_name(algorithm) << " budget " << budget << " predicted "
+                  << s.peak_bytes << " measured " << measured << "\n"
+                  << remat::collapsed_string(s.sequence));
+      CHECK(measured <= budget);  // the loss value and the runtime's scalars included
+      CHECK(s.budget_bytes == budget - remat::kRuntimeReserveBytes);
+      CHECK(measured <= s.peak_bytes + 16);  // three scalars: the loss, a root, its seed
+      if (!n.dropout) CHECK(measured >= 0.95 * static_cast<double>(s.peak_bytes));
+    }
+  }
 }

@@ -36,6 +36,11 @@
 
 namespace remat {
 
+/// Bytes of every budget kept for what the runtime itself holds besides activations (the
+/// scalar roots of its inner backward calls, the caller's loss value): compute_sequence()
+/// solves for budget - kRuntimeReserveBytes, so that the measured peak stays within budget.
+inline constexpr std::int64_t kRuntimeReserveBytes = 256;
+
 class CheckpointableImpl : public torch::nn::Module {
  public:
   /// Wraps `net`, whose elements are the stages of the chain.
