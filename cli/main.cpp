@@ -8,8 +8,33 @@
 
 #include "cli.h"
 
+#if REMAT_EXEC_TORCH_HELPER
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+// The LibTorch commands live in remat-torch, installed next to remat.
+static std::string torch_helper_path() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string path = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string();
+  const auto slash = path.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/remat-torch";
+}
+#endif
+
 int main(int argc, char** argv) {
   using namespace remat::cli;
+#if REMAT_EXEC_TORCH_HELPER
+  if (argc > 1 && std::string(argv[1]) == "profile") {
+    const std::string helper = torch_helper_path();
+    execv(helper.c_str(), argv);
+    fmt::print(stderr, "remat: cannot run {} for '{}': {}\n", helper, argv[1], std::strerror(errno));
+    return kExitInternal;
+  }
+#endif
   CLI::App app{"remat: train deep chains in less memory with optimal recomputation schedules",
                "remat"};
   app.set_version_flag("--version", "remat 0.1.0");

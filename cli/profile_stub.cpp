@@ -1,10 +1,12 @@
-// remat profile in a build without LibTorch: the command exists and says why it cannot run.
+// `remat profile` in the remat executable: listed in the help; in a build with LibTorch,
+// main() hands the command to remat-torch before parsing, otherwise it says why it cannot run.
 #include "cli.h"
 
 namespace remat::cli {
 
 Action add_profile_command(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("profile", "Measure a built-in model (needs LibTorch)");
+  CLI::App* cmd = app.add_subcommand(
+      "profile", "Measure a built-in model on a sample batch into a chain file (remat-chain/1)");
   cmd->allow_extras();
   return []() -> int {
     throw std::invalid_argument(
