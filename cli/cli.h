@@ -29,6 +29,8 @@ Action add_schedule_command(CLI::App& app);
 Action add_tradeoff_command(CLI::App& app);
 /// `remat profile` (needs LibTorch; a build without it explains so).
 Action add_profile_command(CLI::App& app);
+/// `remat demo` (LibTorch): profile, schedule and train a built-in network.
+Action add_demo_command(CLI::App& app);
 
 /// A budget as given on the command line: bytes and units (`700MiB`, `1e9`) or a percentage
 /// of the chain's store-all peak (`50%`). Throws std::invalid_argument.

@@ -28,7 +28,7 @@ static std::string torch_helper_path() {
 int main(int argc, char** argv) {
   using namespace remat::cli;
 #if REMAT_EXEC_TORCH_HELPER
-  if (argc > 1 && std::string(argv[1]) == "profile") {
+  if (argc > 1 && (std::string(argv[1]) == "profile" || std::string(argv[1]) == "demo")) {
     const std::string helper = torch_helper_path();
     execv(helper.c_str(), argv);
     fmt::print(stderr, "remat: cannot run {} for '{}': {}\n", helper, argv[1], std::strerror(errno));
@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   Action schedule = add_schedule_command(app);
   Action tradeoff = add_tradeoff_command(app);
   Action profile = add_profile_command(app);
+  Action demo = add_demo_command(app);
 
   // CLI11 reports an unknown command as "a subcommand is required": name it instead.
   const auto commands = app.get_subcommands([](const CLI::App*) { return true; });
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
       argc > 1 && std::any_of(commands.begin(), commands.end(),
                               [&](const CLI::App* c) { return c->get_name() == argv[1]; });
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule, tradeoff, profile)\n", argv[1]);
+    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule, tradeoff, profile, demo)\n", argv[1]);
     fmt::print(stderr, "Run 'remat --help' for usage.\n");
     return kExitBadInput;
   }
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("schedule")) return schedule();
     if (app.got_subcommand("tradeoff")) return tradeoff();
     if (app.got_subcommand("profile")) return profile();
+    if (app.got_subcommand("demo")) return demo();
   } catch (const std::invalid_argument& error) {
     fmt::print(stderr, "remat: {}\n", error.what());
     return kExitBadInput;

@@ -14,4 +14,14 @@ Action add_profile_command(CLI::App& app) {
   };
 }
 
+Action add_demo_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "Profile a built-in network, choose a schedule at half its memory and train with it");
+  cmd->allow_extras();
+  return []() -> int {
+    throw std::invalid_argument(
+        "demo: this remat was built without LibTorch (configure with -DREMAT_WITH_TORCH=ON)");
+  };
+}
+
 }  // namespace remat::cli

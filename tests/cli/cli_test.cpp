@@ -918,3 +918,17 @@ TEST_CASE("profile --plot draws the profiled stages", "[cli][plot]") {
   CHECK(root_attribute(text, "data-stages") == "12");
   render_png(svg, dir.path() + "/profile.png");
 }
+
+TEST_CASE("demo profiles, schedules and trains within its budget", "[cli]") {
+  const RunResult run = run_remat({"demo", "--model", "convnet", "--batch", "2", "--image", "32", "--steps", "2"});
+  INFO(describe(run));
+  if (!REMAT_CLI_HAS_TORCH) {
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains("built without LibTorch"));
+    return;
+  }
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("== 3. optimal schedule for"));
+  CHECK_THAT(run.out, Catch::Contains("remat, measured"));
+  CHECK_THAT(run.out, Catch::Contains("within the budget of"));
+}
