@@ -147,7 +147,10 @@ void Executor::run(const Op& op) {
     case OpKind::kForwardGrad: {
       before_forward(i);
       torch::AutoGradMode grad(true);
-      torch::Tensor in = input_of(i).detach().requires_grad_(true);
+      // The chain's input gets a gradient only if the caller's input wants one (plain
+      // autograd skips the first stage's input gradient otherwise, and so do we).
+      torch::Tensor in = input_of(i).detach();
+      if (i > 0 || input_requires_grad_) in.requires_grad_(true);
       torch::Tensor out = call(i, in);
       fe_in_[ui] = std::move(in);
       fe_out_[ui] = std::move(out);
@@ -187,6 +190,14 @@ void Executor::run(const Op& op) {
       torch::Tensor& in = fe_in_[ui];
       if (!out.defined() || !y_[ui + 1].defined())
         bug("B_" + std::to_string(i) + " without its forward or its output's gradient");
+      if (!out.requires_grad()) {  // nothing in stage i needs a gradient (first stage only)
+        out.reset();
+        in.reset();
+        y_[ui + 1].reset();
+        x_[ui].reset();
+        if (restore_after_backward_[ui]) restore_buffers(i);
+        break;
+      }
       torch::Tensor root;
       {
         torch::AutoGradMode grad(true);
@@ -198,8 +209,10 @@ void Executor::run(const Op& op) {
       // gradient instead of taking the buffer autograd produced.
       torch::autograd::backward({root});
       root.reset();
-      y_[ui] = in.grad();
-      in.mutable_grad().reset();
+      if (in.requires_grad()) {
+        y_[ui] = in.grad();
+        in.mutable_grad().reset();
+      }
       in.reset();
       x_[ui].reset();
       if (restore_after_backward_[ui]) restore_buffers(i);
@@ -209,6 +222,7 @@ void Executor::run(const Op& op) {
 }
 
 torch::Tensor Executor::run_forward(const torch::Tensor& input) {
+  input_requires_grad_ = input.requires_grad();
   x_[0] = input.detach();
   for (std::size_t k = 0; k < loss_index_; ++k) run(sequence_[k]);
   run(sequence_[loss_index_]);

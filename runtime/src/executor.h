@@ -63,6 +63,7 @@ class Executor {
   int length_;
   std::size_t loss_index_ = 0;
   bool backward_done_ = false;
+  bool input_requires_grad_ = false;
   // x_[k]: activation x_k held without autograd (the input, a checkpoint, an Fn/CF output).
   std::vector<torch::Tensor> x_;
   std::vector<bool> checkpoint_;

@@ -1,0 +1,110 @@
+// remat_runtime_bench: the runtime's step time on CPU against plain autograd and against the
+// predicted makespan.
+//
+// For each built-in network it profiles the chain, then times training steps (forward and
+// backward of a sum loss; parameter gradients kept allocated; median of --steps after a
+// warm-up) for: plain autograd; the runtime with the store-all schedule (the runtime's own
+// overhead); and optimal schedules at 75%, 50% and the least feasible budget. Plain and
+// runtime steps alternate, so that drifts of the machine affect both alike.
+//
+// Usage: remat_runtime_bench [--quick] [--steps N]
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "remat/models.h"
+#include "remat/profiler.h"
+#include "remat/runtime.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+template <class Forward>
+double step_ms(Forward forward, const torch::Tensor& sample) {
+  const auto start = Clock::now();
+  {
+    torch::Tensor loss = forward(sample.clone()).sum();
+    loss.backward();
+  }
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int steps = 9;
+  for (int k = 1; k < argc; ++k) {
+    const std::string flag = argv[k];
+    if (flag == "--quick") {
+      quick = true;
+    } else if (flag == "--steps" && k + 1 < argc) {
+      steps = std::max(1, std::stoi(argv[++k]));
+    } else {
+      std::fprintf(stderr, "usage: remat_runtime_bench [--quick] [--steps N]\n");
+      return 2;
+    }
+  }
+  struct Case {
+    std::string model;
+    int batch, image;
+  };
+  std::vector<Case> cases = {{"convnet", 16, 64}};
+  if (!quick) cases.push_back({"convnet-deep", 16, 64});
+  std::printf("Machine: %d LibTorch threads; median of %d steps after a warm-up.\n\n",
+              torch::get_num_threads(), steps);
+  std::printf("| network | schedule | budget | predicted peak | predicted ms | measured ms | measured / predicted | measured / plain |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const Case& c : cases) {
+    torch::manual_seed(0);
+    torch::nn::Sequential net = remat::models::find_model(c.model).make(10);
+    const torch::Tensor sample = torch::randn({c.batch, 3, c.image, c.image});
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+    remat::Checkpointable chk(net);
+    chk->measure(sample);
+    const remat::Chain& chain = chk->chain();
+    const std::int64_t full = remat::store_all_peak(chain) + remat::kRuntimeReserveBytes;
+    const std::int64_t least =
+        remat::min_feasible_budget(chain, remat::SolveOptions(0)) + remat::kRuntimeReserveBytes;
+    struct Schedule {
+      std::string name;
+      remat::Algorithm algorithm;
+      std::int64_t budget;
+    };
+    const std::vector<Schedule> schedules = {
+        {"store-all", remat::Algorithm::kStoreAll, full},
+        {"optimal 75%", remat::Algorithm::kOptimal, std::max(least, full * 3 / 4)},
+        {"optimal 50%", remat::Algorithm::kOptimal, std::max(least, full / 2)},
+        {"optimal, least budget", remat::Algorithm::kOptimal, least}};
+    const std::string name = c.model + " b" + std::to_string(c.batch) + " " +
+                             std::to_string(c.image) + "x" + std::to_string(c.image);
+    for (const Schedule& s : schedules) {
+      const remat::Solution& solution = chk->compute_sequence(s.budget, s.algorithm);
+      std::vector<double> ours, plain;
+      step_ms([&](const torch::Tensor& x) { return chk->forward(x); }, sample);  // warm-up
+      step_ms([&](const torch::Tensor& x) { return net->forward(x); }, sample);
+      for (int k = 0; k < steps; ++k) {
+        ours.push_back(step_ms([&](const torch::Tensor& x) { return chk->forward(x); }, sample));
+        plain.push_back(step_ms([&](const torch::Tensor& x) { return net->forward(x); }, sample));
+      }
+      const double measured = median(ours), base = median(plain);
+      std::printf("| %s | %s | %.2f MiB | %.2f MiB | %.1f | %.1f | %.3f | %.3f |\n", name.c_str(),
+                  s.name.c_str(), static_cast<double>(s.budget) / (1 << 20),
+                  static_cast<double>(solution.peak_bytes) / (1 << 20), solution.makespan_ms,
+                  measured, measured / solution.makespan_ms, measured / base);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
