@@ -23,6 +23,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "remat/profiler/generator_state.h"
 #include "remat/profiler/profiler.h"
 
 namespace remat {
@@ -32,23 +33,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string describe(int index, const std::string& name) {
   return "stage " + std::to_string(index) + " (" + name + ")";
-}
-
-// The default generator of a device (CUDA through LibTorch's hooks: no CUDA header here).
-at::Generator default_generator(c10::Device device) {
-  // A tensor's device always has an index; a bare "cuda" means the first GPU here.
-  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
-  return at::globalContext().defaultGenerator(device);
-}
-torch::Tensor generator_state(c10::Device device) {
-  at::Generator gen = default_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-void set_generator_state(c10::Device device, const torch::Tensor& state) {
-  at::Generator gen = default_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
 }
 
 // Everything profiling may change, restored by the destructor.
@@ -205,6 +189,26 @@ void check_device(const NamedStage& stage, int index, c10::Device device) {
 }
 
 }  // namespace
+
+namespace {
+at::Generator default_generator(c10::Device device) {
+  // A tensor's device always has an index; a bare "cuda" means the first GPU here.
+  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
+  return at::globalContext().defaultGenerator(device);
+}
+}  // namespace
+
+torch::Tensor generator_state(c10::Device device) {
+  at::Generator gen = default_generator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_generator_state(c10::Device device, const torch::Tensor& state) {
+  at::Generator gen = default_generator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
 
 std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   std::unordered_set<const void*> seen;

@@ -1,33 +1,20 @@
 #include "executor.h"
 
-#include <ATen/Context.h>
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
-#include <mutex>
 #include <stdexcept>
 #include <string>
+
+#include "remat/profiler/generator_state.h"
 
 namespace remat::detail {
 namespace {
 
-at::Generator default_generator(c10::Device device) {
-  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
-  return at::globalContext().defaultGenerator(device);
-}
 // Generator states and buffer snapshots are kept in host memory outside LibTorch's
 // allocators: they are bookkeeping, not activations, and must not count against the budget
 // (a CPU generator state is 5 KB per stage that draws random numbers).
-HostCopy generator_state(c10::Device device) {
-  at::Generator gen = default_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return HostCopy(gen.get_state());
-}
-void set_generator_state(c10::Device device, const HostCopy& state) {
-  at::Generator gen = default_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state.tensor());
-}
+HostCopy host_generator_state(c10::Device device) { return HostCopy(generator_state(device)); }
 
 // Feeds a gradient into a graph without anyone else holding it: forward returns a scalar
 // zero that depends on `output`; backward hands over `gradient` as output's gradient and
@@ -92,17 +79,17 @@ torch::Tensor Executor::call(int i, const torch::Tensor& x) {
 void Executor::before_forward(int i) {
   const auto ui = static_cast<std::size_t>(i);
   if (!ran_[ui]) {
-    cpu_rng_[ui] = generator_state(c10::Device(c10::kCPU));
-    if (device_.is_cuda()) cuda_rng_[ui] = generator_state(device_);
+    cpu_rng_[ui] = host_generator_state(c10::Device(c10::kCPU));
+    if (device_.is_cuda()) cuda_rng_[ui] = host_generator_state(device_);
     return;
   }
   if (!cpu_rng_[ui].empty()) {
-    caller_cpu_rng_ = generator_state(c10::Device(c10::kCPU));
-    set_generator_state(c10::Device(c10::kCPU), cpu_rng_[ui]);
+    caller_cpu_rng_ = host_generator_state(c10::Device(c10::kCPU));
+    set_generator_state(c10::Device(c10::kCPU), cpu_rng_[ui].tensor());
   }
   if (!cuda_rng_[ui].empty()) {
-    caller_cuda_rng_ = generator_state(device_);
-    set_generator_state(device_, cuda_rng_[ui]);
+    caller_cuda_rng_ = host_generator_state(device_);
+    set_generator_state(device_, cuda_rng_[ui].tensor());
   }
   if (buffer_snapshot_[ui].empty()) {
     torch::NoGradGuard no_grad;
@@ -116,12 +103,12 @@ void Executor::after_forward(int i, bool keeps_graph) {
     // The stage's first forward: keep its generator states only if it drew random numbers
     // (each is a few kilobytes of memory per stage, held until the step's backward ends).
     ran_[ui] = true;
-    if (cpu_rng_[ui] == generator_state(c10::Device(c10::kCPU))) cpu_rng_[ui] = HostCopy();
-    if (!cuda_rng_[ui].empty() && cuda_rng_[ui] == generator_state(device_)) cuda_rng_[ui] = HostCopy();
+    if (cpu_rng_[ui] == host_generator_state(c10::Device(c10::kCPU))) cpu_rng_[ui] = HostCopy();
+    if (!cuda_rng_[ui].empty() && cuda_rng_[ui] == host_generator_state(device_)) cuda_rng_[ui] = HostCopy();
     return;
   }
-  if (!caller_cpu_rng_.empty()) set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_);
-  if (!caller_cuda_rng_.empty()) set_generator_state(device_, caller_cuda_rng_);
+  if (!caller_cpu_rng_.empty()) set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_.tensor());
+  if (!caller_cuda_rng_.empty()) set_generator_state(device_, caller_cuda_rng_.tensor());
   caller_cpu_rng_ = HostCopy();
   caller_cuda_rng_ = HostCopy();
   if (keeps_graph)
@@ -232,11 +219,6 @@ torch::Tensor Executor::run_forward(const torch::Tensor& input) {
 }
 
 torch::Tensor Executor::run_backward(torch::Tensor grad_output) {
-  if (backward_done_)
-    throw std::runtime_error(
-        "remat: the backward of this step's schedule already ran; a checkpointed forward can "
-        "be backpropagated once (retain_graph is not supported)");
-  backward_done_ = true;
   y_[static_cast<std::size_t>(length_)] = std::move(grad_output);
   for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(sequence_[k]);
   torch::Tensor y0 = y_[0];

@@ -1,6 +1,7 @@
 #pragma once
 // Executes a schedule (internal). run_forward() performs the operations before the loss and
-// returns x_L; run_backward() performs the rest, given y_L, and returns y_0.
+// returns x_L; run_backward() performs the rest, given y_L, and returns y_0. Run once each:
+// the graph node that owns the executor lets go of it when its backward starts.
 #include <torch/types.h>
 
 #include <cstring>
@@ -17,7 +18,7 @@ class HostCopy {
  public:
   HostCopy() = default;
   explicit HostCopy(const torch::Tensor& t)
-      : sizes_(t.sizes().vec()), dtype_(t.scalar_type()), device_(t.device()) {
+      : sizes_(t.sizes().vec()), dtype_(t.scalar_type()) {
     const torch::Tensor cpu = t.device().is_cpu() ? t.contiguous() : t.to(torch::kCPU).contiguous();
     bytes_.resize(cpu.nbytes());
     if (!bytes_.empty()) std::memcpy(bytes_.data(), cpu.data_ptr(), bytes_.size());
@@ -35,7 +36,6 @@ class HostCopy {
   std::vector<char> bytes_;
   std::vector<std::int64_t> sizes_;
   c10::ScalarType dtype_ = c10::kByte;
-  c10::Device device_ = c10::Device(c10::kCPU);
   bool present_ = false;
 };
 
@@ -62,7 +62,6 @@ class Executor {
   c10::Device device_;
   int length_;
   std::size_t loss_index_ = 0;
-  bool backward_done_ = false;
   bool input_requires_grad_ = false;
   // x_[k]: activation x_k held without autograd (the input, a checkpoint, an Fn/CF output).
   std::vector<torch::Tensor> x_;
