@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <stdexcept>
 
 #include "remat/solver/simulator.h"
@@ -48,6 +46,8 @@ std::string fit(const std::string& text, double width) {
   return text.size() <= fits ? text : text.substr(0, fits - 3) + "...";
 }
 
+std::string chain_label(const Chain& chain) { return chain.name.empty() ? "chain" : chain.name; }
+
 std::string title_or(const PlotOptions& options, const std::string& fallback) {
   return options.title().empty() ? fallback : options.title();
 }
@@ -72,7 +72,7 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
   svg.root_attribute("data-makespan-ms", num(sim.makespan_ms));
   svg.root_attribute("data-peak-bytes", std::to_string(sim.peak_bytes));
   svg.root_attribute("data-budget-bytes", std::to_string(solution.budget_bytes));
-  svg.text(kLeft, 24, title_or(options, fit(chain.name.empty() ? "chain" : chain.name, width)),
+  svg.text(kLeft, 24, title_or(options, fit(chain_label(chain), width)),
            "start", 15, "font-weight=\"bold\"");
   svg.text(kLeft, 44,
            std::string(algorithm_name(solution.algorithm)) + " schedule of " +
@@ -244,7 +244,7 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOption
   detail::x_axis(svg, x, top + plot_h, top, xshown, [&](double v) { return bytes_axis.label(v); },
                  "memory budget");
   svg.text(kLeft, 26,
-           title_or(options, fit((chain.name.empty() ? std::string("chain") : chain.name) +
+           title_or(options, fit(chain_label(chain) +
                                      ": predicted time against memory budget (" +
                                      std::to_string(chain.length()) + " stages)", width)),
            "start", 15, "font-weight=\"bold\"");
@@ -319,7 +319,7 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
   svg.root_attribute("data-kind", "profile");
   svg.root_attribute("data-stages", std::to_string(length));
   svg.text(kLeft, 26,
-           title_or(options, fit((chain.name.empty() ? std::string("chain") : chain.name) +
+           title_or(options, fit(chain_label(chain) +
                                      ": per-stage profile (" + std::to_string(length) + " stages)", width)),
            "start", 15, "font-weight=\"bold\"");
   // Stages are aggregated into bins when there are more than plot_w / 3 of them: a bin shows
@@ -378,24 +378,6 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
   legend(svg, kLeft, top2 - 16,
          {{"#76b7b2", "kept for backward (saved_bytes)"}, {"#59a14f", "output (out_bytes)"}});
   return svg.str();
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp-remat";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(path + ": cannot write the file");
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw std::runtime_error(path + ": writing the file failed");
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw std::runtime_error(path + ": cannot replace the file");
-  }
 }
 
 }  // namespace remat

@@ -1,7 +1,6 @@
 #include "remat/solver/chain.h"
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -9,6 +8,7 @@
 #include <sstream>
 
 #include "remat/solver/check.h"
+#include "remat/solver/files.h"
 
 namespace remat {
 namespace {
@@ -228,22 +228,7 @@ std::string chain_to_json(const Chain& chain) {
 }
 
 void save_chain(const Chain& chain, const std::string& path) {
-  const std::string text = chain_to_json(chain);
-  const std::string temporary = path + ".tmp-remat";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(str_cat(path, ": cannot write the chain file"));
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw std::runtime_error(str_cat(path, ": writing the chain file failed"));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw std::runtime_error(str_cat(path, ": cannot replace the chain file"));
-  }
+  write_text_file(path, chain_to_json(chain), "the chain file");
 }
 
 }  // namespace remat

@@ -4,7 +4,7 @@
 /// (operations and stages are aggregated when there are more than pixels to show them).
 ///
 ///   remat::Solution s = remat::solve(chain, remat::SolveOptions(700LL << 20));
-///   remat::write_text_file("schedule.svg", remat::schedule_svg(chain, s));
+///   remat::write_text_file("schedule.svg", remat::schedule_svg(chain, s));  // solver/files.h
 ///
 /// The root element carries the figures it shows as data-* attributes (peak, makespan,
 /// budget, ...), and every mark its own (data-op, data-budget-bytes, ...), so that a test or
@@ -14,6 +14,7 @@
 #include <string>
 
 #include "remat/solver/chain.h"
+#include "remat/solver/files.h"  // write_text_file
 #include "remat/solver/solver.h"
 #include "remat/solver/tradeoff.h"
 
@@ -43,9 +44,5 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& tradeoff,
 
 /// Per-stage bars: forward and backward times above, saved and output bytes below.
 std::string profile_svg(const Chain& chain, const PlotOptions& options = PlotOptions());
-
-/// Writes `text` to `path` through a temporary file and a rename: a failure leaves no
-/// half-written file. Throws std::runtime_error naming the path.
-void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace remat
