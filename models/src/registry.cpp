@@ -3,18 +3,57 @@
 #include <stdexcept>
 
 #include "remat/models/convnet.h"
+#include "remat/models/densenet.h"
+#include "remat/models/inception.h"
+#include "remat/models/resnet.h"
+#include "remat/models/vgg.h"
 
 namespace remat::models {
 
 const std::vector<ModelInfo>& registry() {
-  static const std::vector<ModelInfo> models = {
-      {"convnet", "small VGG-like network: 8 Conv3x3+BN+ReLU stages, 3 max pools, classifier", 8,
-       64, [](int classes) { return convnet(ConvNetOptions().num_classes(classes)); }},
-      {"convnet-deep", "deeper VGG-like network: 24 Conv3x3+BN+ReLU stages, 5 max pools", 32, 64,
-       [](int classes) {
-         return convnet(ConvNetOptions().num_classes(classes).blocks(24).pool_every(4));
-       }},
-  };
+  // min_image: the smallest square input each architecture takes (five stride-2 reductions
+  // for ResNet, VGG and DenseNet; Inception's own limits, see inception.h).
+  static const std::vector<ModelInfo> models = [] {
+    std::vector<ModelInfo> all = {
+        {"convnet", "small VGG-like network: 8 Conv3x3+BN+ReLU stages, 3 max pools, classifier",
+         8, 64, [](int classes) { return convnet(ConvNetOptions().num_classes(classes)); }},
+        {"convnet-deep", "deeper VGG-like network: 24 Conv3x3+BN+ReLU stages, 5 max pools", 32,
+         64,
+         [](int classes) {
+           return convnet(ConvNetOptions().num_classes(classes).blocks(24).pool_every(4));
+         }},
+    };
+    const auto add = [&](const char* name, const char* description, int min_image,
+                         int default_image, std::function<torch::nn::Sequential(int)> make) {
+      all.push_back({name, description, min_image, default_image, std::move(make)});
+    };
+    using R = ResNetOptions;
+    add("resnet18", "torchvision ResNet-18", 32, 224, [](int c) { return resnet18(R().num_classes(c)); });
+    add("resnet34", "torchvision ResNet-34", 32, 224, [](int c) { return resnet34(R().num_classes(c)); });
+    add("resnet50", "torchvision ResNet-50", 32, 224, [](int c) { return resnet50(R().num_classes(c)); });
+    add("resnet101", "torchvision ResNet-101", 32, 224, [](int c) { return resnet101(R().num_classes(c)); });
+    add("resnet152", "torchvision ResNet-152", 32, 224, [](int c) { return resnet152(R().num_classes(c)); });
+    using V = VGGOptions;
+    add("vgg11", "torchvision VGG-11", 32, 224, [](int c) { return vgg11(V().num_classes(c)); });
+    add("vgg11_bn", "torchvision VGG-11 with BatchNorm", 32, 224, [](int c) { return vgg11_bn(V().num_classes(c)); });
+    add("vgg13", "torchvision VGG-13", 32, 224, [](int c) { return vgg13(V().num_classes(c)); });
+    add("vgg13_bn", "torchvision VGG-13 with BatchNorm", 32, 224, [](int c) { return vgg13_bn(V().num_classes(c)); });
+    add("vgg16", "torchvision VGG-16", 32, 224, [](int c) { return vgg16(V().num_classes(c)); });
+    add("vgg16_bn", "torchvision VGG-16 with BatchNorm", 32, 224, [](int c) { return vgg16_bn(V().num_classes(c)); });
+    add("vgg19", "torchvision VGG-19", 32, 224, [](int c) { return vgg19(V().num_classes(c)); });
+    add("vgg19_bn", "torchvision VGG-19 with BatchNorm", 32, 224, [](int c) { return vgg19_bn(V().num_classes(c)); });
+    add("inception_v3", "torchvision Inception v3 with its auxiliary classifier", 299, 299,
+        [](int c) { return inception_v3(InceptionV3Options().num_classes(c)); });
+    add("inception_v3_noaux", "torchvision Inception v3, aux_logits=False", 75, 299, [](int c) {
+      return inception_v3(InceptionV3Options().num_classes(c).aux_logits(false));
+    });
+    using D = DenseNetOptions;
+    add("densenet121", "torchvision DenseNet-121", 32, 224, [](int c) { return densenet121(D().num_classes(c)); });
+    add("densenet161", "torchvision DenseNet-161", 32, 224, [](int c) { return densenet161(D().num_classes(c)); });
+    add("densenet169", "torchvision DenseNet-169", 32, 224, [](int c) { return densenet169(D().num_classes(c)); });
+    add("densenet201", "torchvision DenseNet-201", 32, 224, [](int c) { return densenet201(D().num_classes(c)); });
+    return all;
+  }();
   return models;
 }
 

@@ -1,0 +1,310 @@
+// torchvision.models.inception_v3 (v0.14) as a chain: one stage per BasicConv2d of the stem,
+// per pooling and per "Mixed" block. See inception.h for the auxiliary classifier.
+#include "remat/models/inception.h"
+
+#include <torch/nn/modules/container/functional.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/pooling.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers.h"
+
+namespace remat::models {
+namespace {
+
+namespace nn = torch::nn;
+using torch::Tensor;
+
+/// Conv (no bias) + BatchNorm (eps 0.001) + ReLU: torchvision's BasicConv2d.
+class BasicConv2dImpl : public nn::Module {
+ public:
+  BasicConv2dImpl(int64_t in, int64_t out, torch::ExpandingArray<2> kernel,
+                  torch::ExpandingArray<2> stride = 1, torch::ExpandingArray<2> padding = 0)
+      : conv(register_module("conv", detail::conv2d(in, out, kernel, stride, padding))),
+        bn(register_module("bn", nn::BatchNorm2d(nn::BatchNormOptions(out).eps(0.001)))) {}
+  Tensor forward(const Tensor& x) { return bn(conv(x)).relu_(); }
+
+  nn::Conv2d conv;
+  nn::BatchNorm2d bn;
+};
+TORCH_MODULE(BasicConv2d);
+
+/// The auxiliary logits travel behind the feature map as extra channel planes, zero-padded:
+/// N x K logits become N x ceil(K / (H W)) x H x W. pack/unpack are inverse and differentiable.
+Tensor pack_aux(const Tensor& x, const Tensor& aux) {
+  if (!aux.defined()) return x;
+  const int64_t plane = x.size(2) * x.size(3);
+  const int64_t planes = (aux.size(1) + plane - 1) / plane;
+  Tensor padded = torch::constant_pad_nd(aux, {0, planes * plane - aux.size(1)});
+  return torch::cat({x, padded.view({x.size(0), planes, x.size(2), x.size(3)})}, 1);
+}
+std::pair<Tensor, Tensor> unpack_aux(const Tensor& packed, int64_t channels, int64_t classes) {
+  if (packed.size(1) == channels) return {packed, Tensor()};
+  TORCH_CHECK(packed.size(1) > channels, "Inception v3: a stage expects ", channels,
+              " channels, got ", packed.size(1));
+  return {packed.narrow(1, 0, channels),
+          packed.narrow(1, channels, packed.size(1) - channels).flatten(1).narrow(1, 0, classes)};
+}
+
+/// Base of the Mixed blocks: registers BasicConv2d members by torchvision's names.
+class MixedImpl : public nn::Module {
+ protected:
+  BasicConv2d conv(const std::string& name, int64_t in, int64_t out,
+                   torch::ExpandingArray<2> kernel, torch::ExpandingArray<2> stride = 1,
+                   torch::ExpandingArray<2> padding = 0) {
+    return register_module(name, BasicConv2d(in, out, kernel, stride, padding));
+  }
+  static Tensor avg_pool_3x3(const Tensor& x) {
+    return torch::avg_pool2d(x, {3, 3}, {1, 1}, {1, 1});
+  }
+};
+
+class InceptionAImpl : public MixedImpl {
+ public:
+  InceptionAImpl(int64_t in, int64_t pool_features)
+      : b1x1(conv("branch1x1", in, 64, 1)),
+        b5x5_1(conv("branch5x5_1", in, 48, 1)),
+        b5x5_2(conv("branch5x5_2", 48, 64, 5, 1, 2)),
+        b3x3dbl_1(conv("branch3x3dbl_1", in, 64, 1)),
+        b3x3dbl_2(conv("branch3x3dbl_2", 64, 96, 3, 1, 1)),
+        b3x3dbl_3(conv("branch3x3dbl_3", 96, 96, 3, 1, 1)),
+        bpool(conv("branch_pool", in, pool_features, 1)) {}
+  Tensor forward(const Tensor& x) {
+    return torch::cat({b1x1(x), b5x5_2(b5x5_1(x)), b3x3dbl_3(b3x3dbl_2(b3x3dbl_1(x))),
+                       bpool(avg_pool_3x3(x))},
+                      1);
+  }
+  BasicConv2d b1x1, b5x5_1, b5x5_2, b3x3dbl_1, b3x3dbl_2, b3x3dbl_3, bpool;
+};
+TORCH_MODULE(InceptionA);
+
+class InceptionBImpl : public MixedImpl {
+ public:
+  explicit InceptionBImpl(int64_t in)
+      : b3x3(conv("branch3x3", in, 384, 3, 2)),
+        b3x3dbl_1(conv("branch3x3dbl_1", in, 64, 1)),
+        b3x3dbl_2(conv("branch3x3dbl_2", 64, 96, 3, 1, 1)),
+        b3x3dbl_3(conv("branch3x3dbl_3", 96, 96, 3, 2)) {}
+  Tensor forward(const Tensor& x) {
+    return torch::cat({b3x3(x), b3x3dbl_3(b3x3dbl_2(b3x3dbl_1(x))),
+                       torch::max_pool2d(x, {3, 3}, {2, 2})},
+                      1);
+  }
+  BasicConv2d b3x3, b3x3dbl_1, b3x3dbl_2, b3x3dbl_3;
+};
+TORCH_MODULE(InceptionB);
+
+class InceptionCImpl : public MixedImpl {
+ public:
+  InceptionCImpl(int64_t in, int64_t c7)
+      : b1x1(conv("branch1x1", in, 192, 1)),
+        b7x7_1(conv("branch7x7_1", in, c7, 1)),
+        b7x7_2(conv("branch7x7_2", c7, c7, {1, 7}, 1, {0, 3})),
+        b7x7_3(conv("branch7x7_3", c7, 192, {7, 1}, 1, {3, 0})),
+        b7x7dbl_1(conv("branch7x7dbl_1", in, c7, 1)),
+        b7x7dbl_2(conv("branch7x7dbl_2", c7, c7, {7, 1}, 1, {3, 0})),
+        b7x7dbl_3(conv("branch7x7dbl_3", c7, c7, {1, 7}, 1, {0, 3})),
+        b7x7dbl_4(conv("branch7x7dbl_4", c7, c7, {7, 1}, 1, {3, 0})),
+        b7x7dbl_5(conv("branch7x7dbl_5", c7, 192, {1, 7}, 1, {0, 3})),
+        bpool(conv("branch_pool", in, 192, 1)) {}
+  Tensor forward(const Tensor& x) {
+    Tensor dbl = b7x7dbl_3(b7x7dbl_2(b7x7dbl_1(x)));
+    return torch::cat({b1x1(x), b7x7_3(b7x7_2(b7x7_1(x))), b7x7dbl_5(b7x7dbl_4(dbl)),
+                       bpool(avg_pool_3x3(x))},
+                      1);
+  }
+  BasicConv2d b1x1, b7x7_1, b7x7_2, b7x7_3, b7x7dbl_1, b7x7dbl_2, b7x7dbl_3, b7x7dbl_4,
+      b7x7dbl_5, bpool;
+};
+TORCH_MODULE(InceptionC);
+
+/// Mixed_7a: carries the auxiliary logits, if any, to its output (see pack_aux).
+class InceptionDImpl : public MixedImpl {
+ public:
+  InceptionDImpl(int64_t in, int64_t classes)
+      : in_(in),
+        classes_(classes),
+        b3x3_1(conv("branch3x3_1", in, 192, 1)),
+        b3x3_2(conv("branch3x3_2", 192, 320, 3, 2)),
+        b7x7x3_1(conv("branch7x7x3_1", in, 192, 1)),
+        b7x7x3_2(conv("branch7x7x3_2", 192, 192, {1, 7}, 1, {0, 3})),
+        b7x7x3_3(conv("branch7x7x3_3", 192, 192, {7, 1}, 1, {3, 0})),
+        b7x7x3_4(conv("branch7x7x3_4", 192, 192, 3, 2)) {}
+  Tensor forward(const Tensor& input) {
+    auto [x, aux] = unpack_aux(input, in_, classes_);
+    Tensor out = torch::cat({b3x3_2(b3x3_1(x)), b7x7x3_4(b7x7x3_3(b7x7x3_2(b7x7x3_1(x)))),
+                             torch::max_pool2d(x, {3, 3}, {2, 2})},
+                            1);
+    return pack_aux(out, aux);
+  }
+
+ private:
+  int64_t in_, classes_;
+
+ public:
+  BasicConv2d b3x3_1, b3x3_2, b7x7x3_1, b7x7x3_2, b7x7x3_3, b7x7x3_4;
+};
+TORCH_MODULE(InceptionD);
+
+/// Mixed_7b, Mixed_7c: carry the auxiliary logits, if any.
+class InceptionEImpl : public MixedImpl {
+ public:
+  InceptionEImpl(int64_t in, int64_t classes)
+      : in_(in),
+        classes_(classes),
+        b1x1(conv("branch1x1", in, 320, 1)),
+        b3x3_1(conv("branch3x3_1", in, 384, 1)),
+        b3x3_2a(conv("branch3x3_2a", 384, 384, {1, 3}, 1, {0, 1})),
+        b3x3_2b(conv("branch3x3_2b", 384, 384, {3, 1}, 1, {1, 0})),
+        b3x3dbl_1(conv("branch3x3dbl_1", in, 448, 1)),
+        b3x3dbl_2(conv("branch3x3dbl_2", 448, 384, 3, 1, 1)),
+        b3x3dbl_3a(conv("branch3x3dbl_3a", 384, 384, {1, 3}, 1, {0, 1})),
+        b3x3dbl_3b(conv("branch3x3dbl_3b", 384, 384, {3, 1}, 1, {1, 0})),
+        bpool(conv("branch_pool", in, 192, 1)) {}
+  Tensor forward(const Tensor& input) {
+    auto [x, aux] = unpack_aux(input, in_, classes_);
+    Tensor b3x3 = b3x3_1(x);
+    Tensor dbl = b3x3dbl_2(b3x3dbl_1(x));
+    Tensor out = torch::cat({b1x1(x), torch::cat({b3x3_2a(b3x3), b3x3_2b(b3x3)}, 1),
+                             torch::cat({b3x3dbl_3a(dbl), b3x3dbl_3b(dbl)}, 1),
+                             bpool(avg_pool_3x3(x))},
+                            1);
+    return pack_aux(out, aux);
+  }
+
+ private:
+  int64_t in_, classes_;
+
+ public:
+  BasicConv2d b1x1, b3x3_1, b3x3_2a, b3x3_2b, b3x3dbl_1, b3x3dbl_2, b3x3dbl_3a, b3x3dbl_3b,
+      bpool;
+};
+TORCH_MODULE(InceptionE);
+
+/// AuxLogits: in training mode, computes the auxiliary logits and packs them behind its
+/// input; in eval mode, the identity (torchvision skips the auxiliary head there).
+class InceptionAuxImpl : public MixedImpl {
+ public:
+  InceptionAuxImpl(int64_t in, int64_t classes)
+      : conv0(conv("conv0", in, 128, 1)),
+        conv1(conv("conv1", 128, 768, 5)),
+        fc(register_module("fc", nn::Linear(768, classes))) {}
+  Tensor forward(const Tensor& x) {
+    if (!is_training()) return x;
+    TORCH_CHECK(x.size(2) >= 17 && x.size(3) >= 17,
+                "Inception v3's auxiliary classifier needs Mixed_6e's output to be at least "
+                "17x17 (a 299x299 input), got ",
+                x.size(2), "x", x.size(3), "; build the model with aux_logits(false)");
+    Tensor aux = conv1(conv0(torch::avg_pool2d(x, {5, 5}, {3, 3})));
+    aux = fc(torch::adaptive_avg_pool2d(aux, {1, 1}).flatten(1));
+    return pack_aux(x, aux);
+  }
+  BasicConv2d conv0, conv1;
+  nn::Linear fc;
+};
+TORCH_MODULE(InceptionAux);
+
+/// The first stage: optional input transform, then Conv2d_1a_3x3.
+class InputStemImpl : public nn::Module {
+ public:
+  explicit InputStemImpl(bool transform_input)
+      : transform_input_(transform_input),
+        conv_(register_module("Conv2d_1a_3x3", BasicConv2d(3, 32, 3, 2))) {}
+  Tensor forward(const Tensor& x) {
+    if (!transform_input_) return conv_(x);
+    // torchvision's _transform_input: from ImageNet normalization to [-1, 1].
+    Tensor t = torch::cat({x.narrow(1, 0, 1) * (0.229 / 0.5) + (0.485 - 0.5) / 0.5,
+                           x.narrow(1, 1, 1) * (0.224 / 0.5) + (0.456 - 0.5) / 0.5,
+                           x.narrow(1, 2, 1) * (0.225 / 0.5) + (0.406 - 0.5) / 0.5},
+                          1);
+    return conv_(t);
+  }
+
+ private:
+  bool transform_input_;
+  BasicConv2d conv_;
+};
+TORCH_MODULE(InputStem);
+
+/// avgpool, dropout, flatten, fc; returns [logits | aux_logits] when the input carries them.
+class InceptionHeadImpl : public nn::Module {
+ public:
+  InceptionHeadImpl(int64_t classes, double dropout)
+      : classes_(classes),
+        dropout_(register_module("dropout", nn::Dropout(nn::DropoutOptions(dropout)))),
+        fc_(register_module("fc", nn::Linear(2048, classes))) {}
+  Tensor forward(const Tensor& input) {
+    auto [x, aux] = unpack_aux(input, 2048, classes_);
+    Tensor logits = fc_(dropout_(torch::adaptive_avg_pool2d(x, {1, 1})).flatten(1));
+    return aux.defined() ? torch::cat({logits, aux}, 1) : logits;
+  }
+
+ private:
+  int64_t classes_;
+  nn::Dropout dropout_;
+  nn::Linear fc_;
+};
+TORCH_MODULE(InceptionHead);
+
+}  // namespace
+
+torch::nn::Sequential inception_v3(const InceptionV3Options& options) {
+  const int64_t classes = options.num_classes();
+  if (classes < 1) throw std::invalid_argument("inception_v3: num_classes must be >= 1");
+  if (!(options.dropout() >= 0 && options.dropout() <= 1))
+    throw std::invalid_argument("inception_v3: dropout must be in [0, 1]");
+  auto chain = std::make_shared<detail::TorchvisionChainImpl>();
+  chain->add("Conv2d_1a_3x3", InputStem(options.transform_input()), "");
+  chain->add("Conv2d_2a_3x3", BasicConv2d(32, 32, 3), "Conv2d_2a_3x3.");
+  chain->add("Conv2d_2b_3x3", BasicConv2d(32, 64, 3, 1, 1), "Conv2d_2b_3x3.");
+  chain->add("maxpool1", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2)), "maxpool1.");
+  chain->add("Conv2d_3b_1x1", BasicConv2d(64, 80, 1), "Conv2d_3b_1x1.");
+  chain->add("Conv2d_4a_3x3", BasicConv2d(80, 192, 3), "Conv2d_4a_3x3.");
+  chain->add("maxpool2", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2)), "maxpool2.");
+  chain->add("Mixed_5b", InceptionA(192, 32), "Mixed_5b.");
+  chain->add("Mixed_5c", InceptionA(256, 64), "Mixed_5c.");
+  chain->add("Mixed_5d", InceptionA(288, 64), "Mixed_5d.");
+  chain->add("Mixed_6a", InceptionB(288), "Mixed_6a.");
+  chain->add("Mixed_6b", InceptionC(768, 128), "Mixed_6b.");
+  chain->add("Mixed_6c", InceptionC(768, 160), "Mixed_6c.");
+  chain->add("Mixed_6d", InceptionC(768, 160), "Mixed_6d.");
+  chain->add("Mixed_6e", InceptionC(768, 192), "Mixed_6e.");
+  InceptionAux aux{nullptr};
+  if (options.aux_logits()) {
+    aux = InceptionAux(768, classes);
+    chain->add("AuxLogits", aux, "AuxLogits.");
+  }
+  chain->add("Mixed_7a", InceptionD(768, classes), "Mixed_7a.");
+  chain->add("Mixed_7b", InceptionE(1280, classes), "Mixed_7b.");
+  chain->add("Mixed_7c", InceptionE(2048, classes), "Mixed_7c.");
+  chain->add("fc", InceptionHead(classes, options.dropout()), "");
+
+  // torchvision: trunc_normal_(std = 0.1, or the module's `stddev`: 0.01 for AuxLogits.conv1,
+  // 0.001 for AuxLogits.fc; bounds -2, 2) on every Conv2d and Linear weight; BN at 1 and 0.
+  detail::for_each<nn::Conv2dImpl>(
+      *chain, [](nn::Conv2dImpl& conv) { detail::trunc_normal_(conv.weight, 0, 0.1, -2, 2); });
+  detail::for_each<nn::LinearImpl>(*chain, [](nn::LinearImpl& linear) {
+    detail::trunc_normal_(linear.weight, 0, 0.1, -2, 2);
+  });
+  if (aux) {
+    detail::trunc_normal_(aux->conv1->conv->weight, 0, 0.01, -2, 2);
+    detail::trunc_normal_(aux->fc->weight, 0, 0.001, -2, 2);
+  }
+  return detail::as_sequential(chain);
+}
+
+InceptionOutputs split_inception_output(const torch::Tensor& output, int64_t num_classes) {
+  TORCH_CHECK(output.dim() == 2 && (output.size(1) == num_classes ||
+                                    output.size(1) == 2 * num_classes),
+              "split_inception_output: expected an N x ", num_classes, " or N x ",
+              2 * num_classes, " tensor, got ", output.sizes());
+  if (output.size(1) == num_classes) return {output, torch::Tensor()};
+  return {output.narrow(1, 0, num_classes), output.narrow(1, num_classes, num_classes)};
+}
+
+}  // namespace remat::models

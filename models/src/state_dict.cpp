@@ -1,0 +1,797 @@
+#include "remat/models/state_dict.h"
+
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/inline_container.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+// What torch.save writes, and so what this reads (torch/serialization.py):
+//  - zip format: an archive whose data.pkl is a pickle of the object, each tensor a REDUCE of
+//    torch._utils._rebuild_tensor_v2 on a storage named by a persistent id
+//    ('storage', torch.FloatStorage, key, location, numel) whose bytes are the record data/<key>.
+//  - legacy format: five pickles in a row (magic number, format version 1001, sys_info, the
+//    object with persistent ids ('storage', type, key, location, numel, view_metadata), the list
+//    of storage keys), then for each key in that list an int64 element count and the raw bytes.
+// Only the few globals a state dict needs are known; anything else is refused, so reading an
+// untrusted file never runs more than this list.
+
+namespace remat::models {
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw StateDictError(where + ": " + what);
+}
+
+// A stream with its position and size known, so that a truncated file is reported as such, with
+// the offset, and a corrupt length can never make us allocate more than the file holds.
+class Input {
+ public:
+  Input(std::istream& stream, uint64_t size, std::string where)
+      : stream_(stream), size_(size), where_(std::move(where)) {}
+
+  const std::string& where() const { return where_; }
+  uint64_t pos() const { return pos_; }
+  uint64_t remaining() const { return size_ - pos_; }
+
+  void read(void* out, uint64_t n, const std::string& what) {
+    if (n > remaining()) {
+      fail(where_, "truncated file: " + what + " at byte " + std::to_string(pos_) + " needs " +
+                       std::to_string(n) + " bytes, only " + std::to_string(remaining()) +
+                       " remain (download or save it again)");
+    }
+    stream_.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
+    if (!stream_) fail(where_, "read error at byte " + std::to_string(pos_));
+    pos_ += n;
+  }
+  std::string read_string(uint64_t n, const std::string& what) {
+    std::string text(n, '\0');
+    read(text.data(), n, what);
+    return text;
+  }
+  uint64_t read_uint(int bytes, const std::string& what, bool big_endian = false) {
+    unsigned char buffer[8];
+    read(buffer, bytes, what);
+    uint64_t value = 0;
+    for (int i = 0; i < bytes; ++i)
+      value |= uint64_t{buffer[big_endian ? bytes - 1 - i : i]} << 8 * i;
+    return value;
+  }
+  std::string read_line(const std::string& what) {
+    std::string line;
+    for (char c; (c = static_cast<char>(read_uint(1, what))) != '\n';) {
+      if (line.size() > 4096)
+        fail(where_, what + " longer than 4096 bytes at byte " + std::to_string(pos_));
+      line += c;
+    }
+    return line;
+  }
+
+ private:
+  std::istream& stream_;
+  uint64_t pos_ = 0;
+  uint64_t size_;
+  std::string where_;
+};
+
+struct Value;
+using Items = std::vector<Value>;
+struct Dict;
+
+struct Value {
+  enum class Kind {
+    kNone,
+    kBool,
+    kInt,
+    kBigInt,
+    kFloat,
+    kStr,
+    kBytes,
+    kTuple,
+    kList,
+    kDict,
+    kGlobal,
+    kStorage,
+    kTensor
+  };
+  Kind kind = Kind::kNone;
+  int64_t integer = 0;  // kBool, kInt
+  double real = 0;      // kFloat
+  // kStr, kBytes, kBigInt (little-endian two's complement), kGlobal ("module.name"), kStorage (key)
+  std::string text;
+  std::shared_ptr<Items> items;  // kTuple, kList; shared so that a memoized list sees APPENDs
+  std::shared_ptr<Dict> dict;    // kDict (dict or OrderedDict)
+  at::Storage storage;           // kStorage, bytes shared by every tensor that views it
+  at::ScalarType dtype = at::kByte;
+  torch::Tensor tensor;  // kTensor
+};
+
+using Kind = Value::Kind;
+
+// Python's dict semantics: a key set again keeps its place and takes the new value.
+struct Dict {
+  std::vector<std::pair<Value, Value>> items;
+  std::unordered_map<std::string, size_t> index;  // by hash_key()
+};
+
+Value make(Kind kind, int64_t integer = 0, std::string text = {}) {
+  Value value;
+  value.kind = kind;
+  value.integer = integer;
+  value.text = std::move(text);
+  if (kind == Kind::kTuple || kind == Kind::kList) value.items = std::make_shared<Items>();
+  if (kind == Kind::kDict) value.dict = std::make_shared<Dict>();
+  return value;
+}
+
+Value make_sequence(Kind kind, Items items) {
+  Value value = make(kind);
+  *value.items = std::move(items);
+  return value;
+}
+
+std::string kind_name(const Value& value) {
+  switch (value.kind) {
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+    case Kind::kBigInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kStr:
+      return "str";
+    case Kind::kBytes:
+      return "bytes";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kGlobal:
+      return "global " + value.text;
+    case Kind::kStorage:
+      return "storage";
+    case Kind::kTensor:
+      return "tensor";
+  }
+  return "?";
+}
+
+// "an int", "a list", "None": for messages.
+std::string a_kind(const Value& value) {
+  const std::string kind = kind_name(value);
+  if (value.kind == Kind::kNone) return kind;
+  return (std::string("aeiou").find(kind[0]) == std::string::npos ? "a " : "an ") + kind;
+}
+
+// A string equal for two keys exactly when Python finds them equal (bool and int alike); false
+// for an unhashable key (a list, a dict).
+bool hash_key(const Value& key, std::string& out) {
+  const auto tagged = [&](char tag, const std::string& text) {
+    out += tag + std::to_string(text.size()) + ":" + text;
+    return true;
+  };
+  switch (key.kind) {
+    case Kind::kNone:
+      return tagged('N', "");
+    case Kind::kBool:
+    case Kind::kInt:
+      return tagged('i', std::to_string(key.integer));
+    case Kind::kBigInt:
+      return tagged('L', key.text);
+    case Kind::kFloat:
+      return tagged('f', std::to_string(key.real));
+    case Kind::kStr:
+      return tagged('s', key.text);
+    case Kind::kBytes:
+      return tagged('b', key.text);
+    case Kind::kTuple:
+      out += "t(";
+      for (const Value& item : *key.items) {
+        if (!hash_key(item, out)) return false;
+      }
+      out += ")";
+      return true;
+    default:
+      return false;
+  }
+}
+
+const Value* find_str_key(const Dict& dict, const std::string& name) {
+  std::string key;
+  hash_key(make(Kind::kStr, 0, name), key);
+  const auto it = dict.index.find(key);
+  return it == dict.index.end() ? nullptr : &dict.items[it->second].second;
+}
+
+const std::unordered_map<std::string, at::ScalarType>& storage_types() {
+  static const std::unordered_map<std::string, at::ScalarType> types = {
+      {"torch.FloatStorage", at::kFloat},
+      {"torch.DoubleStorage", at::kDouble},
+      {"torch.HalfStorage", at::kHalf},
+      {"torch.BFloat16Storage", at::kBFloat16},
+      {"torch.LongStorage", at::kLong},
+      {"torch.IntStorage", at::kInt},
+      {"torch.ShortStorage", at::kShort},
+      {"torch.CharStorage", at::kChar},
+      {"torch.ByteStorage", at::kByte},
+      {"torch.BoolStorage", at::kBool},
+      {"torch.ComplexFloatStorage", at::kComplexFloat},
+      {"torch.ComplexDoubleStorage", at::kComplexDouble},
+  };
+  return types;
+}
+
+bool is_known_function(const std::string& name) {
+  return name == "collections.OrderedDict" || name == "torch._utils._rebuild_tensor_v2" ||
+         name == "torch._utils._rebuild_parameter" ||
+         name == "torch._utils._rebuild_parameter_with_state";
+}
+
+// A storage named by a persistent id; its bytes come from the caller (a zip record, or the data
+// after the legacy pickles).
+struct StorageId {
+  std::string key;
+  at::ScalarType dtype;
+  int64_t numel;
+};
+using StorageLoader = std::function<at::Storage(const StorageId&)>;
+
+// A pickle virtual machine for the opcodes of protocols 2 to 5 that torch.save emits, building
+// Values; REDUCE runs only the known functions above.
+class Unpickler {
+ public:
+  Unpickler(Input& in, StorageLoader load_storage)
+      : in_(in), load_storage_(std::move(load_storage)) {}
+
+  Value load() {
+    for (;;) {
+      op_pos_ = in_.pos();
+      const auto op = static_cast<unsigned char>(read(1));
+      switch (op) {
+        case 0x80: {  // PROTO
+          const uint64_t protocol = read(1);
+          if (protocol > 5) error("pickle protocol " + std::to_string(protocol) + " is unknown");
+          break;
+        }
+        case 0x95:
+          read(8);
+          break;  // FRAME: a buffering hint
+        case '(':
+          marks_.push_back(stack_.size());
+          break;  // MARK
+        case '.':
+          return pop();  // STOP
+        case '0':
+          pop();
+          break;  // POP
+        case '1':
+          pop_mark();
+          break;  // POP_MARK
+        case '2':
+          push(top());
+          break;  // DUP
+        case 'N':
+          push(make(Kind::kNone));
+          break;  // NONE
+        case 0x88:
+          push(make(Kind::kBool, 1));
+          break;  // NEWTRUE
+        case 0x89:
+          push(make(Kind::kBool, 0));
+          break;  // NEWFALSE
+        case 'J':
+          push(make(Kind::kInt, static_cast<int32_t>(read(4))));
+          break;  // BININT
+        case 'K':
+          push(make(Kind::kInt, read(1)));
+          break;  // BININT1
+        case 'M':
+          push(make(Kind::kInt, read(2)));
+          break;  // BININT2
+        case 0x8a:
+          push(make_long(in_.read_string(read(1), "LONG1")));
+          break;  // LONG1
+        case 0x8b:
+          push(make_long(in_.read_string(read_length(4), "LONG4")));
+          break;     // LONG4
+        case 'G': {  // BINFLOAT
+          const uint64_t bits = in_.read_uint(8, "BINFLOAT", /*big_endian=*/true);
+          Value value = make(Kind::kFloat);
+          std::memcpy(&value.real, &bits, sizeof bits);
+          push(std::move(value));
+          break;
+        }
+        case 0x8c:
+        case 'U':
+          push(read_text(Kind::kStr, 1));
+          break;  // SHORT_BINUNICODE/STRING
+        case 'X':
+        case 'T':
+          push(read_text(Kind::kStr, 4));
+          break;  // BINUNICODE, BINSTRING
+        case 0x8d:
+          push(read_text(Kind::kStr, 8));
+          break;  // BINUNICODE8
+        case 'C':
+          push(read_text(Kind::kBytes, 1));
+          break;  // SHORT_BINBYTES
+        case 'B':
+          push(read_text(Kind::kBytes, 4));
+          break;  // BINBYTES
+        case 0x8e:
+          push(read_text(Kind::kBytes, 8));
+          break;  // BINBYTES8
+        case ')':
+          push(make(Kind::kTuple));
+          break;  // EMPTY_TUPLE
+        case 't':
+          push(make_sequence(Kind::kTuple, pop_mark()));
+          break;  // TUPLE
+        case 0x85:
+        case 0x86:
+        case 0x87: {  // TUPLE1, 2, 3
+          const size_t n = op - 0x84;
+          if (stack_.size() < stack_floor() + n) error("pickle stack underflow");
+          Items items(std::make_move_iterator(stack_.end() - n),
+                      std::make_move_iterator(stack_.end()));
+          stack_.resize(stack_.size() - n);
+          push(make_sequence(Kind::kTuple, std::move(items)));
+          break;
+        }
+        case ']':
+          push(make(Kind::kList));
+          break;  // EMPTY_LIST
+        case 'l':
+          push(make_sequence(Kind::kList, pop_mark()));
+          break;     // LIST
+        case 'a': {  // APPEND
+          Value item = pop();
+          list_on_top().push_back(std::move(item));
+          break;
+        }
+        case 'e': {  // APPENDS
+          Items items = pop_mark();
+          Items& list = list_on_top();
+          for (Value& item : items) list.push_back(std::move(item));
+          break;
+        }
+        case '}':
+          push(make(Kind::kDict));
+          break;     // EMPTY_DICT
+        case 'd': {  // DICT
+          Items items = pop_mark();
+          push(make(Kind::kDict));
+          set_items(std::move(items));
+          break;
+        }
+        case 's': {  // SETITEM
+          Value value = pop();
+          Value key = pop();
+          set_items({std::move(key), std::move(value)});
+          break;
+        }
+        case 'u':
+          set_items(pop_mark());
+          break;     // SETITEMS
+        case 'c': {  // GLOBAL
+          std::string module = in_.read_line("GLOBAL module");
+          push(make_global(module, in_.read_line("GLOBAL name")));
+          break;
+        }
+        case 0x93: {  // STACK_GLOBAL
+          const Value name = pop();
+          const Value module = pop();
+          if (module.kind != Kind::kStr || name.kind != Kind::kStr)
+            error("STACK_GLOBAL of non-str");
+          push(make_global(module.text, name.text));
+          break;
+        }
+        case 'R':
+        case 0x81: {  // REDUCE, NEWOBJ (cls.__new__(cls, *args): the same for OrderedDict)
+          const Value args = pop();
+          const Value callable = pop();
+          push(call(callable, args));
+          break;
+        }
+        case 'b': {  // BUILD
+          // OrderedDict's state is its attributes: a state dict's `_metadata` (module versions),
+          // which loading into LibTorch modules does not use.
+          pop();
+          if (top().kind != Kind::kDict) error("BUILD (setting the state) of " + a_kind(top()));
+          break;
+        }
+        case 'q':
+          memo_[read(1)] = top();
+          break;  // BINPUT
+        case 'r':
+          memo_[read(4)] = top();
+          break;  // LONG_BINPUT
+        case 0x94:
+          memo_[memo_.size()] = top();
+          break;  // MEMOIZE
+        case 'h':
+          push(memo_get(read(1)));
+          break;  // BINGET
+        case 'j':
+          push(memo_get(read(4)));
+          break;  // LONG_BINGET
+        case 'Q':
+          push(persistent_load(pop()));
+          break;  // BINPERSID
+        default: {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "0x%02x", op);
+          error(std::string("unsupported pickle opcode ") + hex);
+        }
+      }
+    }
+  }
+
+ private:
+  // `detail` goes after the offset: a hint on what to do.
+  [[noreturn]] void error(const std::string& what, const std::string& detail = "") const {
+    fail(in_.where(), what + " at byte " + std::to_string(op_pos_) + detail);
+  }
+
+  uint64_t read(int bytes) { return in_.read_uint(bytes, "pickle opcode argument"); }
+  uint64_t read_length(int bytes) {
+    const uint64_t length = read(bytes);
+    // BINSTRING and LONG4 lengths are signed.
+    if (bytes == 4 && length > 0x7fffffff) error("negative length");
+    return length;
+  }
+  Value read_text(Kind kind, int length_bytes) {
+    return make(kind, 0, in_.read_string(read_length(length_bytes), "pickled string"));
+  }
+
+  // Python ints of more than 8 bytes only appear as the legacy magic number: kept as bytes.
+  static Value make_long(const std::string& bytes) {
+    if (bytes.size() > 8) return make(Kind::kBigInt, 0, bytes);
+    uint64_t value = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      value |= uint64_t{static_cast<unsigned char>(bytes[i])} << 8 * i;
+    }
+    if (!bytes.empty() && bytes.size() < 8 && (static_cast<unsigned char>(bytes.back()) & 0x80)) {
+      value |= ~uint64_t{0} << 8 * bytes.size();  // sign extension
+    }
+    return make(Kind::kInt, static_cast<int64_t>(value));
+  }
+
+  // Items above the innermost MARK belong to it: popping them otherwise means a corrupt pickle.
+  size_t stack_floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  void push(Value value) { stack_.push_back(std::move(value)); }
+  Value& top() {
+    if (stack_.size() <= stack_floor()) error("pickle stack underflow");
+    return stack_.back();
+  }
+  Value pop() {
+    Value value = std::move(top());
+    stack_.pop_back();
+    return value;
+  }
+  Items pop_mark() {
+    if (marks_.empty()) error("no MARK for this opcode");
+    Items items(std::make_move_iterator(stack_.begin() + marks_.back()),
+                std::make_move_iterator(stack_.end()));
+    stack_.resize(marks_.back());
+    marks_.pop_back();
+    return items;
+  }
+  Items& list_on_top() {
+    if (top().kind != Kind::kList) error("APPEND to " + a_kind(top()));
+    return *top().items;
+  }
+  void set_items(Items pairs) {
+    if (top().kind != Kind::kDict) error("SETITEM on " + a_kind(top()));
+    if (pairs.size() % 2 != 0) error("odd number of items for SETITEMS");
+    Dict& dict = *top().dict;
+    for (size_t i = 0; i < pairs.size(); i += 2) {
+      std::string key;
+      if (!hash_key(pairs[i], key)) error("unhashable dict key (" + kind_name(pairs[i]) + ")");
+      const auto [it, inserted] = dict.index.emplace(key, dict.items.size());
+      if (inserted) {
+        dict.items.emplace_back(std::move(pairs[i]), std::move(pairs[i + 1]));
+      } else {
+        dict.items[it->second].second = std::move(pairs[i + 1]);
+      }
+    }
+  }
+  const Value& memo_get(uint64_t key) {
+    const auto it = memo_.find(key);
+    if (it == memo_.end()) error("memo entry " + std::to_string(key) + " used before it was set");
+    return it->second;
+  }
+
+  Value make_global(const std::string& module, const std::string& name) {
+    std::string full = module + "." + name;
+    if (!is_known_function(full) && storage_types().count(full) == 0) {
+      error("unsupported global '" + full + "'",
+            module.rfind("__torch__", 0) == 0
+                ? " (this is a TorchScript archive: load it with torch::jit::load)"
+                : ": a state dict holds only tensors, dicts and plain values (save "
+                  "model.state_dict() rather than the model or other objects)");
+    }
+    return make(Kind::kGlobal, 0, std::move(full));
+  }
+
+  Value call(const Value& callable, const Value& args) {
+    if (callable.kind != Kind::kGlobal) error("call of " + a_kind(callable));
+    if (args.kind != Kind::kTuple) error("arguments of " + callable.text + " are not a tuple");
+    const Items& arg = *args.items;
+    const std::string& name = callable.text;
+    if (name == "collections.OrderedDict") {
+      if (!arg.empty()) error("OrderedDict with arguments");
+      return make(Kind::kDict);
+    }
+    if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(arg);
+    if (name == "torch._utils._rebuild_parameter" ||
+        name == "torch._utils._rebuild_parameter_with_state") {
+      if (arg.empty() || arg[0].kind != Kind::kTensor) error(name + " of a non-tensor");
+      return arg[0];
+    }
+    error("call of " + name + ", which is not a function");
+  }
+
+  int64_t to_int(const Value& value, const std::string& what) {
+    if (value.kind != Kind::kInt) error(what + " is " + a_kind(value) + ", not an int");
+    return value.integer;
+  }
+  std::vector<int64_t> to_ints(const Value& value, const std::string& what) {
+    if (value.kind != Kind::kTuple) error(what + " is " + a_kind(value) + ", not a tuple");
+    std::vector<int64_t> ints;
+    for (const Value& item : *value.items) ints.push_back(to_int(item, what + " element"));
+    return ints;
+  }
+
+  // _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks[,
+  // metadata]): a view of the storage.
+  Value rebuild_tensor(const Items& arg) {
+    if (arg.size() != 6 && arg.size() != 7) error("_rebuild_tensor_v2 with a wrong argument count");
+    const Value& storage = arg[0];
+    if (storage.kind != Kind::kStorage) error("_rebuild_tensor_v2 of " + a_kind(storage));
+    const int64_t offset = to_int(arg[1], "storage offset");
+    const std::vector<int64_t> sizes = to_ints(arg[2], "tensor size");
+    const std::vector<int64_t> strides = to_ints(arg[3], "tensor stride");
+    if (sizes.size() != strides.size()) error("tensor size and stride of different lengths");
+    // Checked here because set_ would grow the storage (or fail deep in ATen) for a corrupt size,
+    // stride or offset instead of saying what is wrong.
+    const auto capacity =
+        static_cast<int64_t>(storage.storage.nbytes() / c10::elementSize(storage.dtype));
+    bool empty = false;
+    int64_t last = offset;
+    bool bad = offset < 0;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      int64_t step = 0;
+      bad = bad || sizes[d] < 0 || strides[d] < 0;
+      if (sizes[d] == 0) empty = true;
+      if (bad || empty) continue;
+      bad = __builtin_mul_overflow(sizes[d] - 1, strides[d], &step) ||
+            __builtin_add_overflow(last, step, &last);
+    }
+    if (bad || (!empty && last >= capacity)) {
+      error("tensor of size " + c10::str(c10::IntArrayRef(sizes)) + ", stride " +
+            c10::str(c10::IntArrayRef(strides)) + " at offset " + std::to_string(offset) +
+            " does not fit its storage '" + storage.text + "' of " + std::to_string(capacity) +
+            " elements");
+    }
+    Value value = make(Kind::kTensor);
+    value.tensor = torch::empty({0}, torch::TensorOptions().dtype(storage.dtype));
+    value.tensor.set_(storage.storage, offset, sizes, strides);
+    return value;
+  }
+
+  // ('storage', storage type, key, location, numel) in zip files, with a sixth field
+  // view_metadata (None since torch 0.4) in legacy ones.
+  Value persistent_load(const Value& pid) {
+    const Items* fields = pid.kind == Kind::kTuple ? pid.items.get() : nullptr;
+    if (fields == nullptr || (fields->size() != 5 && fields->size() != 6) ||
+        (*fields)[0].kind != Kind::kStr || (*fields)[0].text != "storage" ||
+        (*fields)[1].kind != Kind::kGlobal || (*fields)[2].kind != Kind::kStr) {
+      error("persistent id that is not ('storage', type, key, location, numel)");
+    }
+    if (fields->size() == 6 && (*fields)[5].kind != Kind::kNone) {
+      error("storage view (written by torch older than 0.4)");
+    }
+    const auto type = storage_types().find((*fields)[1].text);
+    if (type == storage_types().end()) error("storage of type " + (*fields)[1].text);
+    const StorageId id{(*fields)[2].text, type->second, to_int((*fields)[4], "storage size")};
+    if (id.numel < 0) error("negative storage size");
+    Value value = make(Kind::kStorage, 0, id.key);
+    value.storage = load_storage_(id);
+    value.dtype = id.dtype;
+    return value;
+  }
+
+  Input& in_;
+  StorageLoader load_storage_;
+  std::vector<Value> stack_;
+  std::vector<size_t> marks_;  // stack sizes at each MARK
+  std::unordered_map<uint64_t, Value> memo_;
+  uint64_t op_pos_ = 0;
+};
+
+// Why `value` is not a state dict, or "" when it is a dict of str -> tensor.
+std::string why_not_state_dict(const Value& value) {
+  if (value.kind != Kind::kDict) return "it is " + a_kind(value);
+  for (const auto& [key, item] : value.dict->items) {
+    if (key.kind != Kind::kStr) return "it has a key of type " + kind_name(key);
+    if (item.kind != Kind::kTensor) return "'" + key.text + "' holds " + a_kind(item);
+  }
+  return "";
+}
+
+std::vector<StateDictEntry> state_dict_entries(const Value& top, const std::string& path) {
+  if (top.kind != Kind::kDict) {
+    fail(path, "the file holds " + a_kind(top) + ", not a state dict (a dict of tensors)");
+  }
+  const std::string why = why_not_state_dict(top);
+  const Value* state_dict = why.empty() ? &top : nullptr;
+  for (const std::string wrapper : {"state_dict", "model"}) {
+    const Value* inner = state_dict ? nullptr : find_str_key(*top.dict, wrapper);
+    if (inner == nullptr) continue;
+    const std::string inner_why = why_not_state_dict(*inner);
+    if (!inner_why.empty()) {
+      fail(path, "the checkpoint's '" + wrapper + "' entry is not a state dict: " + inner_why);
+    }
+    state_dict = inner;
+  }
+  if (state_dict == nullptr) {
+    fail(path, "the top-level dict is not a state dict (" + why +
+                   ") and has no 'state_dict' or 'model' entry");
+  }
+  std::vector<StateDictEntry> entries;
+  for (const auto& [key, item] : state_dict->dict->items)
+    entries.push_back({key.text, item.tensor});
+  return entries;
+}
+
+std::vector<StateDictEntry> read_zip(const std::string& path) {
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+  } catch (const c10::Error& e) {
+    fail(path, std::string("not a zip archive written by torch.save, or a truncated one (") +
+                   e.what_without_backtrace() + ")");
+  }
+  const auto record = [&](const std::string& name) {
+    if (!reader->hasRecord(name)) fail(path, "record " + name + " missing");
+    return reader->getRecord(name);
+  };
+  // torch >= 2.0 writes the byte order; files without one are little-endian.
+  if (reader->hasRecord("byteorder")) {
+    const auto [data, size] = record("byteorder");
+    if (std::string(static_cast<const char*>(data.get()), size) != "little") {
+      fail(path, "written on a big-endian machine; save it again on a little-endian one");
+    }
+  }
+  const auto [pickle, pickle_size] = record("data.pkl");
+  std::istringstream stream(std::string(static_cast<const char*>(pickle.get()), pickle_size));
+  Input in(stream, pickle_size, path + ": data.pkl");
+  std::unordered_map<std::string, at::Storage> storages;
+  const Value top = Unpickler(in, [&](const StorageId& id) {
+                      if (const auto it = storages.find(id.key); it != storages.end()) {
+                        return it->second;
+                      }
+                      auto [data, size] = record("data/" + id.key);
+                      const uint64_t needed = id.numel * c10::elementSize(id.dtype);
+                      if (size < needed) {
+                        fail(path, "record data/" + id.key + " holds " + std::to_string(size) +
+                                       " bytes, its storage needs " + std::to_string(needed));
+                      }
+                      at::Storage storage(c10::Storage::use_byte_size_t(),
+                                          static_cast<int64_t>(size), std::move(data),
+                                          /*allocator=*/nullptr, /*resizable=*/false);
+                      return storages.emplace(id.key, storage).first->second;
+                    }).load();
+  return state_dict_entries(top, path);
+}
+
+[[noreturn]] void not_a_torch_file(const std::string& path) {
+  fail(path, "not a PyTorch file (no zip archive and no legacy magic number)");
+}
+
+std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
+                                        const std::string& path) {
+  Input in(file, size, path);
+  const auto no_storage = [&](const StorageId& id) -> at::Storage {
+    fail(path, "storage '" + id.key + "' in a header pickle of the legacy format");
+  };
+  Value magic;
+  try {
+    magic = Unpickler(in, no_storage).load();
+  } catch (const StateDictError&) {
+    not_a_torch_file(path);
+  }
+  // 0x1950a86a20f9469cfc6c as Python's LONG1 writes it.
+  if (magic.kind != Kind::kBigInt || magic.text != "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19") {
+    not_a_torch_file(path);
+  }
+  const Value version = Unpickler(in, no_storage).load();
+  if (version.kind != Kind::kInt || version.integer != 1001) {
+    fail(path, "legacy format version is not 1001 (written by torch older than 0.4?)");
+  }
+  const Value sys_info = Unpickler(in, no_storage).load();
+  const Value* little_endian =
+      sys_info.kind == Kind::kDict ? find_str_key(*sys_info.dict, "little_endian") : nullptr;
+  if (little_endian != nullptr && little_endian->kind == Kind::kBool && !little_endian->integer) {
+    fail(path, "written on a big-endian machine; save it again on a little-endian one");
+  }
+
+  // The storages' bytes follow the pickles: allocate them when a tensor names them, fill later.
+  struct Pending {
+    torch::Tensor bytes;
+    int64_t numel;
+    bool filled = false;
+  };
+  std::unordered_map<std::string, Pending> pending;
+  const Value top = Unpickler(in, [&](const StorageId& id) {
+                      auto it = pending.find(id.key);
+                      if (it == pending.end()) {
+                        const auto element_size = static_cast<int64_t>(c10::elementSize(id.dtype));
+                        if (static_cast<uint64_t>(id.numel) > in.remaining() / element_size) {
+                          fail(path, "truncated file: storage '" + id.key + "' needs more bytes" +
+                                         " than the file holds (download or save it again)");
+                        }
+                        torch::Tensor bytes = torch::empty({id.numel * element_size}, at::kByte);
+                        it = pending.emplace(id.key, Pending{bytes, id.numel}).first;
+                      }
+                      return it->second.bytes.storage();
+                    }).load();
+  const Value keys = Unpickler(in, no_storage).load();
+  if (keys.kind != Kind::kList) fail(path, "the legacy storage key list is " + a_kind(keys));
+  for (const Value& key : *keys.items) {
+    const auto it = key.kind == Kind::kStr ? pending.find(key.text) : pending.end();
+    if (it == pending.end()) fail(path, "the legacy storage key list names an unused storage");
+    Pending& storage = it->second;
+    const std::string what = "storage '" + key.text + "'";
+    const auto numel = static_cast<int64_t>(in.read_uint(8, "the size of " + what));
+    if (numel != storage.numel || storage.filled) {
+      fail(path, what + " has " + std::to_string(numel) +
+                     " elements in the file, the pickle says " + std::to_string(storage.numel));
+    }
+    in.read(storage.bytes.data_ptr(), storage.bytes.numel(), what);
+    storage.filled = true;
+  }
+  for (const auto& [key, storage] : pending) {
+    if (!storage.filled) fail(path, "storage '" + key + "' missing from the legacy storage data");
+  }
+  return state_dict_entries(top, path);
+}
+
+}  // namespace
+
+std::vector<StateDictEntry> read_state_dict(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  file.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(file.tellg());
+  file.seekg(0);
+  char head[4] = {};
+  file.read(head, sizeof head);
+  file.clear();
+  file.seekg(0);
+  try {
+    if (size >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return read_zip(path);
+    if (size >= 2 && static_cast<unsigned char>(head[0]) == 0x80) {  // a pickle's PROTO
+      return read_legacy(file, size, path);
+    }
+  } catch (const c10::Error& e) {  // from LibTorch on input we did not foresee: still the file's
+    fail(path, e.what_without_backtrace());
+  }
+  not_a_torch_file(path);
+}
+
+}  // namespace remat::models

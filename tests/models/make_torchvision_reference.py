@@ -1,0 +1,52 @@
+"""Reference outputs from torchvision for the C++ ports (tests/models/torchvision_test.cpp).
+
+Usage: /usr/bin/python3 make_torchvision_reference.py OUT_DIR
+
+For each model: <name>.pth, a randomly initialized torchvision model's state dict saved as
+torchvision publishes weights (torch.save(model.state_dict(), ...)); <name>_io.pth, an input
+and the model's eval-mode output. For resnet18 also a training step (output, gradient of the
+input and of fc.weight, bn1's running mean after it) and for Inception v3 the training-mode
+logits and auxiliary logits at 299x299 (dropout 0, so that both sides are deterministic).
+"""
+import os
+import sys
+
+import torch
+import torchvision
+
+out_dir = sys.argv[1]
+os.makedirs(out_dir, exist_ok=True)
+torch.manual_seed(0)
+models = torchvision.models
+cases = [
+    ("resnet18", lambda: models.resnet18(weights=None), 64),
+    ("resnet50", lambda: models.resnet50(weights=None), 64),
+    ("vgg11_bn", lambda: models.vgg11_bn(weights=None), 64),
+    ("densenet121", lambda: models.densenet121(weights=None), 64),
+    ("inception_v3", lambda: models.inception_v3(weights=None, aux_logits=True,
+                                                 init_weights=True, dropout=0.0), 139),
+]
+for name, make, image in cases:
+    model = make()
+    torch.save(model.state_dict(), os.path.join(out_dir, name + ".pth"))
+    x = torch.randn(2, 3, image, image)
+    model.eval()
+    with torch.no_grad():
+        io = {"input": x, "output": model(x)}
+    model.train()
+    if name == "resnet18":
+        xt = x.clone().requires_grad_(True)
+        out = model(xt)
+        weight = torch.randn_like(out)
+        (out * weight).sum().backward()
+        io.update({"train_output": out.detach(), "loss_weight": weight,
+                   "train_input_grad": xt.grad, "train_fc_weight_grad": model.fc.weight.grad,
+                   "train_bn1_running_mean": model.bn1.running_mean.clone()})
+    if name == "inception_v3":
+        x299 = torch.randn(2, 3, 299, 299)
+        with torch.no_grad():
+            outputs = model(x299)
+        io.update({"train_input": x299, "train_logits": outputs.logits,
+                   "train_aux_logits": outputs.aux_logits})
+    torch.save(io, os.path.join(out_dir, name + "_io.pth"))
+    print(name, "saved", flush=True)

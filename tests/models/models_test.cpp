@@ -1,0 +1,183 @@
+// The torchvision ports: architecture (parameter counts, torchvision's names) and exact
+// checkpointed training of every model under an optimal schedule at half its memory.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "remat/models.h"
+#include "remat/runtime.h"
+#include "remat/solver.h"
+
+namespace nn = torch::nn;
+
+namespace {
+
+int64_t parameter_count(const nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.numel();
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("the ports have torchvision's parameter counts", "[models]") {
+  // torchvision 0.14's figures at 1000 classes (the table).
+  const std::vector<std::pair<std::string, int64_t>> expected = {
+      {"resnet18", 11689512},     {"resnet34", 21797672},     {"resnet50", 25557032},
+      {"resnet101", 44549160},    {"resnet152", 60192808},    {"vgg11", 132863336},
+      {"vgg11_bn", 132868840},    {"vgg13", 133047848},       {"vgg13_bn", 133053736},
+      {"vgg16", 138357544},       {"vgg16_bn", 138365992},    {"vgg19", 143667240},
+      {"vgg19_bn", 143678248},    {"densenet121", 7978856},   {"densenet161", 28681000},
+      {"densenet169", 14149480},  {"densenet201", 20013928},  {"inception_v3", 27161264},
+      {"inception_v3_noaux", 23834568}};
+  for (const auto& [name, count] : expected) {
+    INFO(name);
+    CHECK(parameter_count(*remat::models::find_model(name).make(1000)) == count);
+  }
+}
+
+TEST_CASE("stage counts and granularity", "[models]") {
+  using namespace remat::models;
+  CHECK(resnet18()->size() == 11);   // conv1, maxpool, 8 blocks, fc
+  CHECK(resnet50()->size() == 19);   // 16 bottlenecks
+  CHECK(resnet152()->size() == 53);  // 50 bottlenecks
+  CHECK(vgg16()->size() == 13 + 5 + 4);  // convolutions, pools, avgpool, 3 classifier stages
+  CHECK(densenet121()->size() == 1 + 58 + 3 + 1);  // stem, dense layers, transitions, head
+  CHECK(inception_v3()->size() == 20);
+  CHECK(inception_v3(InceptionV3Options().aux_logits(false))->size() == 19);
+}
+
+TEST_CASE("every parameter and buffer has a distinct torchvision name", "[models]") {
+  using namespace remat::models;
+  nn::Sequential net = resnet18();
+  CHECK(torchvision_name(net, "conv1.conv1.weight") == "conv1.weight");
+  CHECK(torchvision_name(net, "layer2_0.downsample.0.weight") == "layer2.0.downsample.0.weight");
+  CHECK(torchvision_name(net, "fc.fc.bias") == "fc.bias");
+  nn::Sequential dense = densenet121();
+  CHECK(torchvision_name(dense, "classifier.norm5.running_var") == "features.norm5.running_var");
+  CHECK(torchvision_name(dense, "block2_layer3.conv1.weight") ==
+        "features.denseblock2.denselayer3.conv1.weight");
+  for (const auto& info : registry()) {
+    INFO(info.name);
+    nn::Sequential model = info.make(10);
+    std::set<std::string> names;
+    std::size_t count = 0;
+    for (const auto& p : model->named_parameters()) names.insert(torchvision_name(model, p.key())), ++count;
+    for (const auto& b : model->named_buffers()) names.insert(torchvision_name(model, b.key())), ++count;
+    CHECK(names.size() == count);
+  }
+}
+
+TEST_CASE("Inception's auxiliary logits travel through the chain", "[models]") {
+  using namespace remat::models;
+  torch::manual_seed(0);
+  nn::Sequential net = inception_v3(InceptionV3Options().num_classes(7));
+  net->train();
+  const torch::Tensor x = torch::randn({2, 3, 299, 299});
+  torch::Tensor out = net->forward(x);
+  REQUIRE(out.sizes() == torch::IntArrayRef({2, 14}));
+  auto [logits, aux] = split_inception_output(out, 7);
+  CHECK(logits.size(1) == 7);
+  CHECK(aux.size(1) == 7);
+  // Both heads get gradients from a loss on both outputs.
+  (logits.sum() + 0.4 * aux.sum()).backward();
+  for (const auto& p : net->named_parameters()) {
+    INFO(p.key());
+    CHECK(p.value().grad().defined());
+  }
+  net->eval();
+  torch::NoGradGuard no_grad;
+  CHECK(net->forward(x.narrow(0, 0, 1)).sizes() == torch::IntArrayRef({1, 7}));
+  CHECK(split_inception_output(net->forward(x.narrow(0, 0, 1)), 7).aux_logits.defined() == false);
+  // The auxiliary head refuses inputs that are too small, naming the way out.
+  net->train();
+  CHECK_THROWS_WITH(net->forward(torch::randn({2, 3, 75, 75})), Catch::Contains("aux_logits(false)"));
+}
+
+TEST_CASE("load_torchvision_weights checks names and shapes before changing anything", "[models]") {
+  using namespace remat::models;
+  nn::Sequential net = resnet18(ResNetOptions().num_classes(10));
+  std::vector<StateDictEntry> state;
+  for (const auto& p : net->named_parameters())
+    state.push_back({torchvision_name(net, p.key()), torch::full_like(p.value(), 0.5)});
+  for (const auto& b : net->named_buffers())
+    state.push_back({torchvision_name(net, b.key()), b.value().clone()});
+  const torch::Tensor before = net->named_parameters()["fc.fc.weight"].clone();
+
+  SECTION("a full state dict loads") {
+    load_torchvision_weights(net, state);
+    CHECK(net->named_parameters()["fc.fc.weight"].eq(0.5).all().item<bool>());
+  }
+  SECTION("DataParallel's 'module.' prefix and a missing num_batches_tracked are accepted") {
+    std::vector<StateDictEntry> parallel;
+    for (const auto& e : state)
+      if (e.name.find("num_batches_tracked") == std::string::npos)
+        parallel.push_back({"module." + e.name, e.tensor});
+    net->named_buffers()["conv1.bn1.num_batches_tracked"].fill_(7);
+    load_torchvision_weights(net, parallel);
+    CHECK(net->named_parameters()["layer1_0.conv1.weight"].eq(0.5).all().item<bool>());
+    CHECK(net->named_buffers()["conv1.bn1.num_batches_tracked"].item<int64_t>() == 0);
+  }
+  SECTION("missing, unexpected and mis-shaped names are all listed, nothing is loaded") {
+    std::vector<StateDictEntry> bad = state;
+    bad.erase(bad.begin());                                       // conv1.weight missing
+    bad.push_back({"fc.extra", torch::zeros({1})});                // unexpected
+    for (auto& e : bad)
+      if (e.name == "fc.weight") e.tensor = torch::zeros({1000, 512});  // wrong shape
+    try {
+      load_torchvision_weights(net, bad, "bad.pth");
+      FAIL("no error");
+    } catch (const WeightsError& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains("bad.pth") && Catch::Contains("missing (1): conv1.weight") &&
+                           Catch::Contains("unexpected (1): fc.extra") &&
+                           Catch::Contains("fc.weight (file [1000, 512], model [10, 512])"));
+    }
+    CHECK(torch::equal(net->named_parameters()["fc.fc.weight"], before));
+  }
+}
+
+TEST_CASE("every model trains checkpointed at half its memory exactly as plain", "[models][runtime]") {
+  torch::set_num_threads(1);  // the same reduction order in both runs
+  for (const auto& info : remat::models::registry()) {
+    if (info.name.rfind("convnet", 0) == 0) continue;  // covered by the runtime tests
+    DYNAMIC_SECTION(info.name) {
+      const int image = std::max(info.min_image, 64);
+      const torch::Tensor sample = torch::randn({2, 3, image, image});
+      const torch::Tensor target = torch::randn({2, 10});
+      const auto step = [&](nn::Sequential& net, auto forward) {
+        torch::manual_seed(5);
+        torch::Tensor x = sample.clone().requires_grad_(true);
+        torch::Tensor out = forward(x);
+        (out.narrow(1, 0, 10) * target).sum().backward();
+        std::vector<torch::Tensor> state = {out.detach(), x.grad()};
+        for (const auto& p : net->parameters()) state.push_back(p.grad());
+        for (const auto& b : net->buffers()) state.push_back(b.clone());
+        return state;
+      };
+      torch::manual_seed(1);
+      nn::Sequential plain_net = info.make(10);
+      const auto plain = step(plain_net, [&](const torch::Tensor& x) { return plain_net->forward(x); });
+
+      torch::manual_seed(1);
+      nn::Sequential net = info.make(10);
+      remat::Checkpointable chk(net);
+      remat::Chain chain =
+          remat::profile(net, sample, remat::ProfileOptions().measure_time(false)).chain;
+      for (auto& stage : chain.stages) stage.fwd_ms = 1, stage.bwd_ms = 2, stage.fwd_nograd_ms = 1;
+      chk->set_chain(chain);
+      const int64_t half = std::max(remat::store_all_peak(chain) / 2,
+                                    remat::min_feasible_budget(chain, remat::SolveOptions(0)));
+      const remat::Solution& s = chk->compute_sequence(half + remat::kRuntimeReserveBytes);
+      INFO(remat::collapsed_string(s.sequence));
+      CHECK(s.makespan_ms > 3.0 * chain.stages.size());  // store-all's: it recomputes
+      const auto ours = step(net, [&](const torch::Tensor& x) { return chk->forward(x); });
+      REQUIRE(plain.size() == ours.size());
+      for (std::size_t k = 0; k < plain.size(); ++k) {
+        INFO("tensor " << k << " of " << plain.size());
+        REQUIRE(plain[k].defined());
+        CHECK(torch::equal(plain[k], ours[k]));
+      }
+    }
+  }
+}

@@ -1,0 +1,85 @@
+// The ports against torchvision itself: Debian's python3-torchvision saves a randomly
+// initialized model's state dict as torchvision publishes weights, an input and the outputs
+// (tests/models/make_torchvision_reference.py, run before these tests); the port loads the
+// file with load_torchvision_weights and must reproduce the outputs.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "remat/models.h"
+
+namespace nn = torch::nn;
+using namespace remat::models;
+
+namespace {
+
+std::string reference(const std::string& file) {
+  return std::string(REMAT_TORCHVISION_REFERENCE_DIR) + "/" + file;
+}
+
+std::map<std::string, torch::Tensor> read_io(const std::string& name) {
+  std::map<std::string, torch::Tensor> io;
+  for (auto& entry : read_state_dict(reference(name + "_io.pth"))) io[entry.name] = entry.tensor;
+  return io;
+}
+
+/// max |a - b| relative to the scale of `expected` (its largest magnitude).
+double relative_error(const torch::Tensor& actual, const torch::Tensor& expected) {
+  REQUIRE(actual.sizes() == expected.sizes());
+  const double scale = expected.abs().max().item<double>();
+  return (actual - expected).abs().max().item<double>() / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("the ports reproduce torchvision's eval-mode outputs with its weights",
+          "[models][torchvision]") {
+  const std::vector<std::pair<std::string, std::function<nn::Sequential()>>> cases = {
+      {"resnet18", [] { return resnet18(); }},
+      {"resnet50", [] { return resnet50(); }},
+      {"vgg11_bn", [] { return vgg11_bn(); }},
+      {"densenet121", [] { return densenet121(); }},
+      {"inception_v3", [] { return inception_v3(); }},
+  };
+  for (const auto& [name, make] : cases) {
+    DYNAMIC_SECTION(name) {
+      nn::Sequential net = make();
+      load_torchvision_weights(net, reference(name + ".pth"));
+      auto io = read_io(name);
+      net->eval();
+      torch::NoGradGuard no_grad;
+      const double error = relative_error(net->forward(io.at("input")), io.at("output"));
+      INFO("relative error " << error);
+      CHECK(error < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("resnet18 trains like torchvision's: output, input gradient, statistics",
+          "[models][torchvision]") {
+  nn::Sequential net = resnet18();
+  load_torchvision_weights(net, reference("resnet18.pth"));
+  auto io = read_io("resnet18");
+  net->train();
+  torch::Tensor x = io.at("input").clone().requires_grad_(true);
+  torch::Tensor out = net->forward(x);
+  (out * io.at("loss_weight")).sum().backward();
+  CHECK(relative_error(out.detach(), io.at("train_output")) < 1e-4);
+  CHECK(relative_error(x.grad(), io.at("train_input_grad")) < 1e-4);
+  CHECK(relative_error(net->named_parameters()["fc.fc.weight"].grad(),
+                       io.at("train_fc_weight_grad")) < 1e-4);
+  CHECK(relative_error(net->named_buffers()["conv1.bn1.running_mean"],
+                       io.at("train_bn1_running_mean")) < 1e-4);
+}
+
+TEST_CASE("Inception v3's two heads in training mode match torchvision's InceptionOutputs",
+          "[models][torchvision]") {
+  nn::Sequential net = inception_v3(InceptionV3Options().dropout(0));
+  load_torchvision_weights(net, reference("inception_v3.pth"));
+  auto io = read_io("inception_v3");
+  net->train();
+  torch::NoGradGuard no_grad;
+  const auto outputs = split_inception_output(net->forward(io.at("train_input")), 1000);
+  CHECK(relative_error(outputs.logits, io.at("train_logits")) < 1e-4);
+  CHECK(relative_error(outputs.aux_logits, io.at("train_aux_logits")) < 1e-4);
+}
