@@ -18,6 +18,7 @@ enum ExitCode : int {
   kExitInternal = 1,    // a bug in remat or an unexpected failure
   kExitBadInput = 2,    // bad arguments, malformed chain file, invalid sequence
   kExitInfeasible = 3,  // the budget cannot be met
+  kExitOutOfMemory = 4, // the device ran out of memory during a step (remat train)
 };
 
 /// A subcommand's action, run after parsing.
@@ -31,6 +32,13 @@ Action add_tradeoff_command(CLI::App& app);
 Action add_profile_command(CLI::App& app);
 /// `remat demo` (LibTorch): profile, schedule and train a built-in network.
 Action add_demo_command(CLI::App& app);
+/// `remat models` (LibTorch): the built-in models, or one model's stages.
+Action add_models_command(CLI::App& app);
+/// `remat train` (LibTorch): training steps with a schedule, measured against predicted.
+Action add_train_command(CLI::App& app);
+
+/// The commands that need LibTorch: `remat` hands them to remat-torch, next to it.
+inline constexpr const char* kTorchCommands[] = {"profile", "demo", "models", "train"};
 
 /// A budget as given on the command line: bytes and units (`700MiB`, `1e9`) or a percentage
 /// of the chain's store-all peak (`50%`). Throws std::invalid_argument.

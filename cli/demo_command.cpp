@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "cli.h"
-#include "progress.h"
+#include "torch_common.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"
@@ -28,11 +28,6 @@ struct DemoArgs {
   int steps = 4;
   std::string budget = "50%";
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 }  // namespace
 
@@ -62,13 +57,11 @@ Action add_demo_command(CLI::App& app) {
                args->batch, args->image, args->image, torch::get_num_threads());
     std::fflush(stdout);  // before the progress on stderr
     ProgressBar bar("profile " + info.name);
-    ProfileOptions options;
-    options.repeat(3).name(fmt::format("{} b{} {}x{} cpu", info.name, args->batch, args->image,
-                                       args->image));
-    options.progress([&](int stage, int total, const std::string& name) {
-      if (stage < total) bar.update(stage, total, name);
-    });
-    const Profile p = profile(net, sample, options);
+    const Profile p = profile(
+        net, sample,
+        with_progress(ProfileOptions().repeat(3).name(fmt::format(
+                          "{} b{} {}x{} cpu", info.name, args->batch, args->image, args->image)),
+                      bar));
     bar.finish(p.chain.length());
     const Chain& chain = p.chain;
     fmt::print("{} stages; store-all: peak {}, {:.1f} ms per step (forward + backward)\n\n",

@@ -28,7 +28,8 @@ static std::string torch_helper_path() {
 int main(int argc, char** argv) {
   using namespace remat::cli;
 #if REMAT_EXEC_TORCH_HELPER
-  if (argc > 1 && (std::string(argv[1]) == "profile" || std::string(argv[1]) == "demo")) {
+  if (argc > 1 && std::any_of(std::begin(kTorchCommands), std::end(kTorchCommands),
+                              [&](const char* name) { return std::string(argv[1]) == name; })) {
     const std::string helper = torch_helper_path();
     execv(helper.c_str(), argv);
     fmt::print(stderr, "remat: cannot run {} for '{}': {}\n", helper, argv[1], std::strerror(errno));
@@ -44,6 +45,8 @@ int main(int argc, char** argv) {
   Action tradeoff = add_tradeoff_command(app);
   Action profile = add_profile_command(app);
   Action demo = add_demo_command(app);
+  Action models = add_models_command(app);
+  Action train = add_train_command(app);
 
   // CLI11 reports an unknown command as "a subcommand is required": name it instead.
   const auto commands = app.get_subcommands([](const CLI::App*) { return true; });
@@ -51,7 +54,7 @@ int main(int argc, char** argv) {
       argc > 1 && std::any_of(commands.begin(), commands.end(),
                               [&](const CLI::App* c) { return c->get_name() == argv[1]; });
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule, tradeoff, profile, demo)\n", argv[1]);
+    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule, tradeoff, profile, models, train, demo)\n", argv[1]);
     fmt::print(stderr, "Run 'remat --help' for usage.\n");
     return kExitBadInput;
   }
@@ -73,6 +76,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("tradeoff")) return tradeoff();
     if (app.got_subcommand("profile")) return profile();
     if (app.got_subcommand("demo")) return demo();
+    if (app.got_subcommand("models")) return models();
+    if (app.got_subcommand("train")) return train();
   } catch (const std::invalid_argument& error) {
     fmt::print(stderr, "remat: {}\n", error.what());
     return kExitBadInput;

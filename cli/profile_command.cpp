@@ -1,13 +1,12 @@
 // remat profile: measures a built-in model on a sample batch into a remat-chain/1 file.
 #include <fmt/core.h>
-#include <torch/cuda.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
 #include <sstream>
 
 #include "cli.h"
-#include "progress.h"
+#include "torch_common.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 
@@ -27,32 +26,6 @@ struct ProfileArgs {
   std::string plot;
 };
 
-// "224" or "224x160" -> {H, W}.
-std::pair<int, int> parse_image(const std::string& text) {
-  const auto bad = [&] {
-    return std::invalid_argument("bad --image '" + text + "': expected H or HxW, such as 224 or 299x299");
-  };
-  const auto x = text.find('x');
-  const auto number = [&](const std::string& part) {
-    if (part.empty() || part.size() > 6 || part.find_first_not_of("0123456789") != std::string::npos)
-      throw bad();
-    const int value = std::stoi(part);
-    if (value < 1) throw bad();
-    return value;
-  };
-  if (x == std::string::npos) {
-    const int side = number(text);
-    return {side, side};
-  }
-  return {number(text.substr(0, x)), number(text.substr(x + 1))};
-}
-
-std::string shape(const std::vector<std::int64_t>& sizes) {
-  std::string out;
-  for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? "x" : "") + std::to_string(sizes[i]);
-  return out;
-}
-
 void print_table(const Profile& p) {
   const Chain& chain = p.chain;
   fmt::print("chain      {}\n", chain.name);
@@ -64,7 +37,7 @@ void print_table(const Profile& p) {
   for (int i = 0; i < chain.length(); ++i) {
     const Stage& s = chain.stages[static_cast<std::size_t>(i)];
     fmt::print("{:>4}  {:<18} {:<16} {:>9.3f} {:>9.3f} {:>9.3f} {:>10} {:>10} {:>10} {:>10}\n", i,
-               s.name.substr(0, 18), shape(p.output_shapes[static_cast<std::size_t>(i)]), s.fwd_ms,
+               s.name.substr(0, 18), shape_string(p.output_shapes[static_cast<std::size_t>(i)]), s.fwd_ms,
                s.nograd_ms(), s.bwd_ms, format_bytes(s.out_bytes), format_bytes(s.saved_bytes),
                format_bytes(s.fwd_tmp_bytes), format_bytes(s.bwd_tmp_bytes));
     fwd += s.fwd_ms;
@@ -95,45 +68,21 @@ Action add_profile_command(CLI::App& app) {
   return [args]() -> int {
     const Format format = parse_format(args->format);
     check_plot_path(args->plot);
-    const models::ModelInfo& info = models::find_model(args->model);
+    const ModelInput in = resolve_model_input(args->model, args->image, args->device);
+    const models::ModelInfo& info = *in.info;
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (args->repeat < 1) throw std::invalid_argument("--repeat must be at least 1");
     if (args->classes < 1) throw std::invalid_argument("--classes must be at least 1");
-    const auto [height, width] =
-        args->image.empty() ? std::pair<int, int>{info.default_image, info.default_image}
-                            : parse_image(args->image);
-    if (height < info.min_image || width < info.min_image)
-      throw std::invalid_argument(fmt::format("--image {}x{} is too small for {} (at least {}x{})",
-                                              height, width, info.name, info.min_image,
-                                              info.min_image));
-    torch::Device device(torch::kCPU);
-    try {
-      device = torch::Device(args->device);
-    } catch (const std::exception&) {
-      throw std::invalid_argument("bad --device '" + args->device + "': expected cpu, cuda or cuda:N");
-    }
-    if (!device.is_cpu() && !device.is_cuda())
-      throw std::invalid_argument("bad --device '" + args->device + "': expected cpu, cuda or cuda:N");
-    if (device.is_cuda() && !REMAT_WITH_CUDA)
-      throw std::invalid_argument(
-          "--device cuda: this remat was built against a LibTorch without CUDA (rebuild against "
-          "a CUDA LibTorch to profile on a GPU)");
-    if (device.is_cuda() && !torch::cuda::is_available())
-      throw std::invalid_argument("--device cuda: no GPU is visible");
     if (args->threads > 0) torch::set_num_threads(args->threads);
 
     torch::manual_seed(0);
     torch::nn::Sequential net = info.make(args->classes);
-    net->to(device);
-    const torch::Tensor sample =
-        torch::randn({args->batch, 3, height, width}, torch::TensorOptions().device(device));
+    net->to(in.device);
+    const torch::Tensor sample = torch::randn({args->batch, 3, in.height, in.width},
+                                              torch::TensorOptions().device(in.device));
     ProgressBar bar("profile " + info.name);
-    ProfileOptions options;
-    options.repeat(args->repeat)
-        .name(fmt::format("{} b{} {}x{} {}", info.name, args->batch, height, width, device.str()))
-        .progress([&](int stage, int total, const std::string& name) {
-          if (stage < total) bar.update(stage, total, name);
-        });
+    const ProfileOptions options =
+        with_progress(ProfileOptions().repeat(args->repeat).name(in.label(args->batch)), bar);
     Profile p;
     try {
       p = profile(net, sample, options);

@@ -28,11 +28,18 @@ void ProgressBar::update(int done, int total, const std::string& what) {
   std::fflush(stderr);
 }
 
-void ProgressBar::finish(int total) {
+void ProgressBar::clear() {
+  if (terminal_) {
+    fmt::print(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+}
+
+void ProgressBar::finish(int total, const std::string& what) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (terminal_) fmt::print(stderr, "\r\033[K");
-  fmt::print(stderr, "{}: {} stages in {:.1f} s\n", label_, total, elapsed);
+  clear();
+  fmt::print(stderr, "{}: {} {} in {:.1f} s\n", label_, total, what, elapsed);
 }
 
 }  // namespace remat::cli

@@ -11,8 +11,11 @@ class ProgressBar {
   explicit ProgressBar(std::string label);
   /// Step `done` of `total` is starting; `what` names it.
   void update(int done, int total, const std::string& what);
-  /// Clears the bar (on a terminal) and prints the total time.
-  void finish(int total);
+  /// Erases the bar on a terminal, before printing something else there (the next update()
+  /// draws it again).
+  void clear();
+  /// Clears the bar (on a terminal) and prints the total time: "<label>: 12 <what> in 3.4 s".
+  void finish(int total, const std::string& what = "stages");
 
  private:
   std::string label_;

@@ -11,7 +11,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
 packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libtorch-dev)
-[ "$mode" = test ] && packages+=(librsvg2-bin)
+[ "$mode" = test ] && packages+=(librsvg2-bin python3-torchvision)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")

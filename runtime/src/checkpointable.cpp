@@ -69,6 +69,7 @@ CheckpointableImpl::CheckpointableImpl(torch::nn::Sequential net, const torch::T
 
 const Chain& CheckpointableImpl::measure(const torch::Tensor& sample, const ProfileOptions& options) {
   chain_ = profile(stages_, sample, options).chain;
+  measured_sizes_ = sample.sizes().vec();
   solution_.reset();
   return *chain_;
 }
@@ -80,6 +81,7 @@ void CheckpointableImpl::set_chain(Chain chain) {
                                 std::to_string(chain.length()) + " stages but the network " +
                                 std::to_string(stages_.size()));
   chain_ = std::move(chain);
+  measured_sizes_.clear();
   solution_.reset();
 }
 
@@ -116,12 +118,36 @@ const Solution& CheckpointableImpl::solution() const {
   return *solution_;
 }
 
+void CheckpointableImpl::check_input(const torch::Tensor& input) const {
+  const auto shape = [](c10::IntArrayRef sizes) {
+    std::string out;
+    for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? "x" : "") + std::to_string(sizes[i]);
+    return out;
+  };
+  if (!measured_sizes_.empty()) {
+    bool fits = input.dim() == static_cast<std::int64_t>(measured_sizes_.size());
+    for (std::size_t d = 0; fits && d < measured_sizes_.size(); ++d)
+      fits = input.size(static_cast<std::int64_t>(d)) <= measured_sizes_[d];
+    if (!fits)
+      throw std::invalid_argument("Checkpointable::forward: the input is " + shape(input.sizes()) +
+                                  " but the schedule was computed for " + shape(measured_sizes_) +
+                                  "; a larger input would not fit the budget: call measure() with "
+                                  "it, then compute_sequence()");
+  } else if (static_cast<std::int64_t>(input.nbytes()) > chain_->input_bytes) {
+    throw std::invalid_argument("Checkpointable::forward: the input (" + shape(input.sizes()) + ", " +
+                                std::to_string(input.nbytes()) + " bytes) is larger than the chain's (" +
+                                std::to_string(chain_->input_bytes) +
+                                " bytes); a larger input would not fit the budget: measure() it");
+  }
+}
+
 torch::Tensor CheckpointableImpl::forward(torch::Tensor input) {
   if (!is_training() || !torch::GradMode::is_enabled()) return net_->forward(input);
   if (!solution_)
     throw std::logic_error(
         "Checkpointable::forward in training mode needs a sequence: call compute_sequence(budget) "
         "first (or use eval mode / torch::NoGradGuard for inference)");
+  check_input(input);
   auto executor = std::make_shared<detail::Executor>(stages_, solution_->sequence, input.device());
   torch::Tensor output;
   {

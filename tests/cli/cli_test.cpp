@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -931,4 +932,112 @@ TEST_CASE("demo profiles, schedules and trains within its budget", "[cli]") {
   CHECK_THAT(run.out, Catch::Contains("== 3. optimal schedule for"));
   CHECK_THAT(run.out, Catch::Contains("remat, measured"));
   CHECK_THAT(run.out, Catch::Contains("within the budget of"));
+}
+
+TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
+  if (!REMAT_CLI_HAS_TORCH) {
+    const RunResult run = run_remat({"models"});
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains("built without LibTorch"));
+    return;
+  }
+  const RunResult list = run_remat({"models", "--format", "json"});
+  INFO(describe(list));
+  REQUIRE(list.exit_code == 0);
+  const auto models = nlohmann::json::parse(list.out);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& m : models) by_name[m.at("name").get<std::string>()] = m;
+  for (const char* name : {"resnet18", "resnet152", "vgg11", "vgg19_bn", "inception_v3",
+                           "inception_v3_noaux", "densenet121", "densenet201"})
+    CHECK(by_name.count(name) == 1);
+  CHECK(by_name["resnet50"]["parameters"] == 25557032);
+  CHECK(by_name["resnet50"]["stages"] == 19);
+  CHECK(by_name["densenet161"]["parameters"] == 28681000);
+  CHECK(by_name["inception_v3"]["min_image"] == 299);
+  CHECK(by_name["inception_v3_noaux"]["min_image"] == 75);
+
+  const RunResult stages = run_remat({"models", "resnet18", "--batch", "2", "--image", "64"});
+  INFO(describe(stages));
+  REQUIRE(stages.exit_code == 0);
+  CHECK_THAT(stages.out, Catch::Contains("resnet18: 11 stages, 11,689,512 parameters, input 2x3x64x64"));
+  CHECK_THAT(stages.out, Catch::Matches("(.|\n)*  9  layer4_1 +2x512x2x2 +16.00 KiB +4,720,640\n(.|\n)*"));
+  const RunResult json = run_remat({"models", "inception_v3", "--classes", "10", "--format", "json"});
+  INFO(describe(json));
+  REQUIRE(json.exit_code == 0);
+  const auto inception = nlohmann::json::parse(json.out);
+  // Training mode: the auxiliary logits ride along as 1 extra 17x17 plane, then 1 of 8x8.
+  CHECK(inception["stages"][15]["name"] == "AuxLogits");
+  CHECK(inception["stages"][15]["output_shape"] == std::vector<int>({2, 769, 17, 17}));
+  CHECK(inception["stages"][16]["output_shape"] == std::vector<int>({2, 1281, 8, 8}));
+  CHECK(inception["stages"][19]["output_shape"] == std::vector<int>({2, 20}));
+
+  const RunResult unknown = run_remat({"models", "resnet9000"});
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, Catch::Contains("unknown model 'resnet9000'"));
+  const RunResult small = run_remat({"models", "vgg11", "--image", "16"});
+  CHECK(small.exit_code == 2);
+  CHECK_THAT(small.err, Catch::Contains("too small for vgg11 (at least 32x32)"));
+}
+
+TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
+  if (!REMAT_CLI_HAS_TORCH) {
+    const RunResult run = run_remat({"train", "--model", "resnet18", "--batch", "2", "--budget", "50%"});
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains("built without LibTorch"));
+    return;
+  }
+  TempDir dir;
+  const std::vector<std::string> base = {"train", "--model", "resnet18", "--batch", "4",
+                                         "--image", "64", "--classes", "10", "--repeat", "1"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_remat(args);
+  };
+  const RunResult run = with({"--budget", "85%", "--steps", "3"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("model      resnet18 b4 64x64 cpu (11 stages)"));
+  CHECK_THAT(run.out, Catch::Contains("schedule   optimal for "));
+  CHECK_THAT(run.out, Catch::Matches("(.|\n)*\n +3 +[0-9.]+ ms +[0-9.]+ [KM]iB +[0-9.]+\n(.|\n)*"));
+  CHECK_THAT(run.out, Catch::Contains("measured "));
+  CHECK_THAT(run.err, Catch::Contains("train resnet18: 3 steps in"));
+
+  // Another algorithm, with a chain measured earlier instead of profiling.
+  const std::string chain = dir.path() + "/resnet18.json";
+  REQUIRE(run_remat({"profile", "--model", "resnet18", "--batch", "4", "--image", "64",
+                     "--classes", "10", "--repeat", "1", "-o", chain})
+              .exit_code == 0);
+  const RunResult periodic = with({"--budget", "100%", "--steps", "1", "--algorithm", "periodic",
+                                   "--segments", "3", "--chain", chain});
+  INFO(describe(periodic));
+  CHECK(periodic.exit_code == 0);
+  CHECK_THAT(periodic.out, Catch::Contains("schedule   periodic for "));
+  CHECK(periodic.err.find("profile resnet18") == std::string::npos);
+
+  // A budget below the minimum: exit 3 and the minimum.
+  const RunResult infeasible = with({"--budget", "1MiB", "--steps", "1"});
+  CHECK(infeasible.exit_code == 3);
+  CHECK_THAT(infeasible.err, Catch::Contains("it needs at least"));
+  // Bad input: exit 2, naming what is wrong.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--budget", "50%", "--steps", "0"}, "--steps must be at least 1"},
+      {{"--budget", "50%", "--algorithm", "fastest"}, "fastest"},
+      {{"--budget", "lots"}, "lots"},
+      {{"--budget", "50%", "--chain", dir.path() + "/missing.json"}, "missing.json"},
+  };
+  for (const auto& [args, fragment] : bad) {
+    const RunResult r = with(args);
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(fragment));
+  }
+  // A chain of another network is refused.
+  const std::string other = dir.path() + "/convnet.json";
+  REQUIRE(run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat",
+                     "1", "-o", other})
+              .exit_code == 0);
+  const RunResult mismatch = with({"--budget", "100%", "--chain", other});
+  CHECK(mismatch.exit_code == 2);
+  CHECK_THAT(mismatch.err, Catch::Contains("stages but the network"));
 }

@@ -130,6 +130,36 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   CHECK_THROWS_WITH(chk->set_chain(wrong), Catch::Contains("stages but the network"));
 }
 
+TEST_CASE("an input larger than the measured sample is refused, a smaller one runs", "[runtime]") {
+  torch::manual_seed(4);
+  nn::Sequential net = remat::test::conv_chain(4, 5, false);
+  remat::Checkpointable chk(net);
+  chk->measure(torch::randn({4, 3, 12, 12}), remat::ProfileOptions().measure_time(false));
+  chk->compute_sequence(remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) +
+                        remat::kRuntimeReserveBytes);
+  CHECK_THROWS_WITH(chk->forward(torch::randn({5, 3, 12, 12})),
+                    Catch::Contains("the input is 5x3x12x12 but the schedule was computed for "
+                                    "4x3x12x12") && Catch::Contains("call measure()"));
+  CHECK_THROWS_WITH(chk->forward(torch::randn({2, 3, 16, 8})), Catch::Contains("2x3x16x8"));
+  // The last, smaller batch of an epoch: same schedule, same gradients as plain.
+  const torch::Tensor small = torch::randn({3, 3, 12, 12});
+  chk->forward(small).sum().backward();
+  std::vector<torch::Tensor> ours;
+  for (const auto& p : net->parameters()) ours.push_back(p.grad().clone()), p.mutable_grad().zero_();
+  net->forward(small).sum().backward();
+  std::size_t k = 0;
+  for (const auto& p : net->parameters()) CHECK(torch::allclose(ours[k++], p.grad()));
+  // A chain from a file knows only the input's bytes.
+  remat::Chain chain = chk->chain();
+  chk->set_chain(chain);
+  chk->compute_sequence(remat::store_all_peak(chain) + remat::kRuntimeReserveBytes);
+  CHECK_NOTHROW(chk->forward(torch::randn({2, 3, 12, 24})));  // same bytes
+  CHECK_THROWS_WITH(chk->forward(torch::randn({4, 3, 12, 13})),
+                    Catch::Contains("larger than the chain's (6912 bytes)"));
+  // The module stays usable: the right input runs after the refusals.
+  CHECK_NOTHROW(chk->forward(torch::randn({4, 3, 12, 12})).sum().backward());
+}
+
 TEST_CASE("measured peak stays within the budget and close to the prediction", "[runtime]") {
   torch::set_num_threads(1);
   struct Net {

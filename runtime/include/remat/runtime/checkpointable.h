@@ -72,6 +72,12 @@ class CheckpointableImpl : public torch::nn::Module {
   double predicted_makespan_ms() const { return solution().makespan_ms; }
   std::int64_t predicted_peak_bytes() const { return solution().peak_bytes; }
 
+  /// In training mode with autograd, runs the schedule's forward phase; the backward phase
+  /// runs when the caller's loss is differentiated. Inputs: the schedule fits the budget for
+  /// the measured sample, so an input larger than it in any dimension (or, for a chain given
+  /// by set_chain, in bytes) is refused with std::invalid_argument (call measure() with such
+  /// an input to get a schedule for it); one no larger in every dimension (the last, smaller
+  /// batch of an epoch) runs the same schedule, in less memory.
   torch::Tensor forward(torch::Tensor input);
   /// The wrapped network.
   torch::nn::Sequential& network() { return net_; }
@@ -79,9 +85,12 @@ class CheckpointableImpl : public torch::nn::Module {
   void pretty_print(std::ostream& stream) const override;
 
  private:
+  void check_input(const torch::Tensor& input) const;
+
   torch::nn::Sequential net_;
   std::vector<NamedStage> stages_;
   std::optional<Chain> chain_;
+  std::vector<std::int64_t> measured_sizes_;  // the sample's sizes; empty after set_chain
   std::optional<Solution> solution_;
 };
 TORCH_MODULE(Checkpointable);

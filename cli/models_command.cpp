@@ -1,0 +1,142 @@
+// remat models: the built-in models with their stage and parameter counts, or one model's
+// stages with their output shapes and bytes at a given input.
+#include <fmt/core.h>
+#include <torch/utils.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "torch_common.h"
+
+namespace remat::cli {
+namespace {
+
+struct ModelsArgs {
+  std::string model;
+  int batch = 2;  // training mode: BatchNorm needs more than one value per channel
+  std::string image;
+  int classes = 1000;
+  std::string format = "text";
+};
+
+std::int64_t parameter_count(const torch::nn::Module& module) {
+  std::int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.numel();
+  return count;
+}
+
+// 11689512 -> "11,689,512".
+std::string thousands(std::int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+int list_models(const ModelsArgs& args, Format format) {
+  nlohmann::json list = nlohmann::json::array();
+  if (format == Format::kText)
+    fmt::print("{:<20} {:>7} {:>13} {:>10} {:>10}  {}\n", "model", "stages", "parameters",
+               "input", "min input", "description");
+  // Building a model initializes its weights (VGG's 140 million take seconds): show progress.
+  ProgressBar bar("models");
+  const auto& all = models::registry();
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    const models::ModelInfo& info = all[k];
+    bar.update(static_cast<int>(k), static_cast<int>(all.size()), info.name);
+    torch::NoGradGuard no_grad;
+    const torch::nn::Sequential net = info.make(args.classes);
+    const std::int64_t params = parameter_count(*net);
+    bar.clear();
+    if (format == Format::kJson) {
+      list.push_back({{"name", info.name}, {"description", info.description},
+                      {"stages", net->size()}, {"parameters", params},
+                      {"default_image", info.default_image}, {"min_image", info.min_image}});
+    } else {
+      fmt::print("{:<20} {:>7} {:>13} {:>10} {:>10}  {}\n", info.name, net->size(),
+                 thousands(params), fmt::format("{0}x{0}", info.default_image),
+                 fmt::format("{0}x{0}", info.min_image), info.description);
+      std::fflush(stdout);
+    }
+  }
+  bar.finish(static_cast<int>(all.size()), "models");
+  if (format == Format::kJson)
+    fmt::print("{}\n", list.dump(2));
+  else
+    fmt::print("\nparameters at {} classes; `remat models NAME --batch B --image H` lists the stages\n",
+               args.classes);
+  return kExitOk;
+}
+
+int show_model(const ModelsArgs& args, Format format) {
+  const ModelInput in = resolve_model_input(args.model, args.image, "cpu");
+  torch::manual_seed(0);
+  torch::nn::Sequential net = in.info->make(args.classes);
+  std::vector<NamedStage> stages = stages_of(net);
+  // The shapes a training step sees (train mode: Inception's auxiliary logits included),
+  // without autograd: nothing is kept but the current output.
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = torch::randn({args.batch, 3, in.height, in.width});
+  nlohmann::json rows = nlohmann::json::array();
+  if (format == Format::kText) {
+    fmt::print("{}: {} stages, {} parameters, input {} ({})\n\n", in.info->name, stages.size(),
+               thousands(parameter_count(*net)), shape_string(x.sizes().vec()),
+               format_bytes(static_cast<std::int64_t>(x.nbytes())));
+    fmt::print("{:>4}  {:<22} {:<18} {:>11} {:>12}\n", "#", "stage", "output", "bytes",
+               "parameters");
+  }
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    try {
+      x = stages[i].module.forward<torch::Tensor>(x);
+    } catch (const c10::Error& error) {
+      throw std::invalid_argument(fmt::format("{} stage {} ({}) fails on input {}: {}",
+                                              in.info->name, i, stages[i].name,
+                                              shape_string(x.sizes().vec()),
+                                              error.what_without_backtrace()));
+    }
+    const auto bytes = static_cast<std::int64_t>(x.nbytes());
+    const std::int64_t params = parameter_count(*stages[i].module.ptr());
+    total += bytes;
+    if (format == Format::kJson)
+      rows.push_back({{"name", stages[i].name}, {"output_shape", x.sizes().vec()},
+                      {"output_bytes", bytes}, {"parameters", params}});
+    else
+      fmt::print("{:>4}  {:<22} {:<18} {:>11} {:>12}\n", i, stages[i].name.substr(0, 22),
+                 shape_string(x.sizes().vec()), format_bytes(bytes), thousands(params));
+  }
+  if (format == Format::kJson)
+    fmt::print("{}\n", nlohmann::json{{"model", in.info->name},
+                                      {"input_shape", {args.batch, 3, in.height, in.width}},
+                                      {"parameters", parameter_count(*net)},
+                                      {"stages", rows}}
+                           .dump(2));
+  else
+    fmt::print("\nall stage outputs together: {} (what store-all keeps at least, before what\n"
+               "each stage saves for its backward; `remat profile` measures that)\n",
+               format_bytes(total));
+  return kExitOk;
+}
+
+}  // namespace
+
+Action add_models_command(CLI::App& app) {
+  auto args = std::make_shared<ModelsArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "models", "List the built-in models, or one model's stages with output shapes and bytes");
+  cmd->add_option("model", args->model, "A model: list its stages");
+  cmd->add_option("--batch", args->batch, "Batch size for the stage list")->capture_default_str();
+  cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");
+  cmd->add_option("--classes", args->classes, "Number of classes")->capture_default_str();
+  cmd->add_option("--format", args->format, "text or json")->capture_default_str();
+  return [args]() -> int {
+    const Format format = parse_format(args->format);
+    REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
+    REMAT_CHECK(args->classes >= 1, "--classes must be at least 1");
+    return args->model.empty() ? list_models(*args, format) : show_model(*args, format);
+  };
+}
+
+}  // namespace remat::cli
