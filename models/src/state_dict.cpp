@@ -42,17 +42,21 @@ class Input {
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
-  void read(void* out, uint64_t n, const std::string& what) {
+  void need(uint64_t n, const std::string& what) const {
     if (n > remaining()) {
       fail(where_, "truncated file: " + what + " at byte " + std::to_string(pos_) + " needs " +
                        std::to_string(n) + " bytes, only " + std::to_string(remaining()) +
                        " remain (download or save it again)");
     }
+  }
+  void read(void* out, uint64_t n, const std::string& what) {
+    need(n, what);
     stream_.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
     if (!stream_) fail(where_, "read error at byte " + std::to_string(pos_));
     pos_ += n;
   }
   std::string read_string(uint64_t n, const std::string& what) {
+    need(n, what);  // before allocating
     std::string text(n, '\0');
     read(text.data(), n, what);
     return text;
@@ -132,41 +136,12 @@ Value make(Kind kind, int64_t integer = 0, std::string text = {}) {
   return value;
 }
 
-Value make_sequence(Kind kind, Items items) {
-  Value value = make(kind);
-  *value.items = std::move(items);
-  return value;
-}
-
 std::string kind_name(const Value& value) {
-  switch (value.kind) {
-    case Kind::kNone:
-      return "None";
-    case Kind::kBool:
-      return "bool";
-    case Kind::kInt:
-    case Kind::kBigInt:
-      return "int";
-    case Kind::kFloat:
-      return "float";
-    case Kind::kStr:
-      return "str";
-    case Kind::kBytes:
-      return "bytes";
-    case Kind::kTuple:
-      return "tuple";
-    case Kind::kList:
-      return "list";
-    case Kind::kDict:
-      return "dict";
-    case Kind::kGlobal:
-      return "global " + value.text;
-    case Kind::kStorage:
-      return "storage";
-    case Kind::kTensor:
-      return "tensor";
-  }
-  return "?";
+  static const char* const names[] = {"None",   "bool",    "int",   "int",  "float",
+                                      "str",    "bytes",   "tuple", "list", "dict",
+                                      "global", "storage", "tensor"};
+  const std::string name = names[static_cast<int>(value.kind)];
+  return value.kind == Kind::kGlobal ? name + " " + value.text : name;
 }
 
 // "an int", "a list", "None": for messages.
@@ -191,8 +166,11 @@ bool hash_key(const Value& key, std::string& out) {
       return tagged('i', std::to_string(key.integer));
     case Kind::kBigInt:
       return tagged('L', key.text);
-    case Kind::kFloat:
-      return tagged('f', std::to_string(key.real));
+    case Kind::kFloat: {
+      uint64_t bits = 0;
+      std::memcpy(&bits, &key.real, sizeof bits);
+      return tagged('f', std::to_string(bits));
+    }
     case Kind::kStr:
       return tagged('s', key.text);
     case Kind::kBytes:
@@ -255,8 +233,23 @@ class Unpickler {
  public:
   Unpickler(Input& in, StorageLoader load_storage)
       : in_(in), load_storage_(std::move(load_storage)) {}
+  Unpickler(const Unpickler&) = delete;
+  Unpickler& operator=(const Unpickler&) = delete;
 
+  // A corrupt pickle can make a list or dict hold itself, a cycle of shared_ptrs never freed:
+  // empty every container made. So no Value from load() may be used after the Unpickler.
+  ~Unpickler() {
+    for (const Value& value : containers_) {
+      if (value.items) value.items->clear();
+      if (value.dict) value.dict->items.clear();
+    }
+  }
+
+  // Reads one pickle, up to its STOP; a file may hold several in a row.
   Value load() {
+    stack_.clear();
+    marks_.clear();
+    memo_.clear();
     for (;;) {
       op_pos_ = in_.pos();
       const auto op = static_cast<unsigned char>(read(1));
@@ -266,47 +259,45 @@ class Unpickler {
           if (protocol > 5) error("pickle protocol " + std::to_string(protocol) + " is unknown");
           break;
         }
-        case 0x95:
+        case 0x95:  // FRAME: a buffering hint
           read(8);
-          break;  // FRAME: a buffering hint
-        case '(':
+          break;
+        case '(':  // MARK
           marks_.push_back(stack_.size());
-          break;  // MARK
-        case '.':
-          return pop();  // STOP
-        case '0':
+          break;
+        case '.':  // STOP
+          return pop();
+        case '0':  // POP
           pop();
-          break;  // POP
-        case '1':
+          break;
+        case '1':  // POP_MARK
           pop_mark();
-          break;  // POP_MARK
-        case '2':
+          break;
+        case '2':  // DUP
           push(top());
-          break;  // DUP
-        case 'N':
+          break;
+        case 'N':  // NONE
           push(make(Kind::kNone));
-          break;  // NONE
-        case 0x88:
-          push(make(Kind::kBool, 1));
-          break;  // NEWTRUE
-        case 0x89:
-          push(make(Kind::kBool, 0));
-          break;  // NEWFALSE
-        case 'J':
+          break;
+        case 0x88:  // NEWTRUE
+        case 0x89:  // NEWFALSE
+          push(make(Kind::kBool, op == 0x88));
+          break;
+        case 'J':  // BININT
           push(make(Kind::kInt, static_cast<int32_t>(read(4))));
-          break;  // BININT
-        case 'K':
+          break;
+        case 'K':  // BININT1
           push(make(Kind::kInt, read(1)));
-          break;  // BININT1
-        case 'M':
+          break;
+        case 'M':  // BININT2
           push(make(Kind::kInt, read(2)));
-          break;  // BININT2
-        case 0x8a:
+          break;
+        case 0x8a:  // LONG1
           push(make_long(in_.read_string(read(1), "LONG1")));
-          break;  // LONG1
-        case 0x8b:
+          break;
+        case 0x8b:  // LONG4
           push(make_long(in_.read_string(read_length(4), "LONG4")));
-          break;     // LONG4
+          break;
         case 'G': {  // BINFLOAT
           const uint64_t bits = in_.read_uint(8, "BINFLOAT", /*big_endian=*/true);
           Value value = make(Kind::kFloat);
@@ -314,49 +305,49 @@ class Unpickler {
           push(std::move(value));
           break;
         }
-        case 0x8c:
-        case 'U':
+        case 0x8c:  // SHORT_BINUNICODE
+        case 'U':   // SHORT_BINSTRING
           push(read_text(Kind::kStr, 1));
-          break;  // SHORT_BINUNICODE/STRING
-        case 'X':
-        case 'T':
+          break;
+        case 'X':  // BINUNICODE
+        case 'T':  // BINSTRING
           push(read_text(Kind::kStr, 4));
-          break;  // BINUNICODE, BINSTRING
-        case 0x8d:
+          break;
+        case 0x8d:  // BINUNICODE8
           push(read_text(Kind::kStr, 8));
-          break;  // BINUNICODE8
-        case 'C':
+          break;
+        case 'C':  // SHORT_BINBYTES
           push(read_text(Kind::kBytes, 1));
-          break;  // SHORT_BINBYTES
-        case 'B':
+          break;
+        case 'B':  // BINBYTES
           push(read_text(Kind::kBytes, 4));
-          break;  // BINBYTES
-        case 0x8e:
+          break;
+        case 0x8e:  // BINBYTES8
           push(read_text(Kind::kBytes, 8));
-          break;  // BINBYTES8
-        case ')':
-          push(make(Kind::kTuple));
-          break;  // EMPTY_TUPLE
-        case 't':
-          push(make_sequence(Kind::kTuple, pop_mark()));
-          break;  // TUPLE
-        case 0x85:
-        case 0x86:
-        case 0x87: {  // TUPLE1, 2, 3
+          break;
+        case ')':  // EMPTY_TUPLE
+          push(container(Kind::kTuple));
+          break;
+        case 't':  // TUPLE
+          push(container(Kind::kTuple, pop_mark()));
+          break;
+        case 0x85:    // TUPLE1
+        case 0x86:    // TUPLE2
+        case 0x87: {  // TUPLE3
           const size_t n = op - 0x84;
           if (stack_.size() < stack_floor() + n) error("pickle stack underflow");
           Items items(std::make_move_iterator(stack_.end() - n),
                       std::make_move_iterator(stack_.end()));
           stack_.resize(stack_.size() - n);
-          push(make_sequence(Kind::kTuple, std::move(items)));
+          push(container(Kind::kTuple, std::move(items)));
           break;
         }
-        case ']':
-          push(make(Kind::kList));
-          break;  // EMPTY_LIST
-        case 'l':
-          push(make_sequence(Kind::kList, pop_mark()));
-          break;     // LIST
+        case ']':  // EMPTY_LIST
+          push(container(Kind::kList));
+          break;
+        case 'l':  // LIST
+          push(container(Kind::kList, pop_mark()));
+          break;
         case 'a': {  // APPEND
           Value item = pop();
           list_on_top().push_back(std::move(item));
@@ -368,12 +359,12 @@ class Unpickler {
           for (Value& item : items) list.push_back(std::move(item));
           break;
         }
-        case '}':
-          push(make(Kind::kDict));
-          break;     // EMPTY_DICT
+        case '}':  // EMPTY_DICT
+          push(container(Kind::kDict));
+          break;
         case 'd': {  // DICT
           Items items = pop_mark();
-          push(make(Kind::kDict));
+          push(container(Kind::kDict));
           set_items(std::move(items));
           break;
         }
@@ -383,54 +374,54 @@ class Unpickler {
           set_items({std::move(key), std::move(value)});
           break;
         }
-        case 'u':
+        case 'u':  // SETITEMS
           set_items(pop_mark());
-          break;     // SETITEMS
+          break;
         case 'c': {  // GLOBAL
-          std::string module = in_.read_line("GLOBAL module");
+          const std::string module = in_.read_line("GLOBAL module");
           push(make_global(module, in_.read_line("GLOBAL name")));
           break;
         }
         case 0x93: {  // STACK_GLOBAL
           const Value name = pop();
           const Value module = pop();
-          if (module.kind != Kind::kStr || name.kind != Kind::kStr)
+          if (module.kind != Kind::kStr || name.kind != Kind::kStr) {
             error("STACK_GLOBAL of non-str");
+          }
           push(make_global(module.text, name.text));
           break;
         }
-        case 'R':
-        case 0x81: {  // REDUCE, NEWOBJ (cls.__new__(cls, *args): the same for OrderedDict)
+        case 'R':     // REDUCE
+        case 0x81: {  // NEWOBJ: cls.__new__(cls, *args), the same as REDUCE for OrderedDict
           const Value args = pop();
           const Value callable = pop();
           push(call(callable, args));
           break;
         }
-        case 'b': {  // BUILD
+        case 'b':  // BUILD
           // OrderedDict's state is its attributes: a state dict's `_metadata` (module versions),
           // which loading into LibTorch modules does not use.
           pop();
           if (top().kind != Kind::kDict) error("BUILD (setting the state) of " + a_kind(top()));
           break;
-        }
-        case 'q':
+        case 'q':  // BINPUT
           memo_[read(1)] = top();
-          break;  // BINPUT
-        case 'r':
+          break;
+        case 'r':  // LONG_BINPUT
           memo_[read(4)] = top();
-          break;  // LONG_BINPUT
-        case 0x94:
+          break;
+        case 0x94:  // MEMOIZE
           memo_[memo_.size()] = top();
-          break;  // MEMOIZE
-        case 'h':
+          break;
+        case 'h':  // BINGET
           push(memo_get(read(1)));
-          break;  // BINGET
-        case 'j':
+          break;
+        case 'j':  // LONG_BINGET
           push(memo_get(read(4)));
-          break;  // LONG_BINGET
-        case 'Q':
+          break;
+        case 'Q':  // BINPERSID
           push(persistent_load(pop()));
-          break;  // BINPERSID
+          break;
         default: {
           char hex[8];
           std::snprintf(hex, sizeof hex, "0x%02x", op);
@@ -449,7 +440,7 @@ class Unpickler {
   uint64_t read(int bytes) { return in_.read_uint(bytes, "pickle opcode argument"); }
   uint64_t read_length(int bytes) {
     const uint64_t length = read(bytes);
-    // BINSTRING and LONG4 lengths are signed.
+    // BINSTRING and LONG4 lengths are signed; nothing in a state dict's pickle nears 2 GiB.
     if (bytes == 4 && length > 0x7fffffff) error("negative length");
     return length;
   }
@@ -468,6 +459,13 @@ class Unpickler {
       value |= ~uint64_t{0} << 8 * bytes.size();  // sign extension
     }
     return make(Kind::kInt, static_cast<int64_t>(value));
+  }
+
+  Value container(Kind kind, Items items = {}) {
+    Value value = make(kind);
+    if (value.items) *value.items = std::move(items);
+    containers_.push_back(value);
+    return value;
   }
 
   // Items above the innermost MARK belong to it: popping them otherwise means a corrupt pickle.
@@ -534,7 +532,7 @@ class Unpickler {
     const std::string& name = callable.text;
     if (name == "collections.OrderedDict") {
       if (!arg.empty()) error("OrderedDict with arguments");
-      return make(Kind::kDict);
+      return container(Kind::kDict);
     }
     if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(arg);
     if (name == "torch._utils._rebuild_parameter" ||
@@ -620,6 +618,7 @@ class Unpickler {
   std::vector<Value> stack_;
   std::vector<size_t> marks_;  // stack sizes at each MARK
   std::unordered_map<uint64_t, Value> memo_;
+  std::vector<Value> containers_;  // every tuple, list and dict made
   uint64_t op_pos_ = 0;
 };
 
@@ -681,21 +680,21 @@ std::vector<StateDictEntry> read_zip(const std::string& path) {
   std::istringstream stream(std::string(static_cast<const char*>(pickle.get()), pickle_size));
   Input in(stream, pickle_size, path + ": data.pkl");
   std::unordered_map<std::string, at::Storage> storages;
-  const Value top = Unpickler(in, [&](const StorageId& id) {
-                      if (const auto it = storages.find(id.key); it != storages.end()) {
-                        return it->second;
-                      }
-                      auto [data, size] = record("data/" + id.key);
-                      const uint64_t needed = id.numel * c10::elementSize(id.dtype);
-                      if (size < needed) {
-                        fail(path, "record data/" + id.key + " holds " + std::to_string(size) +
-                                       " bytes, its storage needs " + std::to_string(needed));
-                      }
-                      at::Storage storage(c10::Storage::use_byte_size_t(),
-                                          static_cast<int64_t>(size), std::move(data),
-                                          /*allocator=*/nullptr, /*resizable=*/false);
-                      return storages.emplace(id.key, storage).first->second;
-                    }).load();
+  // Storages shared by several tensors (views) are read once.
+  const auto load_storage = [&](const StorageId& id) {
+    if (const auto it = storages.find(id.key); it != storages.end()) return it->second;
+    auto [data, size] = record("data/" + id.key);
+    const uint64_t needed = id.numel * c10::elementSize(id.dtype);
+    if (size < needed) {
+      fail(path, "record data/" + id.key + " holds " + std::to_string(size) +
+                     " bytes, its storage needs " + std::to_string(needed));
+    }
+    const at::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(size),
+                              std::move(data), /*allocator=*/nullptr, /*resizable=*/false);
+    return storages.emplace(id.key, storage).first->second;
+  };
+  Unpickler unpickler(in, load_storage);
+  const Value top = unpickler.load();
   return state_dict_entries(top, path);
 }
 
@@ -706,30 +705,6 @@ std::vector<StateDictEntry> read_zip(const std::string& path) {
 std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
                                         const std::string& path) {
   Input in(file, size, path);
-  const auto no_storage = [&](const StorageId& id) -> at::Storage {
-    fail(path, "storage '" + id.key + "' in a header pickle of the legacy format");
-  };
-  Value magic;
-  try {
-    magic = Unpickler(in, no_storage).load();
-  } catch (const StateDictError&) {
-    not_a_torch_file(path);
-  }
-  // 0x1950a86a20f9469cfc6c as Python's LONG1 writes it.
-  if (magic.kind != Kind::kBigInt || magic.text != "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19") {
-    not_a_torch_file(path);
-  }
-  const Value version = Unpickler(in, no_storage).load();
-  if (version.kind != Kind::kInt || version.integer != 1001) {
-    fail(path, "legacy format version is not 1001 (written by torch older than 0.4?)");
-  }
-  const Value sys_info = Unpickler(in, no_storage).load();
-  const Value* little_endian =
-      sys_info.kind == Kind::kDict ? find_str_key(*sys_info.dict, "little_endian") : nullptr;
-  if (little_endian != nullptr && little_endian->kind == Kind::kBool && !little_endian->integer) {
-    fail(path, "written on a big-endian machine; save it again on a little-endian one");
-  }
-
   // The storages' bytes follow the pickles: allocate them when a tensor names them, fill later.
   struct Pending {
     torch::Tensor bytes;
@@ -737,20 +712,47 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
     bool filled = false;
   };
   std::unordered_map<std::string, Pending> pending;
-  const Value top = Unpickler(in, [&](const StorageId& id) {
-                      auto it = pending.find(id.key);
-                      if (it == pending.end()) {
-                        const auto element_size = static_cast<int64_t>(c10::elementSize(id.dtype));
-                        if (static_cast<uint64_t>(id.numel) > in.remaining() / element_size) {
-                          fail(path, "truncated file: storage '" + id.key + "' needs more bytes" +
-                                         " than the file holds (download or save it again)");
-                        }
-                        torch::Tensor bytes = torch::empty({id.numel * element_size}, at::kByte);
-                        it = pending.emplace(id.key, Pending{bytes, id.numel}).first;
-                      }
-                      return it->second.bytes.storage();
-                    }).load();
-  const Value keys = Unpickler(in, no_storage).load();
+  bool in_header = true;
+  const auto allocate_storage = [&](const StorageId& id) {
+    if (in_header) fail(path, "storage '" + id.key + "' in a header pickle of the legacy format");
+    auto it = pending.find(id.key);
+    if (it == pending.end()) {
+      const auto element_size = static_cast<int64_t>(c10::elementSize(id.dtype));
+      if (static_cast<uint64_t>(id.numel) > in.remaining() / element_size) {
+        fail(path, "truncated file: storage '" + id.key +
+                       "' needs more bytes than the file holds (download or save it again)");
+      }
+      torch::Tensor bytes = torch::empty({id.numel * element_size}, at::kByte);
+      it = pending.emplace(id.key, Pending{bytes, id.numel}).first;
+    }
+    return it->second.bytes.storage();
+  };
+  Unpickler unpickler(in, allocate_storage);
+
+  Value magic;
+  try {
+    magic = unpickler.load();
+  } catch (const StateDictError&) {
+    not_a_torch_file(path);
+  }
+  // 0x1950a86a20f9469cfc6c as Python's LONG1 writes it.
+  if (magic.kind != Kind::kBigInt || magic.text != "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19") {
+    not_a_torch_file(path);
+  }
+  const Value version = unpickler.load();
+  if (version.kind != Kind::kInt || version.integer != 1001) {
+    fail(path, "legacy format version is not 1001 (written by torch older than 0.4?)");
+  }
+  const Value sys_info = unpickler.load();
+  const Value* little_endian =
+      sys_info.kind == Kind::kDict ? find_str_key(*sys_info.dict, "little_endian") : nullptr;
+  if (little_endian != nullptr && little_endian->kind == Kind::kBool && !little_endian->integer) {
+    fail(path, "written on a big-endian machine; save it again on a little-endian one");
+  }
+  in_header = false;
+  const Value top = unpickler.load();
+  in_header = true;
+  const Value keys = unpickler.load();
   if (keys.kind != Kind::kList) fail(path, "the legacy storage key list is " + a_kind(keys));
   for (const Value& key : *keys.items) {
     const auto it = key.kind == Kind::kStr ? pending.find(key.text) : pending.end();
@@ -762,7 +764,7 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
       fail(path, what + " has " + std::to_string(numel) +
                      " elements in the file, the pickle says " + std::to_string(storage.numel));
     }
-    in.read(storage.bytes.data_ptr(), storage.bytes.numel(), what);
+    in.read(storage.bytes.data_ptr<uint8_t>(), storage.bytes.numel(), what);
     storage.filled = true;
   }
   for (const auto& [key, storage] : pending) {

@@ -5,9 +5,10 @@ computed the same way in the C++ test or written to a reference file beside the 
 """
 import collections
 import datetime
-import io
 import os
+import pickle
 import random
+import struct
 import sys
 import zipfile
 
@@ -26,8 +27,8 @@ def save_zip(obj, name, **kwargs):
     torch.save(obj, path(name), **kwargs)
 
 
-def save_legacy(obj, name):
-    torch.save(obj, path(name), _use_new_zipfile_serialization=False)
+def save_legacy(obj, name, **kwargs):
+    torch.save(obj, path(name), _use_new_zipfile_serialization=False, **kwargs)
 
 
 def mixed():
@@ -61,6 +62,53 @@ sd = mixed()
 save_zip(sd, "mixed_zip.pth")
 save_zip(sd, "mixed_proto4.pth", pickle_protocol=4)  # FRAME, MEMOIZE, STACK_GLOBAL, ...
 save_legacy(sd, "mixed_legacy.pth")
+save_legacy(sd, "mixed_legacy_proto4.pth", pickle_protocol=4)
+
+
+
+def handwritten_legacy_file(name):
+    """A legacy file whose main pickle is written by hand, to use the opcodes that torch.save
+    does not (DUP, POP, POP_MARK, LIST, DICT, TUPLE, BINSTRING, BINBYTES, LONG4, NEWOBJ, ...).
+    It holds x = arange(6.).reshape(2, 3) and y = x.view(-1)[3:] as a Parameter."""
+    def u8(n): return struct.pack("<B", n)
+    def i32(n): return struct.pack("<i", n)
+    def binunicode(text): return b"X" + i32(len(text)) + text.encode()
+    pid = (b"(" + b"T" + i32(7) + b"storage" + b"ctorch\nFloatStorage\n" +
+           b"\x8d" + struct.pack("<Q", 1) + b"0" + binunicode("cpu") + b"J" + i32(6) + b"N" +
+           b"t" + b"Q" + b"r" + i32(1000))                  # LONG_BINPUT 1000 the storage
+    hooks = b"ccollections\nOrderedDict\n)\x81"            # NEWOBJ
+    main = (b"\x80\x02" + b"}q\x00" +                       # the dict, memo 0
+            b"(J" + i32(-5) + b"\x8b" + i32(9) + bytes(8) + b"\x01" + b"1" +  # MARK .. POP_MARK
+            b"N20" + b"0" +                                  # NONE DUP POP POP
+            b"G" + struct.pack(">d", 0.5) + b"0" +           # BINFLOAT POP
+            b"(B" + i32(2) + b"ab" + b"C" + u8(1) + b"c" + b"\x8e" + struct.pack("<Q", 0) +
+            b"l0" +                                          # LIST of bytes, POP
+            b"U" + u8(1) + b"x" +                            # key 'x' (SHORT_BINSTRING)
+            b"ctorch._utils\n_rebuild_tensor_v2\n" +
+            b"(" + pid + b"K\x00" + b"(K\x02K\x03t" + b"(K\x03K\x01t" + b"\x89" + b"(d" + b"t" +
+            b"R" + b"s" +                                    # REDUCE, SETITEM
+            b"h\x00" + b"(" + b"\x8c\x01y" +                # BINGET the dict, MARK, 'y'
+            b"ctorch._utils\n_rebuild_parameter\n" +
+            b"ctorch._utils\n_rebuild_tensor_v2\n" +
+            b"(j" + i32(1000) + b"K\x03K\x03\x85K\x01\x85\x88" + hooks + b"t" + b"R" +
+            b"\x89" + hooks + b"\x87" + b"R" + b"u" + b"0" +   # TUPLE3, REDUCE, SETITEMS, POP
+            b".")
+    with open(path(name), "wb") as f:
+        for header in (0x1950A86A20F9469CFC6C, 1001,
+                       {"protocol_version": 1001, "little_endian": True,
+                        "type_sizes": {"short": 2, "int": 4, "long": 4}}):
+            pickle.dump(header, f, protocol=2)
+        f.write(main)
+        pickle.dump(["0"], f, protocol=2)
+        f.write(struct.pack("<q", 6) + torch.arange(6.0).numpy().tobytes())
+    # Python reads it as meant, so a mismatch in C++ is the C++ reader's.
+    loaded = torch.load(path(name))
+    assert list(loaded) == ["x", "y"], list(loaded)
+    assert torch.equal(loaded["x"], torch.arange(6.0).reshape(2, 3))
+    assert torch.equal(loaded["y"], torch.tensor([3.0, 4.0, 5.0]))
+
+
+handwritten_legacy_file("handwritten_legacy.pth")
 
 # resnet18 with every parameter and buffer random (BatchNorm statistics too), and a reference:
 # one line per entry: name dtype rank sizes... sum weighted_sum first last, the sums in float64
@@ -117,6 +165,7 @@ def rewrite_zip(source, name, drop=None, add=None):
 
 rewrite_zip("mixed_zip.pth", "missing_record.pth", drop="data/3")
 rewrite_zip("mixed_zip.pth", "big_endian.pth", add={"byteorder": "big"})
+rewrite_zip("mixed_zip.pth", "mixed_byteorder.pth", add={"byteorder": "little"})  # as torch 2 has
 with zipfile.ZipFile(path("zip_without_pickle.zip"), "w") as z:
     z.writestr("archive/version", "3\n")
     z.writestr("archive/notes.txt", "hello")
@@ -130,7 +179,7 @@ open(path("big_endian_legacy.pth"), "wb").write(bytes(data))
 zip_bytes = open(path("mixed_zip.pth"), "rb").read()
 legacy_bytes = open(path("mixed_legacy.pth"), "rb").read()
 open(path("truncated_zip.pth"), "wb").write(zip_bytes[: len(zip_bytes) * 6 // 10])
-open(path("truncated_legacy_data.pth"), "wb").write(legacy_bytes[:-10])  # in the tensor bytes
+open(path("truncated_legacy_data.pth"), "wb").write(legacy_bytes[:-10])  # in the last storage
 open(path("truncated_legacy_pickle.pth"), "wb").write(legacy_bytes[:200])  # in the main pickle
 open(path("truncated_legacy_storages.pth"), "wb").write(legacy_bytes[:300])  # storages named
 

@@ -60,7 +60,8 @@ std::string error_of(const std::string& path) {
 }  // namespace
 
 TEST_CASE("read_state_dict reads every dtype, scalars, strides and shared storages", "[models]") {
-  for (const std::string file : {"mixed_zip.pth", "mixed_proto4.pth", "mixed_legacy.pth"}) {
+  for (const std::string file : {"mixed_zip.pth", "mixed_proto4.pth", "mixed_byteorder.pth",
+                                 "mixed_legacy.pth", "mixed_legacy_proto4.pth"}) {
     INFO(file);
     const std::vector<StateDictEntry> entries = read_state_dict(data_path(file));
     CHECK(names_of(entries) == std::vector<std::string>{"f32", "f64", "f16", "bf16", "c64", "i64",
@@ -169,6 +170,17 @@ TEST_CASE("read_state_dict reads a torchvision resnet18 state dict in both forma
   for (size_t i = 0; i < zip.size(); ++i) CHECK(torch::equal(zip[i].tensor, legacy[i].tensor));
 }
 
+TEST_CASE("read_state_dict runs the pickle opcodes that torch.save does not emit", "[models]") {
+  // A hand-written main pickle (DUP, POP, POP_MARK, LIST, DICT, TUPLE, BINSTRING, BINBYTES,
+  // LONG4, NEWOBJ, LONG_BINPUT/GET, ...) that Python's torch.load reads as {x, y}.
+  const std::vector<StateDictEntry> entries = read_state_dict(data_path("handwritten_legacy.pth"));
+  REQUIRE(names_of(entries) == std::vector<std::string>{"x", "y"});
+  const torch::Tensor all = torch::arange(6, torch::kFloat);
+  check_tensor(entries[0].tensor, all.reshape({2, 3}));
+  check_tensor(entries[1].tensor, all.slice(0, 3));
+  CHECK(entries[0].tensor.storage().is_alias_of(entries[1].tensor.storage()));
+}
+
 TEST_CASE("read_state_dict unwraps a training checkpoint's state dict", "[models]") {
   for (const std::string file : {"wrapped_state_dict.pth", "wrapped_model_legacy.pth"}) {
     INFO(file);
@@ -187,7 +199,7 @@ TEST_CASE("read_state_dict names the file and the problem", "[models]") {
       {"random_pickle.bin", "not a PyTorch file"},
       {"random_zip_magic.bin", "not a zip archive written by torch.save, or a truncated one"},
       {"truncated_zip.pth", "not a zip archive written by torch.save, or a truncated one"},
-      {"truncated_legacy_data.pth", "truncated file: storage '"},
+      {"truncated_legacy_data.pth", "truncated file: "},  // in the last storage's size or bytes
       {"truncated_legacy_pickle.pth", "truncated file: "},
       {"truncated_legacy_storages.pth", "needs more bytes than the file holds"},
       {"zip_without_pickle.zip", "record data.pkl missing"},
