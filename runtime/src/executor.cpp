@@ -57,6 +57,13 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Sequence& sequen
   cuda_rng_.resize(n);
   buffer_snapshot_.resize(n);
   restore_after_backward_.assign(n, false);
+  recomputed_.assign(n, false);
+  std::vector<int> forwards(n, 0);
+  for (const Op& op : sequence)
+    if (op.kind == OpKind::kForwardGrad || op.kind == OpKind::kForwardNoGrad ||
+        op.kind == OpKind::kForwardCheckpoint)
+      recomputed_[static_cast<std::size_t>(op.stage)] =
+          ++forwards[static_cast<std::size_t>(op.stage)] > 1;
   loss_index_ = sequence.size();
   for (std::size_t k = 0; k < sequence.size(); ++k)
     if (sequence[k].kind == OpKind::kLoss) loss_index_ = k;
@@ -79,6 +86,8 @@ torch::Tensor Executor::call(int i, const torch::Tensor& x) {
 void Executor::before_forward(int i) {
   const auto ui = static_cast<std::size_t>(i);
   if (!ran_[ui]) {
+    // Only a stage that the sequence runs again needs its random state (store-all: none).
+    if (!recomputed_[ui]) return;
     cpu_rng_[ui] = host_generator_state(c10::Device(c10::kCPU));
     if (device_.is_cuda()) cuda_rng_[ui] = host_generator_state(device_);
     return;
@@ -103,6 +112,7 @@ void Executor::after_forward(int i, bool keeps_graph) {
     // The stage's first forward: keep its generator states only if it drew random numbers
     // (each is a few kilobytes of memory per stage, held until the step's backward ends).
     ran_[ui] = true;
+    if (!recomputed_[ui]) return;
     if (cpu_rng_[ui] == host_generator_state(c10::Device(c10::kCPU))) cpu_rng_[ui] = HostCopy();
     if (!cuda_rng_[ui].empty() && cuda_rng_[ui] == host_generator_state(device_)) cuda_rng_[ui] = HostCopy();
     return;

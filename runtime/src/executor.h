@@ -76,6 +76,9 @@ class Executor {
   HostCopy caller_cpu_rng_, caller_cuda_rng_;
   std::vector<std::vector<HostCopy>> buffer_snapshot_;
   std::vector<bool> restore_after_backward_;
+  // Whether the sequence forwards stage i more than once: only then are its generator
+  // states and buffers kept at its first forward.
+  std::vector<bool> recomputed_;
 };
 
 }  // namespace remat::detail
