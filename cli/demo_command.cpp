@@ -22,7 +22,7 @@ namespace remat::cli {
 namespace {
 
 struct DemoArgs {
-  std::string model = "convnet-deep";
+  std::string model = "resnet50";
   int batch = 16;
   int image = 64;
   int steps = 4;

@@ -25,6 +25,10 @@ cases = [
     ("densenet121", lambda: models.densenet121(weights=None), 64),
     ("inception_v3", lambda: models.inception_v3(weights=None, aux_logits=True,
                                                  init_weights=True, dropout=0.0), 139),
+    # Without the auxiliary head (its weights absent from the file), with the input transform.
+    ("inception_v3_transform", lambda: models.inception_v3(weights=None, aux_logits=False,
+                                                           init_weights=True,
+                                                           transform_input=True), 75),
 ]
 for name, make, image in cases:
     model = make()

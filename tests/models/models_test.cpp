@@ -47,6 +47,57 @@ TEST_CASE("stage counts and granularity", "[models]") {
   CHECK(inception_v3(InceptionV3Options().aux_logits(false))->size() == 19);
 }
 
+TEST_CASE("options: zero_init_residual, DenseNet's free configuration", "[models]") {
+  using namespace remat::models;
+  nn::Sequential plain = resnet50(), zeroed = resnet50(ResNetOptions().zero_init_residual(true));
+  CHECK(zeroed->named_parameters()["layer1_0.bn3.weight"].abs().sum().item<double>() == 0);
+  CHECK(zeroed->named_parameters()["layer4_2.bn3.weight"].abs().sum().item<double>() == 0);
+  CHECK(plain->named_parameters()["layer1_0.bn3.weight"].eq(1).all().item<bool>());
+  CHECK(zeroed->named_parameters()["layer1_0.bn2.weight"].eq(1).all().item<bool>());
+  CHECK(resnet18(ResNetOptions().zero_init_residual(true))
+            ->named_parameters()["layer2_1.bn2.weight"].abs().sum().item<double>() == 0);
+  // A small DenseNet: 2 blocks of 3 and 2 layers, growth 8, 16 initial features.
+  nn::Sequential dense = densenet(
+      DenseNetOptions().num_classes(5).growth_rate(8).block_config({3, 2}).num_init_features(16).bn_size(2));
+  CHECK(dense->size() == 1 + 3 + 1 + 2 + 1);
+  torch::NoGradGuard no_grad;
+  dense->eval();
+  // 16 + 3 * 8 = 40 channels, halved by the transition to 20, + 2 * 8 = 36 into the head.
+  CHECK(dense->named_parameters()["classifier.classifier.weight"].sizes() == torch::IntArrayRef({5, 36}));
+  CHECK(dense->forward(torch::randn({1, 3, 32, 32})).sizes() == torch::IntArrayRef({1, 5}));
+  CHECK_THROWS_WITH(densenet(DenseNetOptions().block_config({})), Catch::Contains("block_config"));
+  CHECK_THROWS_WITH(resnet18(ResNetOptions().num_classes(0)), Catch::Contains("num_classes"));
+}
+
+TEST_CASE("dropout inside stages (DenseNet's drop_rate) recomputes the same masks", "[models][runtime]") {
+  using namespace remat::models;
+  torch::set_num_threads(1);
+  const auto make = [] {
+    torch::manual_seed(2);
+    return densenet(DenseNetOptions().num_classes(4).growth_rate(8).block_config({4, 3})
+                        .num_init_features(16).bn_size(2).drop_rate(0.3));
+  };
+  const torch::Tensor x = torch::randn({2, 3, 32, 32});
+  nn::Sequential plain = make();
+  torch::manual_seed(9);
+  torch::Tensor plain_out = plain->forward(x);
+  plain_out.pow(2).sum().backward();
+  nn::Sequential net = make();
+  remat::Checkpointable chk(net);
+  remat::Chain chain = remat::profile(net, x, remat::ProfileOptions().measure_time(false)).chain;
+  for (auto& stage : chain.stages) stage.fwd_ms = 1, stage.bwd_ms = 2;
+  chk->set_chain(chain);
+  const remat::Solution& s =
+      chk->compute_sequence(remat::min_feasible_budget(chain, remat::SolveOptions(0)) + remat::kRuntimeReserveBytes);
+  INFO(remat::collapsed_string(s.sequence));
+  torch::manual_seed(9);
+  torch::Tensor out = chk->forward(x);
+  out.pow(2).sum().backward();
+  CHECK(torch::equal(out, plain_out));
+  const auto a = plain->parameters(), b = net->parameters();
+  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k].grad(), b[k].grad()));
+}
+
 TEST_CASE("every parameter and buffer has a distinct torchvision name", "[models]") {
   using namespace remat::models;
   nn::Sequential net = resnet18();

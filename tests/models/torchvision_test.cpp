@@ -40,6 +40,8 @@ TEST_CASE("the ports reproduce torchvision's eval-mode outputs with its weights"
       {"vgg11_bn", [] { return vgg11_bn(); }},
       {"densenet121", [] { return densenet121(); }},
       {"inception_v3", [] { return inception_v3(); }},
+      {"inception_v3_transform",
+       [] { return inception_v3(InceptionV3Options().aux_logits(false).transform_input(true)); }},
   };
   for (const auto& [name, make] : cases) {
     DYNAMIC_SECTION(name) {
