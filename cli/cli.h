@@ -37,8 +37,20 @@ Action add_models_command(CLI::App& app);
 /// `remat train` (LibTorch): training steps with a schedule, measured against predicted.
 Action add_train_command(CLI::App& app);
 
-/// The commands that need LibTorch: `remat` hands them to remat-torch, next to it.
-inline constexpr const char* kTorchCommands[] = {"profile", "demo", "models", "train"};
+/// A command that needs LibTorch: `remat` hands it to remat-torch, next to it, and lists it
+/// in its help with this description (the same in both executables).
+struct TorchCommand {
+  const char* name;
+  const char* description;
+};
+inline constexpr TorchCommand kTorchCommands[] = {
+    {"profile", "Measure a built-in model on a sample batch into a chain file (remat-chain/1)"},
+    {"demo", "Profile a built-in network, choose a schedule at half its memory and train with it"},
+    {"models", "List the built-in models, or one model's stages with output shapes and bytes"},
+    {"train", "Train a built-in model on random data with a schedule for a memory budget"},
+};
+/// Registers the LibTorch command `name` (one of kTorchCommands) with its description.
+CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name);
 
 /// A budget as given on the command line: bytes and units (`700MiB`, `1e9`) or a percentage
 /// of the chain's store-all peak (`50%`). Throws std::invalid_argument.

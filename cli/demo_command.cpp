@@ -33,8 +33,7 @@ struct DemoArgs {
 
 Action add_demo_command(CLI::App& app) {
   auto args = std::make_shared<DemoArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "demo", "Profile a built-in network, choose a schedule at half its memory and train with it");
+  CLI::App* cmd = add_torch_subcommand(app, "demo");
   cmd->add_option("--model", args->model, "Built-in model")->capture_default_str();
   cmd->add_option("--batch", args->batch, "Batch size")->capture_default_str();
   cmd->add_option("--image", args->image, "Image height and width")->capture_default_str();
@@ -107,15 +106,14 @@ Action add_demo_command(CLI::App& app) {
       // gradients stay allocated and out of the activation memory measured below.
       for (auto& param : net->parameters()) param.mutable_grad().zero_();
       const torch::Tensor x = sample.clone();
-      const std::int64_t base = tracker.live();
-      tracker.reset_peak();
+      const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       {
         torch::Tensor loss = torch::nn::functional::cross_entropy(forward(x), target);
         loss.backward();
       }
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      peak = tracker.peak() - base;
+      peak = scope.peak_above_start();
       sgd.step();
     };
     std::vector<double> ours_ms, plain_ms;

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   using namespace remat::cli;
 #if REMAT_EXEC_TORCH_HELPER
   if (argc > 1 && std::any_of(std::begin(kTorchCommands), std::end(kTorchCommands),
-                              [&](const char* name) { return std::string(argv[1]) == name; })) {
+                              [&](const TorchCommand& c) { return std::string(argv[1]) == c.name; })) {
     const std::string helper = torch_helper_path();
     execv(helper.c_str(), argv);
     fmt::print(stderr, "remat: cannot run {} for '{}': {}\n", helper, argv[1], std::strerror(errno));
@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
       argc > 1 && std::any_of(commands.begin(), commands.end(),
                               [&](const CLI::App* c) { return c->get_name() == argv[1]; });
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    fmt::print(stderr, "remat: unknown command '{}' (commands: schedule, tradeoff, profile, models, train, demo)\n", argv[1]);
+    std::string names;
+    for (const CLI::App* c : commands) names += (names.empty() ? "" : ", ") + c->get_name();
+    fmt::print(stderr, "remat: unknown command '{}' (commands: {})\n", argv[1], names);
     fmt::print(stderr, "Run 'remat --help' for usage.\n");
     return kExitBadInput;
   }

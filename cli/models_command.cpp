@@ -19,12 +19,6 @@ struct ModelsArgs {
   std::string format = "text";
 };
 
-std::int64_t parameter_count(const torch::nn::Module& module) {
-  std::int64_t count = 0;
-  for (const auto& p : module.parameters()) count += p.numel();
-  return count;
-}
-
 // 11689512 -> "11,689,512".
 std::string thousands(std::int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -48,7 +42,7 @@ int list_models(const ModelsArgs& args, Format format) {
     bar.update(static_cast<int>(k), static_cast<int>(all.size()), info.name);
     torch::NoGradGuard no_grad;
     const torch::nn::Sequential net = info.make(args.classes);
-    const std::int64_t params = parameter_count(*net);
+    const std::int64_t params = models::parameter_count(*net);
     bar.clear();
     if (format == Format::kJson) {
       list.push_back({{"name", info.name}, {"description", info.description},
@@ -82,7 +76,7 @@ int show_model(const ModelsArgs& args, Format format) {
   nlohmann::json rows = nlohmann::json::array();
   if (format == Format::kText) {
     fmt::print("{}: {} stages, {} parameters, input {} ({})\n\n", in.info->name, stages.size(),
-               thousands(parameter_count(*net)), shape_string(x.sizes().vec()),
+               thousands(models::parameter_count(*net)), shape_string(x.sizes().vec()),
                format_bytes(static_cast<std::int64_t>(x.nbytes())));
     fmt::print("{:>4}  {:<22} {:<18} {:>11} {:>12}\n", "#", "stage", "output", "bytes",
                "parameters");
@@ -98,7 +92,7 @@ int show_model(const ModelsArgs& args, Format format) {
                                               error.what_without_backtrace()));
     }
     const auto bytes = static_cast<std::int64_t>(x.nbytes());
-    const std::int64_t params = parameter_count(*stages[i].module.ptr());
+    const std::int64_t params = models::parameter_count(*stages[i].module.ptr());
     total += bytes;
     if (format == Format::kJson)
       rows.push_back({{"name", stages[i].name}, {"output_shape", x.sizes().vec()},
@@ -110,7 +104,7 @@ int show_model(const ModelsArgs& args, Format format) {
   if (format == Format::kJson)
     fmt::print("{}\n", nlohmann::json{{"model", in.info->name},
                                       {"input_shape", {args.batch, 3, in.height, in.width}},
-                                      {"parameters", parameter_count(*net)},
+                                      {"parameters", models::parameter_count(*net)},
                                       {"stages", rows}}
                            .dump(2));
   else
@@ -124,8 +118,7 @@ int show_model(const ModelsArgs& args, Format format) {
 
 Action add_models_command(CLI::App& app) {
   auto args = std::make_shared<ModelsArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "models", "List the built-in models, or one model's stages with output shapes and bytes");
+  CLI::App* cmd = add_torch_subcommand(app, "models");
   cmd->add_option("model", args->model, "A model: list its stages");
   cmd->add_option("--batch", args->batch, "Batch size for the stage list")->capture_default_str();
   cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");

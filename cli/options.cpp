@@ -41,4 +41,10 @@ void check_plot_path(const std::string& path) {
     throw std::invalid_argument("--plot '" + path + "': plots are SVG files; give a name ending in .svg");
 }
 
+CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name) {
+  for (const TorchCommand& command : kTorchCommands)
+    if (name == command.name) return app.add_subcommand(name, command.description);
+  throw std::logic_error("remat: no LibTorch command '" + name + "' (this is a bug in remat)");
+}
+
 }  // namespace remat::cli

@@ -53,8 +53,7 @@ void print_table(const Profile& p) {
 
 Action add_profile_command(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "profile", "Measure a built-in model on a sample batch into a chain file (remat-chain/1)");
+  CLI::App* cmd = add_torch_subcommand(app, "profile");
   cmd->add_option("--model", args->model, "Built-in model (see `remat models`)")->required();
   cmd->add_option("--batch", args->batch, "Batch size of the sample input")->required();
   cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");

@@ -6,9 +6,8 @@
 namespace remat::cli {
 namespace {
 
-Action unavailable(CLI::App& app, const std::string& name, const std::string& description) {
-  CLI::App* cmd = app.add_subcommand(name, description);
-  cmd->allow_extras();
+Action unavailable(CLI::App& app, const std::string& name) {
+  add_torch_subcommand(app, name)->allow_extras();
   return [name]() -> int {
     throw std::invalid_argument(
         name + ": this remat was built without LibTorch (configure with -DREMAT_WITH_TORCH=ON)");
@@ -17,21 +16,9 @@ Action unavailable(CLI::App& app, const std::string& name, const std::string& de
 
 }  // namespace
 
-Action add_profile_command(CLI::App& app) {
-  return unavailable(app, "profile",
-                     "Measure a built-in model on a sample batch into a chain file (remat-chain/1)");
-}
-Action add_demo_command(CLI::App& app) {
-  return unavailable(
-      app, "demo", "Profile a built-in network, choose a schedule at half its memory and train with it");
-}
-Action add_models_command(CLI::App& app) {
-  return unavailable(app, "models",
-                     "List the built-in models, or one model's stages with output shapes and bytes");
-}
-Action add_train_command(CLI::App& app) {
-  return unavailable(app, "train",
-                     "Train a built-in model on random data with a schedule for a memory budget");
-}
+Action add_profile_command(CLI::App& app) { return unavailable(app, "profile"); }
+Action add_demo_command(CLI::App& app) { return unavailable(app, "demo"); }
+Action add_models_command(CLI::App& app) { return unavailable(app, "models"); }
+Action add_train_command(CLI::App& app) { return unavailable(app, "train"); }
 
 }  // namespace remat::cli

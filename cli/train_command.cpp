@@ -47,8 +47,7 @@ torch::Tensor training_loss(const torch::Tensor& out, const torch::Tensor& targe
 
 Action add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "train", "Train a built-in model on random data with a schedule for a memory budget");
+  CLI::App* cmd = add_torch_subcommand(app, "train");
   cmd->add_option("--model", args->model, "Built-in model (see `remat models`)")->required();
   cmd->add_option("--batch", args->batch, "Batch size")->required();
   cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");
@@ -142,8 +141,7 @@ Action add_train_command(CLI::App& app) {
       for (auto& p : net->parameters()) p.mutable_grad().zero_();
       const torch::Tensor x = torch::randn({args->batch, 3, in.height, in.width}, options);
       double loss_value = 0;
-      const std::int64_t base = tracker.live();
-      tracker.reset_peak();
+      const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       try {
         torch::Tensor loss = training_loss(chk->forward(x), target, args->classes);
@@ -159,7 +157,7 @@ Action add_train_command(CLI::App& app) {
       }
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      const std::int64_t peak = tracker.peak() - base;
+      const std::int64_t peak = scope.peak_above_start();
       sgd.step();
       times.push_back(ms);
       worst_peak = std::max(worst_peak, peak);

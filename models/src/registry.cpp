@@ -57,6 +57,12 @@ const std::vector<ModelInfo>& registry() {
   return models;
 }
 
+std::int64_t parameter_count(const torch::nn::Module& module) {
+  std::int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.numel();
+  return count;
+}
+
 const ModelInfo& find_model(const std::string& name) {
   std::string known;
   for (const ModelInfo& info : registry()) {

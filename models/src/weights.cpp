@@ -4,6 +4,7 @@
 
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "layers.h"
@@ -52,15 +53,18 @@ void load_torchvision_weights(torch::nn::Sequential& model,
   bool data_parallel = !state_dict.empty();
   for (const auto& entry : state_dict)
     data_parallel = data_parallel && entry.name.compare(0, 7, "module.") == 0;
+  // The file's names as torchvision's current loaders see them, in file order.
+  std::vector<std::string> names;
   std::map<std::string, const torch::Tensor*> values;
-  for (const auto& entry : state_dict)
-    values[modern_densenet_name(data_parallel ? entry.name.substr(7) : entry.name)] =
-        &entry.tensor;
+  for (const auto& entry : state_dict) {
+    names.push_back(modern_densenet_name(data_parallel ? entry.name.substr(7) : entry.name));
+    values[names.back()] = &entry.tensor;
+  }
 
   std::vector<std::pair<torch::Tensor, const torch::Tensor*>> copies;
   std::vector<torch::Tensor> zeroed;  // num_batches_tracked absent from the file
   std::vector<std::string> missing, misshaped;
-  std::map<std::string, bool> used;
+  std::set<std::string> used;
   const auto visit = [&](const std::string& key, const torch::Tensor& target) {
     const std::string name = torchvision_name(model, key);
     const auto found = values.find(name);
@@ -73,7 +77,7 @@ void load_torchvision_weights(torch::nn::Sequential& model,
         missing.push_back(name);
       return;
     }
-    used[name] = true;
+    used.insert(name);
     if (found->second->sizes() != target.sizes())
       misshaped.push_back(name + " (file " + shape(*found->second) + ", model " + shape(target) +
                           ")");
@@ -83,11 +87,8 @@ void load_torchvision_weights(torch::nn::Sequential& model,
   for (const auto& item : model->named_parameters()) visit(item.key(), item.value());
   for (const auto& item : model->named_buffers()) visit(item.key(), item.value());
   std::vector<std::string> unexpected;
-  for (const auto& entry : state_dict) {
-    const std::string name =
-        modern_densenet_name(data_parallel ? entry.name.substr(7) : entry.name);
+  for (const std::string& name : names)
     if (!used.count(name)) unexpected.push_back(name);
-  }
 
   if (!missing.empty() || !unexpected.empty() || !misshaped.empty()) {
     std::string message = source + " does not fit the model:";

@@ -60,8 +60,7 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Sequence& sequen
   recomputed_.assign(n, false);
   std::vector<int> forwards(n, 0);
   for (const Op& op : sequence)
-    if (op.kind == OpKind::kForwardGrad || op.kind == OpKind::kForwardNoGrad ||
-        op.kind == OpKind::kForwardCheckpoint)
+    if (op.is_forward())
       recomputed_[static_cast<std::size_t>(op.stage)] =
           ++forwards[static_cast<std::size_t>(op.stage)] > 1;
   loss_index_ = sequence.size();

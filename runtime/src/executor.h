@@ -77,7 +77,7 @@ class Executor {
   std::vector<std::vector<HostCopy>> buffer_snapshot_;
   std::vector<bool> restore_after_backward_;
   // Whether the sequence forwards stage i more than once: only then are its generator
-  // states and buffers kept at its first forward.
+  // states recorded at its first forward.
   std::vector<bool> recomputed_;
 };
 

@@ -9,16 +9,7 @@
 #include "remat/solver.h"
 
 namespace nn = torch::nn;
-
-namespace {
-
-int64_t parameter_count(const nn::Module& module) {
-  int64_t count = 0;
-  for (const auto& p : module.parameters()) count += p.numel();
-  return count;
-}
-
-}  // namespace
+using remat::models::parameter_count;
 
 TEST_CASE("the ports have torchvision's parameter counts", "[models]") {
   // torchvision 0.14's figures at 1000 classes (the table).

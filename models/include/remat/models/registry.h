@@ -20,6 +20,9 @@ struct ModelInfo {
   std::function<torch::nn::Sequential(int num_classes)> make;
 };
 
+/// Number of parameter elements of `module` (what torchvision's published counts count).
+std::int64_t parameter_count(const torch::nn::Module& module);
+
 /// Every built-in model, in a stable order.
 const std::vector<ModelInfo>& registry();
 /// The model called `name`; throws std::invalid_argument listing the known names.
