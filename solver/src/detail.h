@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -112,6 +113,7 @@ class PersistentTable {
     const double* values = nullptr;
     std::int64_t lo = 0;   // first finite memory
     std::int64_t sat = 0;  // from here on the value is constant
+    double constant = 0;   // values[sat - lo]
     bool empty() const { return values == nullptr; }
     double at(std::int64_t m) const {
       if (values == nullptr || m < lo) return kInfinity;
@@ -124,11 +126,10 @@ class PersistentTable {
   Row& row(int i, int l) {
     return rows_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
   }
-  // A row being computed: best[k] is Opt(i, l, lo + k) so far; tail[k] a candidate constant
-  // from lo + k on.
+  // A row being computed: best[k] is Opt(i, l, lo + k) so far (the least of the candidates
+  // added, non-increasing in k).
   struct Pending {
     double* best = nullptr;
-    double* tail = nullptr;
     std::int64_t lo = 0;
     bool active = false;
   };
@@ -137,8 +138,11 @@ class PersistentTable {
                  const std::atomic<bool>& failed);
   void single_row(int i, int worker);
   void begin_row(int i, int l, Pending& p);
-  void add_leaf(int i, int j, double prefix, const Row& right, Pending& p);
+  // Leaf j of a row (i, l): left is Opt(i, j-1, .), right Opt(j, l, .).
+  void add_leaf(int j, double prefix, const Row& left, const Row& right, Pending& p);
   void finish_row(int i, int l, int worker, Pending& p);
+  void chain_step(int i, int l, Pending& p);
+  void store_row(int i, int l, int worker, Pending& p);
   double* allocate(int worker, std::int64_t count);
   void rebuild(int i, int l, std::int64_t m, Sequence& out) const;
 
@@ -147,13 +151,19 @@ class PersistentTable {
   std::int64_t capacity_;
   std::size_t stride_;
   std::vector<Row> rows_;
+  struct FreeBlock {
+    void operator()(double* block) const { std::free(block); }
+  };
+  using Block = std::unique_ptr<double, FreeBlock>;
+  static Block allocate_block(std::int64_t count);
   struct Arena {
-    std::vector<std::unique_ptr<double[]>> blocks;
+    std::vector<Block> blocks;
     std::int64_t used = 0, size = 0;
     std::int64_t bytes = 0;
   };
   std::vector<Arena> arenas_;
   std::int64_t stored_bytes_ = 0;
+  int tile_ = 1;
 };
 
 // Sequences of the heuristics (docs/algorithms.md).

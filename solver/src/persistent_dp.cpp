@@ -16,15 +16,26 @@
 // (x[l+1] > x[i+1]) or rejects schedules that fit (x[l+1] < x[i+1]); without forward
 // temporaries both agree. UnitChain::published_chain_step selects the published form.
 //
-// For fixed (i, l, j) the leaf is a shifted min-plus over the memory axis, evaluated here
-// as straight vector loops over contiguous rows. The loops are bound by memory bandwidth, so
-// rows are computed in blocks of consecutive segment starts that share every row they read
-// (run_block), the blocks pipelined over threads. A row is +inf below MinMem(i, l), computed exactly by
-// MinMemoryTable, and constant from the memory where it saturates, so it is stored as the
-// range in between: the candidates of a leaf are only evaluated where both of its rows
-// still vary, the constant part being carried by a running minimum.
+// For fixed (i, l, j) the leaf is a shifted min-plus over the memory axis, evaluated as
+// straight vector loops over contiguous rows. A row is +inf below MinMem(i, l), computed
+// exactly by MinMemoryTable, and constant from the memory where it saturates, so it is stored
+// as the range in between.
+//
+// Most of the work is pruned without changing a single value (docs/performance.md): every
+// candidate and every row is non-increasing in memory, so a leaf is evaluated only below the
+// first memory where the row being computed is already at most the leaf's constant part, and
+// only over the chunks of memories where its value at the chunk's end is below the row at the
+// chunk's start. Leaves are added by increasing j where possible, which finds good values
+// early. The rows are computed in blocks of segment starts by tiles of segment ends
+// (run_block), so that rows read from memory are used several times from cache; the blocks
+// are pipelined over threads.
 #include <algorithm>
 #include <cstring>
+#include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "detail.h"
 #include "remat/solver/check.h"
@@ -39,41 +50,83 @@ namespace {
 #define REMAT_VECTOR_CLONES
 #endif
 
-// best[k] = min(best[k], (c + a[k]) + b[k])
+// The three kernels below relax best[k] = min(best[k], candidate(k)) for k in [0, n), a
+// chunk of kChunk memories at a time. Both the candidate and best are non-increasing in k, so
+// a chunk whose candidate at its end is at least best at its start cannot improve best and is
+// skipped without reading it (floating-point addition is monotone, so this holds for the
+// rounded values too).
+constexpr std::int64_t kChunk = 32;
+
+#define REMAT_RELAX_CHUNKS(CANDIDATE)                                 \
+  std::int64_t k = 0;                                                 \
+  const std::int64_t chunk = kChunk;                                  \
+  for (; k + chunk <= n; k += chunk) {                                \
+    {                                                                 \
+      const std::int64_t t = k + chunk - 1;                           \
+      if ((CANDIDATE) >= best[k]) continue;                           \
+    }                                                                 \
+    for (std::int64_t t = k; t < k + chunk; ++t) {                    \
+      const double v = (CANDIDATE);                                   \
+      best[t] = v < best[t] ? v : best[t];                            \
+    }                                                                 \
+  }                                                                   \
+  for (std::int64_t t = k; t < n; ++t) {                              \
+    const double v = (CANDIDATE);                                     \
+    best[t] = v < best[t] ? v : best[t];                              \
+  }
+
+// candidate(k) = (c + a[k]) + b[k]
 REMAT_VECTOR_CLONES
 void relax_sum(double* __restrict best, const double* __restrict a, const double* __restrict b,
                double c, std::int64_t n) {
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double v = (c + a[k]) + b[k];
-    best[k] = v < best[k] ? v : best[k];
-  }
+  REMAT_RELAX_CHUNKS((c + a[t]) + b[t])
 }
 
-// best[k] = min(best[k], c + b[k])
+// candidate(k) = c + b[k]
 REMAT_VECTOR_CLONES
 void relax_left_constant(double* __restrict best, const double* __restrict b, double c,
                          std::int64_t n) {
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double v = c + b[k];
-    best[k] = v < best[k] ? v : best[k];
-  }
+  REMAT_RELAX_CHUNKS(c + b[t])
 }
 
-// best[k] = min(best[k], (c + a[k]) + right)
+// candidate(k) = (c + a[k]) + right
 REMAT_VECTOR_CLONES
 void relax_right_constant(double* __restrict best, const double* __restrict a, double c,
                           double right, std::int64_t n) {
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double v = (c + a[k]) + right;
-    best[k] = v < best[k] ? v : best[k];
-  }
+  REMAT_RELAX_CHUNKS((c + a[t]) + right)
 }
 
-// Arena blocks grow from 4 KiB to 8 MiB: small tables stay small, large ones allocate rarely.
+// Arena blocks grow from 4 KiB to 32 MiB: small tables stay small, large ones allocate rarely.
 constexpr std::int64_t kFirstArenaBlock = 512;  // doubles
-constexpr std::int64_t kLargestArenaBlock = std::int64_t{1} << 20;
+constexpr std::int64_t kLargestArenaBlock = std::int64_t{1} << 22;
+
+// A block of kBlockStarts segment starts is computed kTileEnds segment ends at a time: each
+// row a tile reads from memory is used for several of the rows it computes, from cache.
+// (bench/solver_bench tuned both on the 2-core development machine.)
+constexpr int kBlockStarts = 16;
+constexpr int kTileEnds = 8;
 
 }  // namespace
+
+// Blocks of 2 MiB and more are aligned to 2 MiB and offered to the kernel as huge pages: the
+// rows a leaf reads are spread over the whole table, and with 4 KiB pages nearly every row
+// read would also miss the TLB (and every page cost a fault).
+PersistentTable::Block PersistentTable::allocate_block(std::int64_t count) {
+  const auto bytes = static_cast<std::size_t>(count) * sizeof(double);
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  if (bytes < kHuge) {
+    void* memory = std::malloc(bytes);
+    if (memory == nullptr) throw std::bad_alloc();
+    return Block(static_cast<double*>(memory));
+  }
+  const std::size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* memory = std::aligned_alloc(kHuge, rounded);
+  if (memory == nullptr) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  madvise(memory, rounded, MADV_HUGEPAGE);
+#endif
+  return Block(static_cast<double*>(memory));
+}
 
 PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& min_memory,
                                  std::int64_t capacity, int threads)
@@ -88,8 +141,8 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   // Rows are read from memory far more often than they are computed: a block of b segment
   // starts i shares every row (j, l) it reads, and keeps its own rows (i, .) in cache. Pick
   // b so that the block's own rows stay within about 12 MB (bench/solver_bench tuned it).
-  const double group_bytes = (length + 1.0) * static_cast<double>(width) * sizeof(double);
-  const int block = static_cast<int>(std::clamp(12e6 / group_bytes, 2.0, 32.0));
+  const int block = kBlockStarts, tile = kTileEnds;
+  tile_ = tile;
   const int blocks = (length + 1 + block - 1) / block;
   // The small problems run on the calling thread alone.
   const double work = (length + 1.0) * (length + 1.0) * (length + 1.0) / 6.0 * width;
@@ -97,7 +150,7 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   WorkerPool pool(workers);
   arenas_.resize(static_cast<std::size_t>(pool.size()));
   std::vector<std::vector<double>> scratch(arenas_.size());
-  for (auto& buffer : scratch) buffer.resize(static_cast<std::size_t>(2 * block * width));
+  for (auto& buffer : scratch) buffer.resize(static_cast<std::size_t>(block * tile * width));
 
   // Block k holds segment starts [start(k), start(k) + block), from the top of the chain
   // down: it reads rows of blocks < k, so it trails block k - 1, one l at a time.
@@ -128,7 +181,7 @@ double* PersistentTable::allocate(int worker, std::int64_t count) {
   if (arena.blocks.empty() || arena.used + count > arena.size) {
     const std::int64_t grown = arena.blocks.empty() ? kFirstArenaBlock : 2 * arena.size;
     const std::int64_t size = std::max(std::min(grown, kLargestArenaBlock), count);
-    arena.blocks.emplace_back(new double[static_cast<std::size_t>(size)]);
+    arena.blocks.emplace_back(allocate_block(size));
     arena.used = 0;
     arena.size = size;
     arena.bytes += size * static_cast<std::int64_t>(sizeof(double));
@@ -147,12 +200,10 @@ void PersistentTable::run_block(int start, int end, int worker, double* scratch,
   const UnitChain& c = chain_;
   const int length = c.length;
   const int count = end - start;
-  std::vector<Pending> pending(static_cast<std::size_t>(count));
-  for (int k = 0; k < count; ++k) {
-    pending[static_cast<std::size_t>(k)].best = scratch + static_cast<std::int64_t>(2 * k) * width;
-    pending[static_cast<std::size_t>(k)].tail =
-        scratch + static_cast<std::int64_t>(2 * k + 1) * width;
-  }
+  const int tile = tile_;
+  std::vector<Pending> pending(static_cast<std::size_t>(count) * static_cast<std::size_t>(tile));
+  for (std::size_t k = 0; k < pending.size(); ++k)
+    pending[k].best = scratch + static_cast<std::int64_t>(k) * width;
   // prefix[k][j] = nf[i] + ... + nf[j-1] for i = start + k, summed from the left as rebuild()
   // sums it, so that candidates are bit-identical.
   const auto columns = static_cast<std::size_t>(length) + 2;
@@ -164,33 +215,64 @@ void PersistentTable::run_block(int start, int end, int worker, double* scratch,
       prefix[static_cast<std::size_t>(k) * columns + static_cast<std::size_t>(j)] = sum;
     }
   }
-  for (int l = start; l <= length; ++l) {
-    if (above != nullptr && l >= end) {
-      // Rows (j, l) with j >= end belong to the blocks above.
-      while (above->load(std::memory_order_acquire) < l) {
-        if (failed.load(std::memory_order_relaxed)) return;
-        std::this_thread::yield();
+  const auto prefix_of = [&](int i, int j) {
+    return prefix[static_cast<std::size_t>(i - start) * columns + static_cast<std::size_t>(j)];
+  };
+  const auto wait_above = [&](int l) {
+    if (above == nullptr || l < end) return true;  // rows (j, l), j >= end: blocks above
+    while (above->load(std::memory_order_acquire) < l) {
+      if (failed.load(std::memory_order_relaxed)) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  };
+  for (int l0 = start; l0 <= length; l0 += tile) {
+    const int l1 = std::min(length + 1, l0 + tile);
+    const auto slot = [&](int i, int l) -> Pending& {
+      return pending[static_cast<std::size_t>(i - start) * static_cast<std::size_t>(tile) +
+                     static_cast<std::size_t>(l - l0)];
+    };
+    for (int l = l0; l < l1; ++l) {
+      const int top = std::min(end - 1, l - 1);  // rows (i, l), i <= top, have leaves
+      for (int i = start; i <= top; ++i) begin_row(i, l, slot(i, l));
+    }
+    // Leaves j in [end, l0] of every row of the tile: they read finished rows only.
+    if (end <= l0) {
+      if (!wait_above(l1 - 1)) return;
+      for (int j = end; j <= l0; ++j) {
+        for (int i = start; i < end; ++i) {
+          const Row& left = row(i, j - 1);
+          if (left.empty()) continue;
+          const double sum = prefix_of(i, j);
+          for (int l = l0; l < l1; ++l) {
+            Pending& p = slot(i, l);
+            const Row& right = row(j, l);
+            if (p.active && !right.empty()) add_leaf(j, sum, left, right, p);
+          }
+        }
       }
     }
-    if (l < end) single_row(l, worker);
-    const int top = std::min(end - 1, l - 1);  // rows (i, l), i <= top, have leaves
-    for (int i = start; i <= top; ++i)
-      begin_row(i, l, pending[static_cast<std::size_t>(i - start)]);
-    for (int j = l; j > start; --j) {
-      if (j <= top) finish_row(j, l, worker, pending[static_cast<std::size_t>(j - start)]);
-      const Row& right = row(j, l);
-      if (right.empty()) continue;
-      const int last = std::min(j - 1, top);
-      for (int i = start; i <= last; ++i) {
-        Pending& p = pending[static_cast<std::size_t>(i - start)];
-        if (!p.active) continue;
-        const double sum =
-            prefix[static_cast<std::size_t>(i - start) * columns + static_cast<std::size_t>(j)];
-        add_leaf(i, j, sum, right, p);
+    // The other leaves, l ascending.
+    for (int l = l0; l < l1; ++l) {
+      if (!wait_above(l)) return;
+      if (l < end) single_row(l, worker);
+      const int top = std::min(end - 1, l - 1);
+      for (int j = l; j > start; --j) {
+        if (j <= top) finish_row(j, l, worker, slot(j, l));
+        if (j >= end && j <= l0) continue;  // added above
+        const Row& right = row(j, l);
+        if (right.empty()) continue;
+        const int last = std::min(j - 1, top);
+        for (int i = start; i <= last; ++i) {
+          Pending& p = slot(i, l);
+          if (!p.active) continue;
+          const Row& left = row(i, j - 1);
+          if (!left.empty()) add_leaf(j, prefix_of(i, j), left, right, p);
+        }
       }
+      if (start <= top) finish_row(start, l, worker, slot(start, l));
+      done.store(l, std::memory_order_release);
     }
-    if (start <= top) finish_row(start, l, worker, pending[0]);
-    done.store(l, std::memory_order_release);
   }
 }
 
@@ -199,7 +281,7 @@ void PersistentTable::single_row(int i, int worker) {
   if (lo > capacity_) return;  // +inf everywhere: an empty row
   double* value = allocate(worker, 1);
   *value = chain_.fw[static_cast<std::size_t>(i)] + chain_.bw[static_cast<std::size_t>(i)];
-  row(i, i) = Row{value, lo, lo};
+  row(i, i) = Row{value, lo, lo, *value};
 }
 
 void PersistentTable::begin_row(int i, int l, Pending& p) {
@@ -208,13 +290,25 @@ void PersistentTable::begin_row(int i, int l, Pending& p) {
   if (!p.active) return;
   const std::int64_t n = capacity_ - p.lo + 1;
   std::fill(p.best, p.best + n, kInfinity);
-  std::fill(p.tail, p.tail + n, kInfinity);
 }
 
+// A candidate is non-increasing in memory: +inf below where it starts, then varying, then
+// constant. best, the least of the candidates added so far, is therefore non-increasing too,
+// and a candidate can only improve it below the first memory where best is at most the
+// candidate's constant: it is evaluated up to there only, its constant part written out
+// directly (best is larger than it there), so that best stays the exact minimum.
+
+namespace {
+// First k in [from, n) with best[k] <= value, n if none.
+std::int64_t first_at_most(const double* best, std::int64_t from, std::int64_t n, double value) {
+  return std::partition_point(best + from, best + n, [value](double v) { return v > value; }) -
+         best;
+}
+}  // namespace
+
 // Leaf j of row (i, l): (prefix + Opt(j, l, m - x[j])) + Opt(i, j-1, m).
-void PersistentTable::add_leaf(int i, int j, double prefix, const Row& right, Pending& p) {
-  const Row& left = row(i, j - 1);  // Opt(i, j-1, m)
-  if (left.empty()) return;
+void PersistentTable::add_leaf(int j, double prefix, const Row& left, const Row& right,
+                                Pending& p) {
   const std::int64_t lo = p.lo;
   double* best = p.best;
   const std::int64_t shift = chain_.x[static_cast<std::size_t>(j)];
@@ -222,39 +316,48 @@ void PersistentTable::add_leaf(int i, int j, double prefix, const Row& right, Pe
   if (start > capacity_) return;
   const std::int64_t right_end = shift + right.sat;  // right is constant beyond
   const std::int64_t left_end = left.sat;            // left is constant beyond
-  const double right_constant = right.values[right.sat - right.lo];
-  const double left_constant = left.values[left.sat - left.lo];
+  const double right_constant = right.constant;
+  const double left_constant = left.constant;
+  const double constant = (prefix + right_constant) + left_constant;
+  if (best[start - lo] <= constant) return;
+  const std::int64_t last =
+      first_at_most(best, start - lo, capacity_ - lo + 1, constant) + lo - 1;
+  if (last < start) return;
   // Both rows vary on [start, min(right_end, left_end)].
-  std::int64_t stop = std::min({right_end, left_end, capacity_});
+  std::int64_t stop = std::min({right_end, left_end, last});
   if (stop >= start)
     relax_sum(best + (start - lo), right.values + (start - shift - right.lo),
               left.values + (start - left.lo), prefix, stop - start + 1);
   if (right_end < left_end) {  // right constant, left varying
     const std::int64_t from = std::max(start, right_end + 1);
-    stop = std::min(left_end, capacity_);
+    stop = std::min(left_end, last);
     if (stop >= from)
       relax_left_constant(best + (from - lo), left.values + (from - left.lo),
                           prefix + right_constant, stop - from + 1);
   } else if (left_end < right_end) {  // left constant, right varying
     const std::int64_t from = std::max(start, left_end + 1);
-    stop = std::min(right_end, capacity_);
+    stop = std::min(right_end, last);
     if (stop >= from)
       relax_right_constant(best + (from - lo), right.values + (from - shift - right.lo), prefix,
                            left_constant, stop - from + 1);
   }
   const std::int64_t from = std::max(start, std::max(right_end, left_end) + 1);
-  if (from <= capacity_)
-    p.tail[from - lo] = std::min(p.tail[from - lo], (prefix + right_constant) + left_constant);
+  if (from <= last) std::fill(best + (from - lo), best + (last - lo + 1), constant);
 }
 
-// Adds the chain step to row (i, l), applies the constant tails and stores the row.
+// Adds the chain step to row (i, l) and stores the row.
 void PersistentTable::finish_row(int i, int l, int worker, Pending& p) {
   if (!p.active) return;
+  chain_step(i, l, p);
+  store_row(i, l, worker, p);
+}
+
+void PersistentTable::chain_step(int i, int l, Pending& p) {
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
   const std::int64_t lo = p.lo;
+  const std::int64_t n = capacity_ - lo + 1;
   double* best = p.best;
-  double* tail = p.tail;
   // Chain step: Fe_i, reverse i+1..l with xbar_{i+1} kept, B_i.
   const Row& rest = row(i + 1, l);
   if (!rest.empty()) {
@@ -262,28 +365,29 @@ void PersistentTable::finish_row(int i, int l, int worker, Pending& p) {
     const std::int64_t start = std::max({lo, c.chain_step_memory(i, l), shift + rest.lo});
     if (start <= capacity_) {
       const double step = c.fw[ui] + c.bw[ui];
+      const double constant = step + rest.values[rest.sat - rest.lo];
+      const std::int64_t last = first_at_most(best, start - lo, n, constant) + lo - 1;
       const std::int64_t rest_end = shift + rest.sat;
-      const std::int64_t stop = std::min(rest_end, capacity_);
+      const std::int64_t stop = std::min(rest_end, last);
       if (stop >= start)
         relax_left_constant(best + (start - lo), rest.values + (start - shift - rest.lo), step,
                             stop - start + 1);
       const std::int64_t from = std::max(start, rest_end + 1);
-      if (from <= capacity_)
-        tail[from - lo] = std::min(tail[from - lo], step + rest.values[rest.sat - rest.lo]);
+      if (from <= last) std::fill(best + (from - lo), best + (last - lo + 1), constant);
     }
   }
+}
+
+void PersistentTable::store_row(int i, int l, int worker, Pending& p) {
+  const std::int64_t lo = p.lo;
   const std::int64_t n = capacity_ - lo + 1;
-  double running = kInfinity;
-  for (std::int64_t k = 0; k < n; ++k) {
-    running = std::min(running, tail[k]);
-    best[k] = std::min(best[k], running);
-  }
+  double* best = p.best;
   REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "row (", i, ", ", l, ") infinite at its minimum");
   std::int64_t last = n - 1;
   while (last > 0 && best[last - 1] == best[n - 1]) --last;
   double* values = allocate(worker, last + 1);
   std::memcpy(values, best, static_cast<std::size_t>(last + 1) * sizeof(double));
-  row(i, l) = Row{values, lo, lo + last};
+  row(i, l) = Row{values, lo, lo + last, values[last]};
 }
 
 Sequence PersistentTable::rebuild(std::int64_t m) const {

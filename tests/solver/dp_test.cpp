@@ -53,6 +53,51 @@ TEST_CASE("persistent DP equals the top-down recurrence at every memory", "[solv
   CHECK(compared > feasible);
 }
 
+// Chains long enough for every path of the table's evaluation: several blocks of segment
+// starts, several tiles of segment ends, leaves read from the blocks above and from the block
+// itself, two threads pipelined, and the pruning of leaves and chunks.
+TEST_CASE("persistent DP on long chains equals the top-down recurrence", "[solver]") {
+  int compared = 0;
+  for (std::uint64_t seed = 0; seed < 8; ++seed) {
+    test::RandomChainSpec spec;
+    spec.min_length = 30;
+    spec.max_length = 50;
+    spec.max_bytes = 4;
+    spec.integer_times = seed % 2 == 0;
+    const Chain chain = test::random_chain(seed + 9000, spec);
+    const bool nograd = seed % 3 != 0;
+    const detail::UnitChain units = detail::make_unit_chain(chain, 1, nograd);
+    const detail::MinMemoryTable min_memory(units);
+    const std::int64_t top = store_all_units(chain);
+    const detail::PersistentTable one(units, min_memory, top, 1);
+    const detail::PersistentTable two(units, min_memory, top, 2);
+    const std::int64_t least = min_memory.at(0, chain.length());
+    // Every row, every memory: the threads change nothing.
+    std::int64_t differences = 0;
+    for (int i = 0; i <= chain.length(); ++i)
+      for (int l = i; l <= chain.length(); ++l)
+        for (std::int64_t m = 0; m <= top; ++m)
+          differences += one.value(i, l, m) == two.value(i, l, m) ? 0 : 1;
+    REQUIRE(differences == 0);
+    test::ReferenceDp reference(chain, 1, nograd, /*corrected=*/true);
+    for (int k = 0; k <= 6; ++k) {
+      const std::int64_t m = least + (top - least) * k * k / 36;
+      const std::int64_t capacity = m + units.x[0];
+      const double expected = reference.solve(capacity);
+      INFO("seed " << seed << " L " << chain.length() << " capacity " << capacity);
+      REQUIRE(!std::isinf(expected));
+      REQUIRE(same_value(one.value(0, chain.length(), m), expected));
+      const Sequence sequence = two.rebuild(m);
+      REQUIRE(collapsed_string(sequence) == collapsed_string(reference.sequence(capacity)));
+      const Simulation sim = simulate(chain, sequence, TimeModel{nograd});
+      REQUIRE(sim.peak_bytes <= capacity);
+      REQUIRE(same_value(sim.makespan_ms, expected));
+      ++compared;
+    }
+  }
+  CHECK(compared == 56);
+}
+
 TEST_CASE("N slots reproduce the reference discretization", "[solver]") {
   std::mt19937_64 rng(7);
   int compared = 0;
