@@ -55,12 +55,17 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
 // dynamic program. docs/algorithms.md writes out its recurrence.
 class MinMemoryTable {
  public:
-  explicit MinMemoryTable(const UnitChain& chain);
+  // at(i, l) is exact up to exact_up_to; a larger MinMem reads as some value above it (which
+  // is all the dynamic program and fits() need to know of it).
+  explicit MinMemoryTable(const UnitChain& chain,
+                          std::int64_t exact_up_to = std::numeric_limits<std::int64_t>::max());
   std::int64_t at(int i, int l) const {
     return mm_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
   }
 
  private:
+  template <class T>
+  void build(const UnitChain& chain, std::int64_t limit);
   std::size_t stride_;
   std::vector<std::int64_t> mm_;  // mm_[i * stride + l]
 };

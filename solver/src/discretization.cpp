@@ -79,7 +79,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
     // and only improves as u grows (every size rounds to fewer units): search the least u.
     auto feasible = [&](std::int64_t unit) {
       const UnitChain units = make_unit_chain(chain, unit, nograd, published);
-      return fits(units, MinMemoryTable(units), slots);
+      return fits(units, MinMemoryTable(units, slots), slots);
     };
     std::int64_t largest = std::max<std::int64_t>({1, chain.input_bytes, chain.loss_tmp_bytes});
     for (const Stage& stage : chain.stages)

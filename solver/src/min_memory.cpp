@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 
 #include "detail.h"
 #include "remat/solver/check.h"
@@ -41,20 +42,38 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
 namespace {
 
 // min over j of max(xj[k] + column[k], row[k]) for k in [0, n): the leaf choices.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-std::int64_t
-min_of_max(const std::int64_t* __restrict xj, const std::int64_t* __restrict column,
-           const std::int64_t* __restrict row, std::size_t n) {
-  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+template <class T>
+T min_of_max_body(const T* __restrict xj, const T* __restrict column, const T* __restrict row,
+                  std::size_t n) {
+  T best = std::numeric_limits<T>::max();
   for (std::size_t k = 0; k < n; ++k) {
-    const std::int64_t a = xj[k] + column[k];
-    const std::int64_t v = a > row[k] ? a : row[k];
+    const T a = xj[k] + column[k];
+    const T v = a > row[k] ? a : row[k];
     best = v < best ? v : best;
   }
   return best;
 }
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define REMAT_MIN_OF_MAX_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define REMAT_MIN_OF_MAX_CLONES
+#endif
+
+REMAT_MIN_OF_MAX_CLONES
+std::int64_t min_of_max(const std::int64_t* __restrict xj, const std::int64_t* __restrict column,
+                        const std::int64_t* __restrict row, std::size_t n) {
+  return min_of_max_body(xj, column, row, n);
+}
+
+REMAT_MIN_OF_MAX_CLONES
+std::int32_t min_of_max(const std::int32_t* __restrict xj, const std::int32_t* __restrict column,
+                        const std::int32_t* __restrict row, std::size_t n) {
+  return min_of_max_body(xj, column, row, n);
+}
+
+// Below 2^29, sums of two clamped values stay within 32 bits.
+constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 
 }  // namespace
 
@@ -63,20 +82,36 @@ min_of_max(const std::int64_t* __restrict xj, const std::int64_t* __restrict col
 //                                    max(chain_step_memory(i, l), xb[i+1] + MinMem(i+1, l))))
 // with mmin(i, l) = x[l+1] + max(x[i+1] + ft[i], max_{i<k<l} x[k] + x[k+1] + ft[k]): the
 // conditions under which the dynamic program's row (i, l) is finite.
-MinMemoryTable::MinMemoryTable(const UnitChain& c)
+//
+// Every term is built from the chain's sizes by +, max and min, all non-decreasing, with
+// non-negative terms: computing on values clamped to C = exact_up_to + 1 gives min(MinMem, C)
+// exactly (a term that reaches C stays at least C). When C is below 2^29 the table is
+// computed in 32-bit integers, twice as many per vector instruction.
+MinMemoryTable::MinMemoryTable(const UnitChain& c, std::int64_t exact_up_to)
     : stride_(static_cast<std::size_t>(c.length) + 1) {
+  REMAT_INTERNAL_ASSERT(exact_up_to >= 0);
+  if (exact_up_to < kNarrowLimit)
+    build<std::int32_t>(c, exact_up_to + 1);
+  else
+    build<std::int64_t>(c, std::numeric_limits<std::int64_t>::max());
+}
+
+template <class T>
+void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
   const int length = c.length;
-  mm_.assign(stride_ * stride_, 0);
-  // Column l of the table, transposed (mm_t[l * stride + j] = MinMem(j, l)), and x[j] in
-  // the same order, so that the leaf loop reads memory contiguously.
-  std::vector<std::int64_t> mm_t(stride_ * stride_, 0);
-  auto at = [&](int i, int l) -> std::int64_t& {
-    return mm_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  const auto clamp = [limit](std::int64_t v) { return static_cast<T>(v < limit ? v : limit); };
+  std::vector<T> x(c.x.size());
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = clamp(c.x[k]);
+  // Row i of the table (mm[i * stride + l] = MinMem(i, l)) and column l, transposed
+  // (mm_t[l * stride + j] = MinMem(j, l)), so that the leaf loop reads memory contiguously.
+  std::vector<T> mm(stride_ * stride_, 0), mm_t(stride_ * stride_, 0);
+  auto at = [&](int i, int l) -> T& {
+    return mm[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
   };
   for (int i = length; i >= 0; --i) {
     const auto ui = static_cast<std::size_t>(i);
-    at(i, i) = std::max(c.x[ui + 1] + c.xb[ui + 1] + c.ft[ui],
-                        c.x[ui] + c.x[ui + 1] + c.xb[ui + 1] + c.bt[ui]);
+    at(i, i) = clamp(std::max(c.x[ui + 1] + c.xb[ui + 1] + c.ft[ui],
+                              c.x[ui] + c.x[ui + 1] + c.xb[ui + 1] + c.bt[ui]));
     mm_t[ui * stride_ + ui] = at(i, i);
     std::int64_t inner_forward = 0;  // max_{i<k<l} x[k] + x[k+1] + ft[k]
     for (int l = i + 1; l <= length; ++l) {
@@ -84,13 +119,14 @@ MinMemoryTable::MinMemoryTable(const UnitChain& c)
       if (l > i + 1) inner_forward = std::max(inner_forward, c.x[ul - 1] + c.x[ul] + c.ft[ul - 1]);
       const std::int64_t mmin = c.x[ul + 1] + std::max(c.x[ui + 1] + c.ft[ui], inner_forward);
       const std::int64_t leaf =
-          min_of_max(&c.x[ui + 1], &mm_t[ul * stride_ + ui + 1], &mm_[ui * stride_ + ui], ul - ui);
+          min_of_max(&x[ui + 1], &mm_t[ul * stride_ + ui + 1], &mm[ui * stride_ + ui], ul - ui);
       const std::int64_t chain_step =
-          std::max(c.chain_step_memory(i, l), c.xb[ui + 1] + at(i + 1, l));
-      at(i, l) = std::max(mmin, std::min(leaf, chain_step));
+          std::max(c.chain_step_memory(i, l), c.xb[ui + 1] + std::int64_t{at(i + 1, l)});
+      at(i, l) = clamp(std::max(mmin, std::min(leaf, chain_step)));
       mm_t[ul * stride_ + ui] = at(i, l);
     }
   }
+  mm_.assign(mm.begin(), mm.end());
 }
 
 bool fits(const UnitChain& chain, const MinMemoryTable& table, std::int64_t capacity_units) {

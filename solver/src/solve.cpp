@@ -74,7 +74,7 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
   out.discretization = disc;
   const detail::UnitChain units = detail::make_unit_chain(
       chain, disc.unit_bytes, options.use_nograd_time(), options.reference_recurrence());
-  const detail::MinMemoryTable min_memory(units);
+  const detail::MinMemoryTable min_memory(units, disc.capacity_units);
   if (!detail::fits(units, min_memory, disc.capacity_units)) {
     out.status = SolveStatus::kInfeasible;
     return;

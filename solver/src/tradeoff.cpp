@@ -49,7 +49,7 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   out.unit_bytes = disc.unit_bytes;
   const detail::UnitChain units =
       detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false);
-  const detail::MinMemoryTable min_memory(units);
+  const detail::MinMemoryTable min_memory(units, disc.capacity_units);
   std::unique_ptr<detail::PersistentTable> table;
   if (largest >= from && detail::fits(units, min_memory, disc.capacity_units)) {
     detail::check_table_fits_in_memory(chain.length(), disc.capacity_units - units.x[0]);

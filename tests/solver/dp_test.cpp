@@ -98,6 +98,34 @@ TEST_CASE("persistent DP on long chains equals the top-down recurrence", "[solve
   CHECK(compared == 56);
 }
 
+TEST_CASE("the minimum-memory table is exact up to its limit, above it at least the limit",
+          "[solver]") {
+  int clamped = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 40;
+    spec.max_bytes = seed % 2 == 0 ? 50 : 3'000'000'000;  // 32-bit and 64-bit tables
+    const Chain chain = test::random_chain(seed + 12000, spec);
+    const detail::UnitChain units = detail::make_unit_chain(chain, 1 + seed % 5, true);
+    const detail::MinMemoryTable exact(units);
+    const std::int64_t top = exact.at(0, chain.length());
+    for (const std::int64_t limit : {std::int64_t{0}, top / 3, top - 1, top, 2 * top}) {
+      const detail::MinMemoryTable table(units, limit);
+      for (int i = 0; i <= chain.length(); ++i)
+        for (int l = i; l <= chain.length(); ++l) {
+          INFO("seed " << seed << " limit " << limit << " row " << i << ", " << l);
+          if (exact.at(i, l) <= limit) {
+            REQUIRE(table.at(i, l) == exact.at(i, l));
+          } else {
+            REQUIRE(table.at(i, l) > limit);
+            ++clamped;
+          }
+        }
+    }
+  }
+  CHECK(clamped > 1000);
+}
+
 TEST_CASE("N slots reproduce the reference discretization", "[solver]") {
   std::mt19937_64 rng(7);
   int compared = 0;
