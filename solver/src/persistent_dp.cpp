@@ -104,7 +104,7 @@ constexpr std::int64_t kLargestArenaBlock = std::int64_t{1} << 22;
 // row a tile reads from memory is used for several of the rows it computes, from cache.
 // (bench/solver_bench tuned both on the 2-core development machine.)
 constexpr int kBlockStarts = 16;
-constexpr int kTileEnds = 8;
+constexpr int kTileEnds = 16;
 
 }  // namespace
 
