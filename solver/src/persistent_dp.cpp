@@ -105,6 +105,7 @@ constexpr std::int64_t kLargestArenaBlock = std::int64_t{1} << 22;
 // (bench/solver_bench tuned both on the 2-core development machine.)
 constexpr int kBlockStarts = 16;
 constexpr int kTileEnds = 16;
+constexpr double kPendingBytes = 4.0 * 1024 * 1024;
 
 }  // namespace
 
@@ -138,10 +139,13 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   REMAT_INTERNAL_ASSERT(capacity >= 0);
   const int length = chain.length;
   const std::int64_t width = capacity + 1;
-  // Rows are read from memory far more often than they are computed: a block of b segment
-  // starts i shares every row (j, l) it reads, and keeps its own rows (i, .) in cache. Pick
-  // b so that the block's own rows stay within about 12 MB (bench/solver_bench tuned it).
-  const int block = kBlockStarts, tile = kTileEnds;
+  // The rows being computed, block x tile of them, are what every leaf writes: they should
+  // stay in the core's cache (1 MiB at 500 slots with 16 x 16). With wide rows (many slots),
+  // fewer ends per tile, then fewer starts per block.
+  const double row_bytes = static_cast<double>(width) * sizeof(double);
+  int block = std::min(kBlockStarts, length + 1), tile = kTileEnds;
+  while (tile > 1 && block * tile * row_bytes > kPendingBytes) tile /= 2;
+  while (block > 1 && block * tile * row_bytes > kPendingBytes) block /= 2;
   tile_ = tile;
   const int blocks = (length + 1 + block - 1) / block;
   // The small problems run on the calling thread alone.
