@@ -103,6 +103,8 @@ class WorkerPool {
 // where they saturate.
 class PersistentTable {
  public:
+  // threads: the number of workers (at most one per block of segment starts); 0 chooses, one
+  // per hardware thread or the calling thread alone for small problems.
   PersistentTable(const UnitChain& chain, const MinMemoryTable& min_memory, std::int64_t capacity,
                   int threads);
   // Opt(i, l, m): least time to reverse stages i..l with m units (x_i excluded,

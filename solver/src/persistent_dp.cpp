@@ -148,9 +148,12 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   while (block > 1 && block * tile * row_bytes > kPendingBytes) block /= 2;
   tile_ = tile;
   const int blocks = (length + 1 + block - 1) / block;
-  // The small problems run on the calling thread alone.
-  const double work = (length + 1.0) * (length + 1.0) * (length + 1.0) / 6.0 * width;
-  const int workers = work < 2e6 ? 1 : std::max(1, std::min(threads, blocks));
+  // Automatic: one worker per hardware thread, the small problems on the calling thread alone.
+  if (threads <= 0) {
+    const double work = (length + 1.0) * (length + 1.0) * (length + 1.0) / 6.0 * width;
+    threads = work < 2e7 ? 1 : static_cast<int>(std::thread::hardware_concurrency());
+  }
+  const int workers = std::max(1, std::min(threads, blocks));
   WorkerPool pool(workers);
   arenas_.resize(static_cast<std::size_t>(pool.size()));
   std::vector<std::vector<double>> scratch(arenas_.size());

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <thread>
 
 #include "detail.h"
 #include "discretization.h"
@@ -24,11 +23,6 @@ constexpr AlgorithmName kAlgorithmNames[] = {
     {Algorithm::kPeriodic, "periodic"},
     {Algorithm::kRevolve, "revolve"},
 };
-
-int thread_count(const SolveOptions& options) {
-  if (options.threads() > 0) return options.threads();
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
 
 int default_segments(int length) {
   return std::clamp(static_cast<int>(std::lround(std::sqrt(static_cast<double>(length)))), 1,
@@ -81,7 +75,7 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
   }
   const std::int64_t available = disc.capacity_units - units.x[0];
   detail::check_table_fits_in_memory(chain.length(), available);
-  const detail::PersistentTable table(units, min_memory, available, thread_count(options));
+  const detail::PersistentTable table(units, min_memory, available, options.threads());
   Sequence sequence = table.rebuild(available);
   Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
   const double predicted = table.value(0, chain.length(), available);
