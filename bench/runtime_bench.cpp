@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,14 +32,24 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// One step's wall time; adds the step's minor page faults to *faults.
 template <class Forward>
-double step_ms(Forward forward, const torch::Tensor& sample) {
+double step_ms(Forward forward, const torch::Tensor& sample, std::vector<double>* faults = nullptr) {
+  const long faults_before = minor_faults();
   const auto start = Clock::now();
   {
     torch::Tensor loss = forward(sample.clone()).sum();
     loss.backward();
   }
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (faults != nullptr) faults->push_back(static_cast<double>(minor_faults() - faults_before));
+  return ms;
 }
 
 }  // namespace
@@ -64,8 +76,8 @@ int main(int argc, char** argv) {
   if (!quick) cases.push_back({"convnet-deep", 16, 64});
   std::printf("Machine: %d LibTorch threads; median of %d steps after a warm-up.\n\n",
               torch::get_num_threads(), steps);
-  std::printf("| network | schedule | budget | predicted peak | predicted ms | measured ms | measured / predicted | measured / plain |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| network | schedule | budget | predicted peak | predicted ms | measured ms | measured / predicted | measured / plain | page faults per step (plain) |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
     torch::manual_seed(0);
     torch::nn::Sequential net = remat::models::find_model(c.model).make(10);
@@ -91,18 +103,21 @@ int main(int argc, char** argv) {
                              std::to_string(c.image) + "x" + std::to_string(c.image);
     for (const Schedule& s : schedules) {
       const remat::Solution& solution = chk->compute_sequence(s.budget, s.algorithm);
-      std::vector<double> ours, plain;
+      std::vector<double> ours, plain, ours_faults, plain_faults;
       step_ms([&](const torch::Tensor& x) { return chk->forward(x); }, sample);  // warm-up
       step_ms([&](const torch::Tensor& x) { return net->forward(x); }, sample);
       for (int k = 0; k < steps; ++k) {
-        ours.push_back(step_ms([&](const torch::Tensor& x) { return chk->forward(x); }, sample));
-        plain.push_back(step_ms([&](const torch::Tensor& x) { return net->forward(x); }, sample));
+        ours.push_back(step_ms([&](const torch::Tensor& x) { return chk->forward(x); }, sample,
+                               &ours_faults));
+        plain.push_back(step_ms([&](const torch::Tensor& x) { return net->forward(x); }, sample,
+                                &plain_faults));
       }
       const double measured = median(ours), base = median(plain);
-      std::printf("| %s | %s | %.2f MiB | %.2f MiB | %.1f | %.1f | %.3f | %.3f |\n", name.c_str(),
-                  s.name.c_str(), static_cast<double>(s.budget) / (1 << 20),
+      std::printf("| %s | %s | %.2f MiB | %.2f MiB | %.1f | %.1f | %.3f | %.3f | %.0f (%.0f) |\n",
+                  name.c_str(), s.name.c_str(), static_cast<double>(s.budget) / (1 << 20),
                   static_cast<double>(solution.peak_bytes) / (1 << 20), solution.makespan_ms,
-                  measured, measured / solution.makespan_ms, measured / base);
+                  measured, measured / solution.makespan_ms, measured / base,
+                  median(ours_faults), median(plain_faults));
       std::fflush(stdout);
     }
   }
