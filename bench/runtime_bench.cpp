@@ -7,7 +7,7 @@
 // overhead); and optimal schedules at 75%, 50% and the least feasible budget. Plain and
 // runtime steps alternate, so that drifts of the machine affect both alike.
 //
-// Usage: remat_runtime_bench [--quick] [--steps N]
+// Usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults]
 
 #include <torch/torch.h>
 
@@ -55,16 +55,18 @@ double step_ms(Forward forward, const torch::Tensor& sample, std::vector<double>
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, malloc_defaults = false;
   int steps = 9;
   for (int k = 1; k < argc; ++k) {
     const std::string flag = argv[k];
     if (flag == "--quick") {
       quick = true;
+    } else if (flag == "--malloc-defaults") {
+      malloc_defaults = true;
     } else if (flag == "--steps" && k + 1 < argc) {
       steps = std::max(1, std::stoi(argv[++k]));
     } else {
-      std::fprintf(stderr, "usage: remat_runtime_bench [--quick] [--steps N]\n");
+      std::fprintf(stderr, "usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults]\n");
       return 2;
     }
   }
@@ -74,8 +76,12 @@ int main(int argc, char** argv) {
   };
   std::vector<Case> cases = {{"convnet", 16, 64}};
   if (!quick) cases.push_back({"convnet-deep", 16, 64});
-  std::printf("Machine: %d LibTorch threads; median of %d steps after a warm-up.\n\n",
-              torch::get_num_threads(), steps);
+  // As the remat commands do (remat::keep_freed_memory); both plain and runtime steps run
+  // under the same setting.
+  if (!malloc_defaults) remat::keep_freed_memory();
+  std::printf("Machine: %d LibTorch threads; median of %d steps after a warm-up; %s.\n\n",
+              torch::get_num_threads(), steps,
+              malloc_defaults ? "glibc's default malloc" : "remat::keep_freed_memory()");
   std::printf("| network | schedule | budget | predicted peak | predicted ms | measured ms | measured / predicted | measured / plain | page faults per step (plain) |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {

@@ -8,6 +8,13 @@
 
 #include "cli.h"
 
+#if REMAT_TORCH_COMMANDS
+#include <cstdlib>
+#include <cstring>
+
+#include "remat/runtime/allocator.h"
+#endif
+
 #if REMAT_EXEC_TORCH_HELPER
 #include <unistd.h>
 
@@ -27,6 +34,13 @@ static std::string torch_helper_path() {
 
 int main(int argc, char** argv) {
   using namespace remat::cli;
+#if REMAT_TORCH_COMMANDS
+  // Training steps free and take back the same activations every step: keep the freed
+  // memory in the process rather than faulting it back in page by page (docs/runtime.md).
+  const char* malloc_defaults = std::getenv("REMAT_MALLOC_DEFAULTS");
+  if (malloc_defaults == nullptr || std::strcmp(malloc_defaults, "1") != 0)
+    remat::keep_freed_memory();
+#endif
 #if REMAT_EXEC_TORCH_HELPER
   if (argc > 1 && std::any_of(std::begin(kTorchCommands), std::end(kTorchCommands),
                               [&](const TorchCommand& c) { return std::string(argv[1]) == c.name; })) {

@@ -1,0 +1,62 @@
+// remat::keep_freed_memory: training steps stop faulting their activations back in. ctest runs
+// each test case in a process of its own, so the allocator setting starts from glibc's
+// defaults here.
+#include <sys/resource.h>
+
+#include <catch2/catch.hpp>
+#include <stdexcept>
+
+#include "profiler/test_nets.h"
+#include "remat/runtime.h"
+#include "remat/solver.h"
+
+namespace {
+
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Minor page faults of `steps` checkpointed training steps after three warm-up steps.
+long faults_of_steps(bool keep, int steps) {
+  if (keep) REQUIRE(remat::keep_freed_memory());
+  torch::manual_seed(3);
+  torch::nn::Sequential net = remat::test::conv_chain(32);
+  const torch::Tensor sample = torch::randn({8, 3, 64, 64});  // 4 MiB activations
+  remat::Checkpointable chk(net);
+  chk->measure(sample);
+  // The least budget: the most recomputation, the most frees and re-allocations.
+  chk->compute_sequence(remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) +
+                        remat::kRuntimeReserveBytes);
+  long faults = 0;
+  for (int k = 0; k < 3 + steps; ++k) {
+    const long before = minor_faults();
+    chk->forward(sample).sum().backward();
+    if (k >= 3) faults += minor_faults() - before;
+  }
+  return faults;
+}
+
+}  // namespace
+
+TEST_CASE("with glibc's defaults, checkpointed steps fault their activations back in",
+          "[runtime]") {
+#if !defined(__GLIBC__)
+  SKIP("glibc only");
+#endif
+  // The situation keep_freed_memory() addresses: thousands of 4 KiB pages a step.
+  CHECK(faults_of_steps(false, 3) > 3 * 1000);
+}
+
+TEST_CASE("after keep_freed_memory(), checkpointed steps fault no page in", "[runtime]") {
+#if !defined(__GLIBC__)
+  SKIP("glibc only");
+#endif
+  CHECK(faults_of_steps(true, 3) < 3 * 50);
+}
+
+TEST_CASE("keep_freed_memory refuses a pad it cannot apply", "[runtime]") {
+  CHECK_THROWS_AS(remat::keep_freed_memory(-1), std::invalid_argument);
+  CHECK_THROWS_AS(remat::keep_freed_memory(std::int64_t{2} << 30), std::invalid_argument);
+}
