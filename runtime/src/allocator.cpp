@@ -1,5 +1,6 @@
 #include "remat/runtime/allocator.h"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -14,7 +15,13 @@ bool keep_freed_memory(std::int64_t pad_bytes) {
     throw std::invalid_argument("keep_freed_memory: pad_bytes must be in [0, 1 GiB], got " +
                                 std::to_string(pad_bytes));
 #if defined(__GLIBC__)
-  return mallopt(M_TOP_PAD, static_cast<int>(pad_bytes)) == 1;
+  // Blocks up to 32 MiB (the most glibc allows) come from the heap rather than from mmap,
+  // which would unmap them at every free; the heap is never trimmed by free() (what the
+  // process has used it keeps), and grows pad_bytes beyond what it needs.
+  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
+  const bool pad_ok = mallopt(M_TOP_PAD, static_cast<int>(pad_bytes)) == 1;
+  return mmap_ok && trim_ok && pad_ok;
 #else
   return false;
 #endif
