@@ -140,7 +140,7 @@ class PersistentTable {
     std::int64_t lo = 0;
     bool active = false;
   };
-  void run_block(int start, int end, int worker, double* scratch, std::int64_t width,
+  void run_block(int start, int end, int tile, int worker, double* scratch, std::int64_t width,
                  const std::atomic<int>* above, std::atomic<int>& done,
                  const std::atomic<bool>& failed);
   void single_row(int i, int worker);
@@ -148,8 +148,6 @@ class PersistentTable {
   // Leaf j of a row (i, l): left is Opt(i, j-1, .), right Opt(j, l, .).
   void add_leaf(int j, double prefix, const Row& left, const Row& right, Pending& p);
   void finish_row(int i, int l, int worker, Pending& p);
-  void chain_step(int i, int l, Pending& p);
-  void store_row(int i, int l, int worker, Pending& p);
   double* allocate(int worker, std::int64_t count);
   void rebuild(int i, int l, std::int64_t m, Sequence& out) const;
 
@@ -170,7 +168,6 @@ class PersistentTable {
   };
   std::vector<Arena> arenas_;
   std::int64_t stored_bytes_ = 0;
-  int tile_ = 1;
 };
 
 // Sequences of the heuristics (docs/algorithms.md).

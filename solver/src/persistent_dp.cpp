@@ -146,7 +146,6 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   int block = std::min(kBlockStarts, length + 1), tile = kTileEnds;
   while (tile > 1 && block * tile * row_bytes > kPendingBytes) tile /= 2;
   while (block > 1 && block * tile * row_bytes > kPendingBytes) block /= 2;
-  tile_ = tile;
   const int blocks = (length + 1 + block - 1) / block;
   // Automatic: one worker per hardware thread, the small problems on the calling thread alone.
   if (threads <= 0) {
@@ -170,7 +169,7 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
     const int end = length + 1 - static_cast<int>(k) * block;
     const int start = std::max(0, end - block);
     try {
-      run_block(start, end, worker, scratch[static_cast<std::size_t>(worker)].data(), width,
+      run_block(start, end, tile, worker, scratch[static_cast<std::size_t>(worker)].data(), width,
                 k > 0 ? &progress[static_cast<std::size_t>(k - 1)] : nullptr,
                 progress[static_cast<std::size_t>(k)], failed);
     } catch (...) {
@@ -198,16 +197,19 @@ double* PersistentTable::allocate(int worker, std::int64_t count) {
   return out;
 }
 
-// Computes the rows (i, l) for i in [start, end) and every l >= i, l ascending; at each l,
-// leaves j from l down, so that a row (j, l) of this block is complete (finished) right
-// before it is first read.
-void PersistentTable::run_block(int start, int end, int worker, double* scratch, std::int64_t width,
-                                const std::atomic<int>* above, std::atomic<int>& done,
+// Computes the rows (i, l) for i in [start, end) and every l >= i, `tile` values of l at a
+// time. In a tile [l0, l1), the leaves j in [end, l0] read finished rows only (left rows of
+// earlier tiles, right rows of the blocks above): they are added first, j ascending, each
+// left row used for every l of the tile and each right row for every i of the block while in
+// cache. The other leaves read rows of this tile or this block; they follow l ascending, j
+// from l down, so that a row (j, l) of this block is finished right before it is first read.
+void PersistentTable::run_block(int start, int end, int tile, int worker, double* scratch,
+                                std::int64_t width, const std::atomic<int>* above,
+                                std::atomic<int>& done,
                                 const std::atomic<bool>& failed) {
   const UnitChain& c = chain_;
   const int length = c.length;
   const int count = end - start;
-  const int tile = tile_;
   std::vector<Pending> pending(static_cast<std::size_t>(count) * static_cast<std::size_t>(tile));
   for (std::size_t k = 0; k < pending.size(); ++k)
     pending[k].best = scratch + static_cast<std::int64_t>(k) * width;
@@ -306,10 +308,15 @@ void PersistentTable::begin_row(int i, int l, Pending& p) {
 // directly (best is larger than it there), so that best stays the exact minimum.
 
 namespace {
-// First k in [from, n) with best[k] <= value, n if none.
-std::int64_t first_at_most(const double* best, std::int64_t from, std::int64_t n, double value) {
-  return std::partition_point(best + from, best + n, [value](double v) { return v > value; }) -
-         best;
+// The last memory at which a candidate starting at `start` with constant part `constant` can
+// improve the pending row p (the last one where p is still above `constant`); start - 1 if
+// none. `capacity` is the row's last memory.
+std::int64_t last_improvable(const double* best, std::int64_t lo, std::int64_t capacity,
+                             std::int64_t start, double constant) {
+  if (best[start - lo] <= constant) return start - 1;
+  return std::partition_point(best + (start - lo), best + (capacity - lo + 1),
+                              [constant](double v) { return v > constant; }) -
+         best + lo - 1;
 }
 }  // namespace
 
@@ -326,9 +333,7 @@ void PersistentTable::add_leaf(int j, double prefix, const Row& left, const Row&
   const double right_constant = right.constant;
   const double left_constant = left.constant;
   const double constant = (prefix + right_constant) + left_constant;
-  if (best[start - lo] <= constant) return;
-  const std::int64_t last =
-      first_at_most(best, start - lo, capacity_ - lo + 1, constant) + lo - 1;
+  const std::int64_t last = last_improvable(best, lo, capacity_, start, constant);
   if (last < start) return;
   // Both rows vary on [start, min(right_end, left_end)].
   std::int64_t stop = std::min({right_end, left_end, last});
@@ -355,15 +360,9 @@ void PersistentTable::add_leaf(int j, double prefix, const Row& left, const Row&
 // Adds the chain step to row (i, l) and stores the row.
 void PersistentTable::finish_row(int i, int l, int worker, Pending& p) {
   if (!p.active) return;
-  chain_step(i, l, p);
-  store_row(i, l, worker, p);
-}
-
-void PersistentTable::chain_step(int i, int l, Pending& p) {
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
   const std::int64_t lo = p.lo;
-  const std::int64_t n = capacity_ - lo + 1;
   double* best = p.best;
   // Chain step: Fe_i, reverse i+1..l with xbar_{i+1} kept, B_i.
   const Row& rest = row(i + 1, l);
@@ -372,8 +371,8 @@ void PersistentTable::chain_step(int i, int l, Pending& p) {
     const std::int64_t start = std::max({lo, c.chain_step_memory(i, l), shift + rest.lo});
     if (start <= capacity_) {
       const double step = c.fw[ui] + c.bw[ui];
-      const double constant = step + rest.values[rest.sat - rest.lo];
-      const std::int64_t last = first_at_most(best, start - lo, n, constant) + lo - 1;
+      const double constant = step + rest.constant;
+      const std::int64_t last = last_improvable(best, lo, capacity_, start, constant);
       const std::int64_t rest_end = shift + rest.sat;
       const std::int64_t stop = std::min(rest_end, last);
       if (stop >= start)
@@ -383,12 +382,7 @@ void PersistentTable::chain_step(int i, int l, Pending& p) {
       if (from <= last) std::fill(best + (from - lo), best + (last - lo + 1), constant);
     }
   }
-}
-
-void PersistentTable::store_row(int i, int l, int worker, Pending& p) {
-  const std::int64_t lo = p.lo;
   const std::int64_t n = capacity_ - lo + 1;
-  double* best = p.best;
   REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "row (", i, ", ", l, ") infinite at its minimum");
   std::int64_t last = n - 1;
   while (last > 0 && best[last - 1] == best[n - 1]) --last;

@@ -13,7 +13,7 @@ namespace remat {
 /// Why: a training step allocates and frees the same activations every step. With glibc's
 /// defaults the heap is trimmed whenever enough memory at its top is free, and the next step
 /// takes the same memory back page by page, each page a fault the kernel must zero: on the
-/// CPU benchmarks of docs/performance.md that is 8,000-25,000 faults and 5-13% of a step.
+/// CPU benchmarks of docs/performance.md that is 6,000-37,000 faults and 5-13% of a step.
 /// How often it happens depends on the order of frees, so checkpointed schedules (which free
 /// stage by stage) suffer more than plain autograd. With this setting, steps after the first
 /// fault no page at all (blocks above 32 MiB are still mapped and unmapped by glibc).
