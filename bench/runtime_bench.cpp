@@ -92,9 +92,9 @@ int main(int argc, char** argv) {
     remat::Checkpointable chk(net);
     chk->measure(sample);
     const remat::Chain& chain = chk->chain();
-    const std::int64_t full = remat::store_all_peak(chain) + remat::kRuntimeReserveBytes;
+    const std::int64_t full = remat::store_all_peak(chain) + remat::runtime_reserve_bytes(torch::kCPU);
     const std::int64_t least =
-        remat::min_feasible_budget(chain, remat::SolveOptions(0)) + remat::kRuntimeReserveBytes;
+        remat::min_feasible_budget(chain, remat::SolveOptions(0)) + remat::runtime_reserve_bytes(torch::kCPU);
     struct Schedule {
       std::string name;
       remat::Algorithm algorithm;

@@ -80,11 +80,12 @@ Action add_demo_command(CLI::App& app) {
                  cell(t.revolve[k]), cell(t.periodic_best[k]));
 
     // 3. The schedule.
-    std::int64_t budget = parse_budget(args->budget, chain) + kRuntimeReserveBytes;
-    if (budget < t.min_feasible_budget_bytes + kRuntimeReserveBytes) {
+    const std::int64_t reserve = runtime_reserve_bytes(torch::kCPU);
+    std::int64_t budget = parse_budget(args->budget, chain) + reserve;
+    if (budget < t.min_feasible_budget_bytes + reserve) {
       fmt::print("\n{} is below the least budget any schedule meets; using that instead\n",
                  args->budget);
-      budget = t.min_feasible_budget_bytes + kRuntimeReserveBytes;
+      budget = t.min_feasible_budget_bytes + reserve;
     }
     Checkpointable chk(net);
     chk->set_chain(chain);

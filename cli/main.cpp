@@ -9,9 +9,12 @@
 #include "cli.h"
 
 #if REMAT_TORCH_COMMANDS
+#include <c10/util/Exception.h>
+
 #include <cstdlib>
 #include <cstring>
 
+#include "remat/profiler/memory_tracker.h"
 #include "remat/runtime/allocator.h"
 #endif
 
@@ -40,6 +43,9 @@ int main(int argc, char** argv) {
   const char* malloc_defaults = std::getenv("REMAT_MALLOC_DEFAULTS");
   if (malloc_defaults == nullptr || std::strcmp(malloc_defaults, "1") != 0)
     remat::keep_freed_memory();
+  // Every CPU storage from now on is counted, and a CPU allocation that fails is an
+  // out-of-memory error (exit 4) as on CUDA, not LibTorch's plain error.
+  remat::MemoryTracker::for_device(c10::Device(c10::kCPU));
 #endif
 #if REMAT_EXEC_TORCH_HELPER
   if (argc > 1 && std::any_of(std::begin(kTorchCommands), std::end(kTorchCommands),
@@ -97,6 +103,12 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& error) {
     fmt::print(stderr, "remat: {}\n", error.what());
     return kExitBadInput;
+#if REMAT_TORCH_COMMANDS
+  } catch (const c10::OutOfMemoryError& error) {
+    fmt::print(stderr, "remat: out of memory: {}\nTry a smaller --batch or --image (or, for "
+                       "training, a smaller --budget).\n", error.what_without_backtrace());
+    return kExitOutOfMemory;
+#endif
   } catch (const std::exception& error) {
     fmt::print(stderr, "remat: internal error: {}\n", error.what());
     return kExitInternal;

@@ -4,7 +4,11 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
+
+#include "remat/config.h"
+#include "remat/solver/units.h"
 
 namespace remat::cli {
 namespace {
@@ -59,6 +63,15 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
         "a CUDA LibTorch to use a GPU)");
   if (in.device.is_cuda() && !torch::cuda::is_available())
     throw std::invalid_argument("--device cuda: no GPU is visible");
+  if (const char* limit = std::getenv("REMAT_DEVICE_MEMORY_LIMIT"); limit != nullptr && *limit) {
+    std::int64_t bytes = 0;
+    try {
+      bytes = parse_size(limit);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument(std::string("REMAT_DEVICE_MEMORY_LIMIT: ") + error.what());
+    }
+    limit_device_memory(in.device, bytes);
+  }
   return in;
 }
 

@@ -25,7 +25,8 @@ struct ModelInput {
 
 /// Checks --model, --image ("224" or "224x160"; empty: the model's default; at least the
 /// model's minimum) and --device ("cpu", "cuda", "cuda:N": refused with a reason when this
-/// build or machine has no CUDA). Throws std::invalid_argument naming the option.
+/// build or machine has no CUDA). Throws std::invalid_argument naming the option. Applies
+/// REMAT_DEVICE_MEMORY_LIMIT (a size) to the device when it is set (limit_device_memory).
 ModelInput resolve_model_input(const std::string& model, const std::string& image,
                                const std::string& device);
 

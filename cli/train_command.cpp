@@ -108,10 +108,11 @@ Action add_train_command(CLI::App& app) {
 
     // The schedule.
     const std::int64_t budget = parse_budget(args->budget, chain);
-    SolveOptions solve_options(budget - kRuntimeReserveBytes);
+    const std::int64_t reserve = runtime_reserve_bytes(in.device);
+    SolveOptions solve_options(budget - reserve);
     solve_options.algorithm(algorithm);
     if (args->segments > 0) solve_options.segments(args->segments);
-    const std::int64_t least = min_feasible_budget(chain, solve_options) + kRuntimeReserveBytes;
+    const std::int64_t least = min_feasible_budget(chain, solve_options) + reserve;
     if (budget < least) {
       fmt::print(stderr, "remat: infeasible: {} cannot train {} in {}; it needs at least {} ({} bytes)\n",
                  args->algorithm, in.label(args->batch), format_bytes(budget), format_bytes(least),
@@ -141,14 +142,17 @@ Action add_train_command(CLI::App& app) {
       for (auto& p : net->parameters()) p.mutable_grad().zero_();
       const torch::Tensor x = torch::randn({args->batch, 3, in.height, in.width}, options);
       double loss_value = 0;
+      synchronize(in.device);  // the previous step's work is not this step's time
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       try {
         torch::Tensor loss = training_loss(chk->forward(x), target, args->classes);
         loss.backward();
-        loss_value = loss.item<double>();  // waits for the device
+        synchronize(in.device);
+        loss_value = loss.item<double>();
       } catch (const c10::OutOfMemoryError& error) {
-        fmt::print(stderr, "\nremat: out of memory on {} at step {}: {}\nThe schedule predicted a peak of {} "
+        bar.clear();
+        fmt::print(stderr, "remat: out of memory on {} at step {}: {}\nThe schedule predicted a peak of {} "
                            "activations on top of the model; try a smaller --budget.\n",
                    in.device.str(), step + 1, error.what_without_backtrace(), format_bytes(s.peak_bytes));
         return kExitOutOfMemory;

@@ -3,55 +3,113 @@
 #   bash scripts/run.sh demo   install what is missing, build, run the main job
 #   bash scripts/run.sh test   install what is missing, build, run every test (what CI runs)
 # Both are idempotent: with everything installed and built they only re-check and re-run.
+#
+# remat is built against PyTorch 2.x from PyPI (the CUDA wheel users get from `pip install
+# torch`, pinned in scripts/torch-requirements.txt), in a virtual environment kept outside the
+# clone so that re-runs do not download it again: $REMAT_VENV, by default
+# ~/.cache/remat/venv-<pins>. The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
+# with the CUDA toolkit's nvcc); they run only where a GPU is. `test` also builds and tests
+# against Debian's LibTorch 1.13 (build-debian/), the solver under ASan+UBSan (build-asan/),
+# and runs the GPU check's CPU mode (scripts/gpu-check.sh --cpu).
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
+started=$SECONDS
+step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"; }
 
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
-packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libtorch-dev)
-[ "$mode" = test ] && packages+=(librsvg2-bin python3-torchvision)
+packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev python3-venv)
+[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "== installing ${missing[*]}"
+  step "installing ${missing[*]}"
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo=sudo
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# 2. Build (Release) into build/.
-echo "== building remat (build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON >/dev/null
+# 2. PyTorch 2.x from PyPI, in a virtual environment outside the clone (reused while the pins
+# are unchanged; a half-made one is made again).
+pins=scripts/torch-requirements.txt
+venv=${REMAT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-$(sha256sum "$pins" | cut -c1-12)}
+if ! cmp -s "$pins" "$venv/remat-requirements.txt"; then
+  step "installing PyTorch from PyPI into $venv ($(grep -v '^#' "$pins" | tr '\n' ' '))"
+  python=$(command -v python3)
+  "$python" -m venv --help >/dev/null 2>&1 || python=/usr/bin/python3
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q -r "$pins"
+  cp "$pins" "$venv/remat-requirements.txt"
+fi
+venv_python=$venv/bin/python
+torch_prefix=$("$venv_python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+step "PyTorch $("$venv_python" -c 'import torch; print(torch.__version__)') at $torch_prefix"
+
+# The CUDA wheel's CMake files need the CUDA toolkit (nvcc) to configure.
+if [ -z "${CUDACXX:-}" ]; then
+  if command -v nvcc >/dev/null; then export CUDACXX=$(command -v nvcc)
+  elif [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc
+  else echo "remat: the CUDA toolkit (nvcc) is needed to build against PyTorch's CUDA wheel; install it or set CUDACXX" >&2; exit 1
+  fi
+fi
+
+# 3. Build (Release) into build/ against that PyTorch, with every CUDA source.
+step "building remat against PyTorch's LibTorch with CUDA (build/)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
+  -DCMAKE_PREFIX_PATH="$torch_prefix" -DREMAT_REQUIRE_CUDA=ON -DREMAT_PYTHON="$venv_python" >/dev/null
 cmake --build build -j "$jobs"
 
 if [ "$mode" = demo ]; then
-  # 3a. The main job: profile a built-in network on CPU, choose a schedule at half its
+  # 4a. The main job: profile a built-in network on CPU, choose a schedule at half its
   # store-all peak, train a few steps with it, measured against predicted.
-  echo "== remat demo"
+  step "remat demo"
   exec build/bin/remat demo
 fi
 
-# 3b. Every test, then the solver and CLI tests again under AddressSanitizer + UBSan
-# (build-asan/, without the LibTorch components: LibTorch itself is not instrumented).
-echo "== tests (build/)"
+# 4b. Every test against PyTorch 2.x, then an installed remat used through find_package.
+step "tests (build/, PyTorch 2.x)"
 ctest --test-dir build --output-on-failure -j "$jobs"
-echo "== installing into build/install-test and building a project that uses find_package(remat)"
-rm -rf build/install-test build/package-test
-cmake --install build --prefix build/install-test >/dev/null
-cmake -S tests/package -B build/package-test -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install-test" >/dev/null
-cmake --build build/package-test | tail -n 20
-build/package-test/consumer
-[ -x build/package-test/consumer_torch ] && build/package-test/consumer_torch
-echo "== building the sanitizer build (build-asan/)"
+consumer() {  # consumer <build dir> [CMAKE_PREFIX_PATH entries...]
+  local build=$1; shift
+  rm -rf "$build/install-test" "$build/package-test"
+  cmake --install "$build" --prefix "$build/install-test" >/dev/null
+  local prefixes="$PWD/$build/install-test"
+  for p in "$@"; do prefixes="$prefixes;$p"; done
+  cmake -S tests/package -B "$build/package-test" -G Ninja -DCMAKE_PREFIX_PATH="$prefixes" >/dev/null
+  cmake --build "$build/package-test" | tail -n 20
+  "$build/package-test/consumer"
+  "$build/package-test/consumer_torch"
+}
+step "a project that uses find_package(remat), against PyTorch 2.x"
+consumer build "$torch_prefix"
+
+# 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer.
+step "building remat against Debian's LibTorch 1.13 (build-debian/)"
+cmake -S . -B build-debian -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
+  -DREMAT_BUILD_BENCH=OFF -DREMAT_PYTHON=/usr/bin/python3 >/dev/null
+cmake --build build-debian -j "$jobs"
+step "tests (build-debian/, LibTorch 1.13)"
+ctest --test-dir build-debian --output-on-failure -j "$jobs"
+step "a project that uses find_package(remat), against LibTorch 1.13"
+consumer build-debian
+
+# 6. The solver, report and CLI tests under AddressSanitizer + UBSan (build-asan/, without the
+# LibTorch components: LibTorch itself is not instrumented).
+step "building the sanitizer build (build-asan/)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_SANITIZE=ON \
   -DREMAT_BUILD_BENCH=OFF -DREMAT_WITH_TORCH=OFF -DREMAT_WERROR=ON >/dev/null
 cmake --build build-asan -j "$jobs"
-echo "== tests under sanitizers (build-asan/)"
+step "tests under sanitizers (build-asan/)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
-echo "== all tests passed"
+
+# 7. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots.
+step "the GPU check's CPU mode (scripts/gpu-check.sh --cpu, into build/gpu-check-cpu/)"
+REMAT_PYTHON="$venv_python" bash scripts/gpu-check.sh --cpu --build build --out build/gpu-check-cpu
+step "all tests passed"

@@ -1,15 +1,12 @@
 #pragma once
-/// Everything remat offers: the solver (remat/solver.h) and, in a build with LibTorch, the
-/// profiler (remat/profiler.h); the runtime and models join here as they land.
+/// Everything remat offers: the solver (remat/solver.h) and the pictures (remat/report.h) and,
+/// in a build with LibTorch (remat/config.h), the profiler, the runtime and the models.
 
+#include "remat/config.h"
 #include "remat/report.h"
 #include "remat/solver.h"
-#if __has_include("remat/profiler.h")
-#include "remat/profiler.h"
-#endif
-#if __has_include("remat/runtime.h")
-#include "remat/runtime.h"
-#endif
-#if __has_include("remat/models.h")
+#if REMAT_WITH_TORCH
 #include "remat/models.h"
+#include "remat/profiler.h"
+#include "remat/runtime.h"
 #endif

@@ -1,7 +1,11 @@
 // The CPU tracking allocator: wraps the allocator that was active when it was installed and
-// counts the bytes of every allocation it serves until its deleter runs.
+// counts the bytes of every allocation it serves until its deleter runs. It also turns the
+// CPU's allocation failures into c10::OutOfMemoryError (LibTorch raises a plain c10::Error
+// there), so that callers handle running out of memory alike on every device, and can emulate
+// CUDA's accounting (granularity) and a smaller device (limit) for tests.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 
 #include <atomic>
 #include <mutex>
@@ -16,10 +20,11 @@ namespace remat {
 namespace detail {
 namespace {
 
-// Each block is preceded by a header of kHeader bytes holding its size, so that the data
-// pointer is also the context (raw_allocate requires it) and alignment is kept (64 bytes,
-// LibTorch's CPU alignment).
+// Each block is preceded by a header of kHeader bytes holding the bytes it was counted as, so
+// that the data pointer is also the context (raw_allocate requires it) and alignment is kept
+// (64 bytes, LibTorch's CPU alignment).
 constexpr std::size_t kHeader = 64;
+constexpr std::int64_t kMaxGranularity = std::int64_t{1} << 20;
 
 // The counting, independent of the Allocator interface's version.
 class Counter : public MemoryTracker {
@@ -36,6 +41,22 @@ class Counter : public MemoryTracker {
     }
   }
   void remove(std::int64_t bytes) { live_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // Adds `bytes` unless live would exceed `limit` (> 0); returns whether it did.
+  bool add_within(std::int64_t bytes, std::int64_t limit) {
+    if (limit <= 0) {
+      add(bytes);
+      return true;
+    }
+    const std::int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    if (now > limit) {
+      remove(bytes);
+      return false;
+    }
+    std::int64_t seen = peak_.load(std::memory_order_relaxed);
+    while (now > seen && !peak_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+    return true;
+  }
 
  private:
   std::atomic<std::int64_t> live_{0};
@@ -44,19 +65,37 @@ class Counter : public MemoryTracker {
 
 c10::Allocator* g_inner = nullptr;
 Counter g_counter;
+std::atomic<std::int64_t> g_granularity{1};
+std::atomic<std::int64_t> g_limit{0};
+
+std::string mib(std::int64_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB (" + std::to_string(bytes) + " bytes)";
+}
 
 void release(void* data) {
   if (data == nullptr) return;
   void* base = static_cast<char*>(data) - kHeader;
-  g_counter.remove(static_cast<std::int64_t>(*static_cast<std::size_t*>(base)));
+  g_counter.remove(*static_cast<std::int64_t*>(base));
   g_inner->raw_deallocate(base);
 }
 
 c10::DataPtr allocate_tracked(std::size_t n) {
-  void* base = g_inner->raw_allocate(n + kHeader);
-  *static_cast<std::size_t*>(base) = n;
+  const std::int64_t counted = counted_bytes(c10::Device(c10::kCPU), static_cast<std::int64_t>(n));
+  const std::int64_t limit = g_limit.load(std::memory_order_relaxed);
+  TORCH_CHECK_WITH(OutOfMemoryError, g_counter.add_within(counted, limit),
+                   "CPU out of memory: tried to allocate ", mib(counted), " with ",
+                   mib(g_counter.live()), " in use, above the limit of ", mib(limit),
+                   " set by remat::limit_device_memory (REMAT_DEVICE_MEMORY_LIMIT)");
+  void* base = nullptr;
+  try {
+    base = g_inner->raw_allocate(n + kHeader);
+  } catch (const c10::Error& error) {
+    g_counter.remove(counted);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: tried to allocate ", mib(counted),
+                     " with ", mib(g_counter.live()), " in use: ", error.what_without_backtrace());
+  }
+  *static_cast<std::int64_t*>(base) = counted;
   void* data = static_cast<char*>(base) + kHeader;
-  g_counter.add(static_cast<std::int64_t>(n));
   return {data, data, &release, c10::Device(c10::kCPU)};
 }
 
@@ -113,7 +152,31 @@ MemoryTracker& cpu_memory_tracker() {
   return g_counter;
 }
 
+void set_cpu_limit(std::int64_t bytes) {
+  cpu_memory_tracker();  // the limit is enforced by the tracking allocator
+  g_limit.store(bytes);
+}
+
 }  // namespace detail
+
+std::int64_t counted_bytes(c10::Device device, std::int64_t nbytes) {
+  if (nbytes <= 0) return 0;
+  // CUDA's caching allocator rounds every block up to kMinBlockSize (512 bytes).
+  const std::int64_t granularity =
+      device.is_cuda() ? 512 : detail::g_granularity.load(std::memory_order_relaxed);
+  return (nbytes + granularity - 1) / granularity * granularity;
+}
+
+std::int64_t set_cpu_granularity(std::int64_t granularity) {
+  if (granularity < 1 || granularity > detail::kMaxGranularity)
+    throw std::invalid_argument("remat::set_cpu_granularity: " + std::to_string(granularity) +
+                                " is not between 1 and " + std::to_string(detail::kMaxGranularity) + " bytes");
+  return detail::g_granularity.exchange(granularity);
+}
+
+std::int64_t MemoryTracker::counted_bytes(std::int64_t nbytes) const {
+  return remat::counted_bytes(device(), nbytes);
+}
 
 MemoryTracker& MemoryTracker::for_device(c10::Device device) {
   if (device.is_cpu()) return detail::cpu_memory_tracker();

@@ -6,11 +6,16 @@
 namespace remat {
 namespace detail {
 
-MemoryTracker& cuda_memory_tracker(int /*device_index*/) {
+namespace {
+[[noreturn]] void no_cuda() {
   throw std::runtime_error(
       "remat: CUDA memory was asked for, but remat was built against a LibTorch without CUDA "
-      "(rebuild against a CUDA LibTorch, see shared/gpu/README.md)");
+      "(rebuild against a CUDA LibTorch, see docs/building.md)");
 }
+}  // namespace
+
+MemoryTracker& cuda_memory_tracker(int /*device_index*/) { no_cuda(); }
+void limit_cuda_memory(int /*device_index*/, std::int64_t /*bytes*/) { no_cuda(); }
 
 }  // namespace detail
 }  // namespace remat

@@ -9,8 +9,12 @@ namespace remat {
 namespace detail {
 
 MemoryTracker& cpu_memory_tracker();
+/// The CPU tracker's limit (limit_device_memory); installs the tracker.
+void set_cpu_limit(std::int64_t bytes);
 /// The caching allocator's statistics for a CUDA device (-1: the current one).
 MemoryTracker& cuda_memory_tracker(int device_index);
+/// The caching allocator's memory fraction for `bytes` of a CUDA device (0: the whole GPU).
+void limit_cuda_memory(int device_index, std::int64_t bytes);
 
 }  // namespace detail
 }  // namespace remat

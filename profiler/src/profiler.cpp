@@ -1,19 +1,20 @@
 // The chain profiler. Definitions of what is measured, for stage i with input x (a leaf that
 // requires grad, allocated before the stage runs), all in bytes of tensor storage counted by
-// the device's MemoryTracker (docs/cost-model.md, "Measuring a chain"):
+// the device's MemoryTracker, in its units (counted_bytes: on CUDA each storage is a block of a
+// multiple of 512 bytes) (docs/cost-model.md, "Measuring a chain"):
 //   saved_bytes   = live after the forward with autograd - live before (output included,
 //                   input excluded), at least out_bytes;
-//   out_bytes     = bytes of the output's storage (its data size when it is a view of x);
+//   out_bytes     = counted bytes of the output's storage (of its data when it is a view of x);
 //   fwd_tmp_bytes = the larger of (peak during the forward with autograd - live after it)
 //                   and (peak during the forward without autograd - live after it);
 //   bwd_tmp_bytes = peak during the backward - (live before it + the bytes of the output's
 //                   gradient, made inside the graph + the bytes of x's gradient).
 #include <ATen/core/Generator.h>
 #include <ATen/Context.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Type.h>
 #include <torch/autograd.h>
-#include <torch/cuda.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -108,10 +109,6 @@ class ModelState {
   torch::Tensor cpu_rng_, cuda_rng_;
 };
 
-void synchronize(c10::Device device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
@@ -154,6 +151,8 @@ struct Runner {
     try {
       // any_forward is not const, although it does not change the holder.
       value.emplace(const_cast<torch::nn::AnyModule&>(stage.module).any_forward(x));
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // not the stage's fault: the caller may retry with less
     } catch (const std::exception& error) {
       throw ProfileError(describe(index, stage.name) + ": forward failed: " + error.what());
     }
@@ -216,7 +215,7 @@ std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
     if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
-      total += static_cast<std::int64_t>(t.storage().nbytes());
+      total += counted_bytes(t.device(), static_cast<std::int64_t>(t.storage().nbytes()));
   }
   return total;
 }
@@ -262,6 +261,9 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
   }
   MemoryTracker& tracker = MemoryTracker::for_device(device);
   const int length = static_cast<int>(stages.size());
+  // Work and allocations without an explicit device go to the sample's GPU.
+  c10::OptionalDeviceGuard device_guard;
+  if (device.is_cuda()) device_guard.reset_device(device);
 
   ModelState state(stages, device);
   for (const NamedStage& stage : stages) stage.module.ptr()->train(true);
@@ -314,7 +316,7 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
                          " returned a tensor that does not require grad: its backward cannot "
                          "reach its input or parameters (is it detached?)");
     const bool view_of_input = shares_storage(out, input);
-    stage.out_bytes = view_of_input ? static_cast<std::int64_t>(out.numel() * out.element_size())
+    stage.out_bytes = view_of_input ? tracker.counted_bytes(out.numel() * out.element_size())
                                     : storage_bytes({out});
     stage.saved_bytes = std::max(saved, stage.out_bytes);
     stage.fwd_tmp_bytes = std::max<std::int64_t>({0, fwd_tmp, nograd_tmp});
@@ -331,6 +333,8 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
       PeakScope scope(tracker);
       try {
         torch::autograd::backward({loss}, {});
+      } catch (const c10::OutOfMemoryError&) {
+        throw;
       } catch (const std::exception& error) {
         throw ProfileError(describe(i, named.name) + ": backward failed: " + error.what());
       }

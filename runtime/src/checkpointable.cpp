@@ -50,6 +50,10 @@ class ScheduleBackward : public torch::autograd::Node {
 
 }  // namespace
 
+std::int64_t runtime_reserve_bytes(c10::Device device) {
+  return kRuntimeReserveTensors * counted_bytes(device, 32);
+}
+
 CheckpointableImpl::CheckpointableImpl(torch::nn::Sequential net) : net_(std::move(net)) {
   if (!net_) throw std::invalid_argument("Checkpointable: the network is empty (a null Sequential)");
   register_module("net", net_);
@@ -70,6 +74,7 @@ CheckpointableImpl::CheckpointableImpl(torch::nn::Sequential net, const torch::T
 const Chain& CheckpointableImpl::measure(const torch::Tensor& sample, const ProfileOptions& options) {
   chain_ = profile(stages_, sample, options).chain;
   measured_sizes_ = sample.sizes().vec();
+  measured_device_ = sample.device();
   solution_.reset();
   return *chain_;
 }
@@ -82,6 +87,7 @@ void CheckpointableImpl::set_chain(Chain chain) {
                                 std::to_string(stages_.size()));
   chain_ = std::move(chain);
   measured_sizes_.clear();
+  measured_device_.reset();
   solution_.reset();
 }
 
@@ -95,17 +101,24 @@ const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options
         "Checkpointable::compute_sequence: no chain yet; call measure(sample) or set_chain()");
   // The runtime's own tensors (the scalar roots of its inner backward calls) and the caller's
   // loss value come out of the budget: the schedule is computed for what is left.
+  const std::int64_t reserve = runtime_reserve_bytes(device());
   SolveOptions reserved = options;
-  reserved.budget_bytes(std::max<std::int64_t>(0, options.budget_bytes() - kRuntimeReserveBytes));
+  reserved.budget_bytes(std::max<std::int64_t>(0, options.budget_bytes() - reserve));
   Solution solution = solve(*chain_, reserved);
   if (!solution.ok())
     throw std::invalid_argument(
         "Checkpointable::compute_sequence: " + std::string(algorithm_name(options.algorithm())) +
         " cannot run in " + std::to_string(options.budget_bytes()) + " bytes; it needs at least " +
-        std::to_string(solution.min_feasible_budget_bytes + kRuntimeReserveBytes) +
-        " bytes (" + std::to_string(kRuntimeReserveBytes) + " of them for the runtime's bookkeeping)");
+        std::to_string(solution.min_feasible_budget_bytes + reserve) + " bytes (" +
+        std::to_string(reserve) + " of them for the runtime's bookkeeping on " + device().str() + ")");
   solution_ = std::move(solution);
   return *solution_;
+}
+
+c10::Device CheckpointableImpl::device() const {
+  if (measured_device_) return *measured_device_;
+  for (const auto& p : net_->parameters()) return p.device();
+  return c10::Device(c10::kCPU);
 }
 
 const Chain& CheckpointableImpl::chain() const {
@@ -133,7 +146,8 @@ void CheckpointableImpl::check_input(const torch::Tensor& input) const {
                                   " but the schedule was computed for " + shape(measured_sizes_) +
                                   "; a larger input would not fit the budget: call measure() with "
                                   "it, then compute_sequence()");
-  } else if (static_cast<std::int64_t>(input.nbytes()) > chain_->input_bytes) {
+  } else if (counted_bytes(input.device(), static_cast<std::int64_t>(input.nbytes())) >
+             chain_->input_bytes) {
     throw std::invalid_argument("Checkpointable::forward: the input (" + shape(input.sizes()) + ", " +
                                 std::to_string(input.nbytes()) + " bytes) is larger than the chain's (" +
                                 std::to_string(chain_->input_bytes) +

@@ -1,5 +1,6 @@
 #include "executor.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
@@ -217,19 +218,49 @@ void Executor::run(const Op& op) {
   }
 }
 
+void Executor::abandon() noexcept {
+  try {
+    if (!caller_cpu_rng_.empty()) set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_.tensor());
+    if (!caller_cuda_rng_.empty()) set_generator_state(device_, caller_cuda_rng_.tensor());
+    for (int i = 0; i < length_; ++i) restore_buffers(i);
+  } catch (...) {
+    // Restoring from host copies allocates little; if even that fails, the original error
+    // is the one to report.
+  }
+  caller_cpu_rng_ = HostCopy();
+  caller_cuda_rng_ = HostCopy();
+  for (auto* tensors : {&x_, &fe_in_, &fe_out_, &y_})
+    for (torch::Tensor& t : *tensors) t = torch::Tensor();
+  output_ = torch::Tensor();
+}
+
 torch::Tensor Executor::run_forward(const torch::Tensor& input) {
-  input_requires_grad_ = input.requires_grad();
-  x_[0] = input.detach();
-  for (std::size_t k = 0; k < loss_index_; ++k) run(sequence_[k]);
-  run(sequence_[loss_index_]);
+  c10::OptionalDeviceGuard device_guard;
+  if (device_.is_cuda()) device_guard.reset_device(device_);
+  try {
+    input_requires_grad_ = input.requires_grad();
+    x_[0] = input.detach();
+    for (std::size_t k = 0; k < loss_index_; ++k) run(sequence_[k]);
+    run(sequence_[loss_index_]);
+  } catch (...) {
+    abandon();
+    throw;
+  }
   torch::Tensor out = output_;
   output_ = torch::Tensor();
   return out;
 }
 
 torch::Tensor Executor::run_backward(torch::Tensor grad_output) {
-  y_[static_cast<std::size_t>(length_)] = std::move(grad_output);
-  for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(sequence_[k]);
+  c10::OptionalDeviceGuard device_guard;
+  if (device_.is_cuda()) device_guard.reset_device(device_);
+  try {
+    y_[static_cast<std::size_t>(length_)] = std::move(grad_output);
+    for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(sequence_[k]);
+  } catch (...) {
+    abandon();
+    throw;
+  }
   torch::Tensor y0 = y_[0];
   y_[0] = torch::Tensor();
   x_[0] = torch::Tensor();

@@ -1,7 +1,8 @@
 #pragma once
 // Executes a schedule (internal). run_forward() performs the operations before the loss and
 // returns x_L; run_backward() performs the rest, given y_L, and returns y_0. Run once each:
-// the graph node that owns the executor lets go of it when its backward starts.
+// the graph node that owns the executor lets go of it when its backward starts. Both run with
+// the executor's GPU as the current device; when either throws, the step is abandoned.
 #include <torch/types.h>
 
 #include <cstring>
@@ -55,6 +56,9 @@ class Executor {
   void before_forward(int i);
   void after_forward(int i, bool keeps_graph);
   void restore_buffers(int i);
+  // After a failure (out of memory) in either phase: restores what a recomputation in flight
+  // changed (the caller's generator states, pending buffer snapshots) and frees every tensor.
+  void abandon() noexcept;
 
   // Copies: the module may get a new sequence between this step's forward and backward.
   std::vector<NamedStage> stages_;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -75,8 +76,9 @@ struct RunResult {
   std::string command;  // for failure messages
 };
 
-/// Runs the remat executable with `args`, stdin from /dev/null, stdout and stderr captured.
-RunResult run_remat(const std::vector<std::string>& args) {
+/// Runs the remat executable with `args`, stdin from /dev/null, stdout and stderr captured,
+/// with `env` ("NAME=VALUE") added to the environment.
+RunResult run_remat(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
   TempDir scratch;
   const std::string out_path = scratch.path() + "/stdout";
   const std::string err_path = scratch.path() + "/stderr";
@@ -91,6 +93,13 @@ RunResult run_remat(const std::vector<std::string>& args) {
     result.command += " '" + arg + "'";
   }
   argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& entry : env) {
+    envp.push_back(const_cast<char*>(entry.c_str()));
+    result.command = entry + " " + result.command;
+  }
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(nullptr);
 
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
@@ -101,7 +110,7 @@ RunResult run_remat(const std::vector<std::string>& args) {
     const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (in_fd < 0 || out_fd < 0 || err_fd < 0) _exit(126);
     if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
-    execv(executable.c_str(), argv.data());
+    execve(executable.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   int status = 0;
@@ -1040,4 +1049,75 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   const RunResult mismatch = with({"--budget", "100%", "--chain", other});
   CHECK(mismatch.exit_code == 2);
   CHECK_THAT(mismatch.err, Catch::Contains("stages but the network"));
+}
+
+TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA", "[cli]") {
+  if (!REMAT_CLI_HAS_TORCH) return;
+  TempDir dir;
+  const std::string chain = dir.path() + "/convnet.json";
+  const std::vector<std::string> model = {"--model", "convnet", "--batch", "8", "--image", "64",
+                                          "--classes", "10"};
+  auto args = [&](std::vector<std::string> head, std::vector<std::string> tail) {
+    head.insert(head.end(), model.begin(), model.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  REQUIRE(run_remat(args({"profile"}, {"--repeat", "1", "-o", chain})).exit_code == 0);
+  const nlohmann::json info =
+      nlohmann::json::parse(run_remat({"models", "convnet", "--batch", "8", "--image", "64",
+                                       "--classes", "10", "--format", "json"})
+                                .out);
+  const std::int64_t parameter_bytes = 4 * info.at("parameters").get<std::int64_t>();
+  const nlohmann::json measured = nlohmann::json::parse(read_file(chain));
+  const std::int64_t input_bytes = measured.at("input_bytes").get<std::int64_t>();
+
+  // Profiling on a device smaller than the model: exit 4, not an internal error; no file.
+  const std::string never = dir.path() + "/never.json";
+  const RunResult profile = run_remat(args({"profile"}, {"--repeat", "1", "-o", never}),
+                                      {"REMAT_DEVICE_MEMORY_LIMIT=1MiB"});
+  INFO(describe(profile));
+  CHECK(profile.exit_code == 4);
+  CHECK_THAT(profile.err, Catch::Contains("out of memory") && Catch::Contains("CPU") &&
+                              Catch::Contains("REMAT_DEVICE_MEMORY_LIMIT"));
+  CHECK_FALSE(std::ifstream(never).good());
+
+  // Training store-all where the parameters, their gradients and the batch fit but not the
+  // activations: the first step runs out, exit 4, naming the step and the prediction.
+  const std::string limit = std::to_string(2 * parameter_bytes + 4 * input_bytes + (1 << 20));
+  const RunResult train = run_remat(args({"train"}, {"--chain", chain, "--budget", "100%", "--steps", "2"}),
+                                    {"REMAT_DEVICE_MEMORY_LIMIT=" + limit});
+  INFO(describe(train));
+  CHECK(train.exit_code == 4);
+  CHECK_THAT(train.err, Catch::Contains("out of memory on cpu at step 1") &&
+                            Catch::Contains("try a smaller --budget"));
+  // A malformed limit is bad input.
+  const RunResult bad = run_remat(args({"train"}, {"--chain", chain, "--budget", "100%"}),
+                                  {"REMAT_DEVICE_MEMORY_LIMIT=lots"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("REMAT_DEVICE_MEMORY_LIMIT") && Catch::Contains("lots"));
+}
+
+TEST_CASE("train on CUDA runs within its budget, and out of memory is exit 4", "[cli][cuda]") {
+  if (!REMAT_CLI_HAS_TORCH) return;
+  const RunResult probe = run_remat({"train", "--model", "convnet", "--batch", "2", "--image", "16",
+                                     "--budget", "100%", "--steps", "1", "--device", "cuda",
+                                     "--repeat", "1"});
+  if (probe.exit_code == 2 && probe.err.find("--device cuda") != std::string::npos) {
+    std::cout << "REMAT_SKIP: " << probe.err << std::endl;
+    return;
+  }
+  INFO(describe(probe));
+  REQUIRE(probe.exit_code == 0);
+  const RunResult run = run_remat({"train", "--model", "resnet18", "--batch", "32", "--image", "224",
+                                   "--budget", "50%", "--steps", "3", "--device", "cuda"});
+  INFO(describe(run));
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("model      resnet18 b32 224x224 cuda"));
+  const RunResult oom = run_remat({"train", "--model", "resnet18", "--batch", "256", "--image", "224",
+                                   "--budget", "100%", "--steps", "1", "--device", "cuda",
+                                   "--repeat", "1"},
+                                  {"REMAT_DEVICE_MEMORY_LIMIT=2GiB"});
+  INFO(describe(oom));
+  CHECK(oom.exit_code == 4);
+  CHECK_THAT(oom.err, Catch::Contains("out of memory"));
 }

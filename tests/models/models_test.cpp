@@ -79,7 +79,7 @@ TEST_CASE("dropout inside stages (DenseNet's drop_rate) recomputes the same mask
   for (auto& stage : chain.stages) stage.fwd_ms = 1, stage.bwd_ms = 2;
   chk->set_chain(chain);
   const remat::Solution& s =
-      chk->compute_sequence(remat::min_feasible_budget(chain, remat::SolveOptions(0)) + remat::kRuntimeReserveBytes);
+      chk->compute_sequence(remat::min_feasible_budget(chain, remat::SolveOptions(0)) + remat::runtime_reserve_bytes(torch::kCPU));
   INFO(remat::collapsed_string(s.sequence));
   torch::manual_seed(9);
   torch::Tensor out = chk->forward(x);
@@ -210,7 +210,7 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
       chk->set_chain(chain);
       const int64_t half = std::max(remat::store_all_peak(chain) / 2,
                                     remat::min_feasible_budget(chain, remat::SolveOptions(0)));
-      const remat::Solution& s = chk->compute_sequence(half + remat::kRuntimeReserveBytes);
+      const remat::Solution& s = chk->compute_sequence(half + remat::runtime_reserve_bytes(torch::kCPU));
       INFO(remat::collapsed_string(s.sequence));
       CHECK(s.makespan_ms > 3.0 * chain.stages.size());  // store-all's: it recomputes
       const auto ours = step(net, [&](const torch::Tensor& x) { return chk->forward(x); });

@@ -2,7 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <iostream>
+
 #include "remat/profiler.h"
+#include "skip.h"
 #include "test_nets.h"
 
 using remat::MemoryTracker;
@@ -56,21 +59,92 @@ TEST_CASE("PeakScope measures the growth of one operation", "[profiler]") {
   CHECK(scope.peak_above_start() == 2400);
 }
 
-TEST_CASE("CUDA memory in a build or on a machine without CUDA is a clear error",
-          "[profiler][cuda]") {
-  if (REMAT_WITH_CUDA && torch::cuda::is_available()) {
-    MemoryTracker& tracker = MemoryTracker::for_device(torch::Device(torch::kCUDA, 0));
-    const std::int64_t before = tracker.live();
-    torch::Tensor a = torch::empty({1 << 20}, torch::TensorOptions().device(torch::kCUDA));
-    CHECK(tracker.live() - before == 4 << 20);
-    tracker.reset_peak();
-    CHECK(tracker.peak() == tracker.live());
+TEST_CASE("CUDA memory in a build or on a machine without CUDA is a clear error", "[profiler]") {
+  if (!remat::test::cuda_unavailable()) {
+    std::cout << "REMAT_SKIP: a GPU is visible (the [cuda] tests cover it)" << std::endl;
     return;
   }
-  try {
-    MemoryTracker::for_device(torch::Device(torch::kCUDA, 0));
-    FAIL("no error for CUDA without CUDA");
-  } catch (const std::runtime_error& error) {
-    CHECK_THAT(error.what(), Catch::Contains("CUDA"));
+  CHECK_THROWS_AS(MemoryTracker::for_device(torch::Device(torch::kCUDA, 0)), std::runtime_error);
+  CHECK_THROWS_WITH(MemoryTracker::for_device(torch::Device(torch::kCUDA, 0)), Catch::Contains("CUDA"));
+  CHECK_THROWS_WITH(remat::limit_device_memory(torch::Device(torch::kCUDA, 0), 1 << 20),
+                    Catch::Contains("CUDA"));
+}
+
+TEST_CASE("the CUDA tracker counts the caching allocator's blocks as counted_bytes says",
+          "[profiler][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  MemoryTracker& tracker = MemoryTracker::for_device(cuda);
+  CHECK(tracker.device() == cuda);
+  // Sizes around the allocator's boundaries: 512-byte blocks, the 1 MiB small pool, 10 MiB.
+  for (const std::int64_t bytes : {std::int64_t{4}, std::int64_t{512}, std::int64_t{516},
+                                   std::int64_t{1} << 20, (std::int64_t{1} << 20) + 4,
+                                   std::int64_t{10} << 20, (std::int64_t{10} << 20) + 4}) {
+    INFO(bytes << " bytes");
+    const std::int64_t before = tracker.live();
+    torch::Tensor a = torch::empty({bytes / 4}, torch::TensorOptions().device(cuda));
+    CHECK(tracker.live() - before == tracker.counted_bytes(bytes));
+    CHECK(tracker.peak() >= tracker.live());
   }
+  tracker.reset_peak();
+  CHECK(tracker.peak() == tracker.live());
+}
+
+TEST_CASE("counted_bytes: CUDA's 512-byte blocks, the CPU's granularity", "[profiler]") {
+  const torch::Device cuda(torch::kCUDA, 0);
+  CHECK(remat::counted_bytes(cuda, 0) == 0);
+  CHECK(remat::counted_bytes(cuda, 1) == 512);
+  CHECK(remat::counted_bytes(cuda, 4) == 512);
+  CHECK(remat::counted_bytes(cuda, 512) == 512);
+  CHECK(remat::counted_bytes(cuda, 513) == 1024);
+  CHECK(remat::counted_bytes(cuda, (std::int64_t{3} << 30) + 1) == (std::int64_t{3} << 30) + 512);
+  CHECK(remat::counted_bytes(torch::kCPU, 4) == 4);
+  CHECK(remat::counted_bytes(torch::kCPU, 4001) == 4001);
+
+  MemoryTracker& tracker = MemoryTracker::for_device(torch::kCPU);
+  const std::int64_t before = tracker.live();
+  torch::Tensor exact = torch::empty({3}, torch::kFloat32);
+  {
+    remat::test::CpuGranularity granularity(512);
+    CHECK(remat::counted_bytes(torch::kCPU, 4) == 512);
+    CHECK(tracker.counted_bytes(0) == 0);
+    CHECK(tracker.counted_bytes(1000) == 1024);
+    const std::int64_t mid = tracker.live();
+    {
+      torch::Tensor scalar = torch::zeros({}, torch::kFloat32);
+      torch::Tensor odd = torch::empty({129}, torch::kFloat32);  // 516 bytes
+      CHECK(tracker.live() - mid == 512 + 1024);
+    }
+    CHECK(tracker.live() == mid);
+  }
+  // Freed after the granularity changed back: what was counted is what is released.
+  exact = torch::Tensor();
+  CHECK(tracker.live() == before);
+  CHECK_THROWS_AS(remat::set_cpu_granularity(0), std::invalid_argument);
+  CHECK_THROWS_AS(remat::set_cpu_granularity((1 << 20) + 1), std::invalid_argument);
+}
+
+TEST_CASE("a CPU allocation beyond the limit, or one that fails, is an out-of-memory error",
+          "[profiler]") {
+  MemoryTracker& tracker = MemoryTracker::for_device(torch::kCPU);
+  const std::int64_t before = tracker.live();
+  {
+    remat::test::CpuLimit limit(before + (1 << 20));
+    torch::Tensor fits = torch::empty({1 << 17}, torch::kFloat32);  // 512 KiB
+    try {
+      torch::Tensor too_big = torch::empty({1 << 18}, torch::kFloat32);  // 1 MiB more
+      FAIL("no error beyond the limit");
+    } catch (const c10::OutOfMemoryError& error) {
+      CHECK_THAT(error.what_without_backtrace(),
+                 Catch::Contains("CPU out of memory") && Catch::Contains("above the limit") &&
+                     Catch::Contains("REMAT_DEVICE_MEMORY_LIMIT"));
+    }
+    CHECK(tracker.live() - before == (1 << 19));  // the refused allocation is not counted
+  }
+  CHECK_NOTHROW(torch::empty({1 << 18}, torch::kFloat32));  // lifted
+  // A request the system cannot serve (1 PiB): LibTorch's plain error becomes an OOM error.
+  CHECK_THROWS_AS(torch::empty({std::int64_t{1} << 48}, torch::kFloat32), c10::OutOfMemoryError);
+  CHECK(tracker.live() == before);
+  CHECK_THROWS_AS(remat::limit_device_memory(torch::kCPU, -1), std::invalid_argument);
+  CHECK_THROWS_AS(remat::limit_device_memory(torch::Device("meta"), 1), std::invalid_argument);
 }

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "remat/profiler/block.h"
+#include "remat/profiler/memory_tracker.h"
 
 namespace remat::test {
 
@@ -41,5 +42,32 @@ inline bool same_tensors(const std::vector<torch::Tensor>& a, const std::vector<
     if (!a[i].sizes().equals(b[i].sizes()) || !torch::equal(a[i], b[i])) return false;
   return true;
 }
+
+}  // namespace remat::test
+
+namespace remat::test {
+
+/// Counts CPU allocations in units of `granularity` bytes while alive (512: CUDA's caching
+/// allocator), so that CUDA's accounting is exercised on the CPU.
+class CpuGranularity {
+ public:
+  explicit CpuGranularity(std::int64_t granularity)
+      : previous_(remat::set_cpu_granularity(granularity)) {}
+  ~CpuGranularity() { remat::set_cpu_granularity(previous_); }
+  CpuGranularity(const CpuGranularity&) = delete;
+  CpuGranularity& operator=(const CpuGranularity&) = delete;
+
+ private:
+  std::int64_t previous_;
+};
+
+/// A CPU that refuses allocations beyond `bytes` of live tracked memory while alive.
+class CpuLimit {
+ public:
+  explicit CpuLimit(std::int64_t bytes) { remat::limit_device_memory(torch::kCPU, bytes); }
+  ~CpuLimit() { remat::limit_device_memory(torch::kCPU, 0); }
+  CpuLimit(const CpuLimit&) = delete;
+  CpuLimit& operator=(const CpuLimit&) = delete;
+};
 
 }  // namespace remat::test

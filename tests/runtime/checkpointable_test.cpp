@@ -1,8 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <string>
+
 #include "profiler/test_nets.h"
 #include "remat/runtime.h"
 #include "remat/solver.h"
+#include "skip.h"
 
 namespace nn = torch::nn;
 using remat::Algorithm;
@@ -82,7 +86,7 @@ TEST_CASE("checkpointed training equals plain training, bit for bit", "[runtime]
       nn::Sequential net = fresh(make);
       remat::Checkpointable chk(net);
       chk->set_chain(chain);
-      const remat::Solution& s = chk->compute_sequence(c.budget + remat::kRuntimeReserveBytes, c.algorithm);
+      const remat::Solution& s = chk->compute_sequence(c.budget + remat::runtime_reserve_bytes(torch::kCPU), c.algorithm);
       INFO(remat::collapsed_string(s.sequence));
       const StepResult ours = train(*net, [&](const torch::Tensor& x) { return chk->forward(x); }, sample, 2, 5);
       check_equal(plain, ours);
@@ -98,7 +102,7 @@ TEST_CASE("the input may or may not require grad; eval and no-grad run the plain
   const torch::Tensor sample = torch::randn({2, 3, 12, 12});
   remat::Checkpointable chk(net, sample);
   chk->compute_sequence(remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) +
-                        remat::kRuntimeReserveBytes);
+                        remat::runtime_reserve_bytes(torch::kCPU));
   // Input without grad: parameters still get their gradients.
   torch::Tensor out = chk->forward(sample);
   CHECK(out.requires_grad());
@@ -123,8 +127,8 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   chk->measure(torch::randn({2, 3, 8, 8}), remat::ProfileOptions().measure_time(false));
   CHECK_THROWS_WITH(chk->compute_sequence(10), Catch::Contains("needs at least"));
   const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0));
-  CHECK_THROWS_WITH(chk->compute_sequence(least), Catch::Contains(std::to_string(least + remat::kRuntimeReserveBytes)));
-  CHECK_NOTHROW(chk->compute_sequence(least + remat::kRuntimeReserveBytes));
+  CHECK_THROWS_WITH(chk->compute_sequence(least), Catch::Contains(std::to_string(least + remat::runtime_reserve_bytes(torch::kCPU))));
+  CHECK_NOTHROW(chk->compute_sequence(least + remat::runtime_reserve_bytes(torch::kCPU)));
   remat::Chain wrong = chk->chain();
   wrong.stages.pop_back();
   CHECK_THROWS_WITH(chk->set_chain(wrong), Catch::Contains("stages but the network"));
@@ -136,7 +140,7 @@ TEST_CASE("an input larger than the measured sample is refused, a smaller one ru
   remat::Checkpointable chk(net);
   chk->measure(torch::randn({4, 3, 12, 12}), remat::ProfileOptions().measure_time(false));
   chk->compute_sequence(remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) +
-                        remat::kRuntimeReserveBytes);
+                        remat::runtime_reserve_bytes(torch::kCPU));
   CHECK_THROWS_WITH(chk->forward(torch::randn({5, 3, 12, 12})),
                     Catch::Contains("the input is 5x3x12x12 but the schedule was computed for "
                                     "4x3x12x12") && Catch::Contains("call measure()"));
@@ -152,7 +156,7 @@ TEST_CASE("an input larger than the measured sample is refused, a smaller one ru
   // A chain from a file knows only the input's bytes.
   remat::Chain chain = chk->chain();
   chk->set_chain(chain);
-  chk->compute_sequence(remat::store_all_peak(chain) + remat::kRuntimeReserveBytes);
+  chk->compute_sequence(remat::store_all_peak(chain) + remat::runtime_reserve_bytes(torch::kCPU));
   CHECK_NOTHROW(chk->forward(torch::randn({2, 3, 12, 24})));  // same bytes
   CHECK_THROWS_WITH(chk->forward(torch::randn({4, 3, 12, 13})),
                     Catch::Contains("larger than the chain's (6912 bytes)"));
@@ -167,6 +171,10 @@ TEST_CASE("measured peak stays within the budget and close to the prediction", "
     int channels, batch, size;
     bool dropout;
   };
+  // Granularity 1: the CPU's exact bytes; 512: CUDA's caching-allocator blocks, in which the
+  // profiler measures, the reserve is counted and the runtime's scalars cost 512 bytes each.
+  const std::int64_t granularity = GENERATE(1, 512);
+  remat::test::CpuGranularity units(granularity);
   for (const Net& n : {Net{"conv chain", 8, 4, 24, false}, Net{"with dropout", 8, 3, 20, true}}) {
     torch::manual_seed(21);
     nn::Sequential net = remat::test::conv_chain(n.channels, 10, n.dropout);
@@ -179,7 +187,8 @@ TEST_CASE("measured peak stays within the budget and close to the prediction", "
       torch::NoGradGuard no_grad;
       weight = torch::ones_like(net->forward(sample));
     }
-    constexpr std::int64_t kR = remat::kRuntimeReserveBytes;
+    const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
+    CHECK(kR == remat::kRuntimeReserveTensors * remat::counted_bytes(torch::kCPU, 32));
     const std::int64_t full = remat::store_all_peak(chk->chain()) + kR;
     const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) + kR;
     for (const auto& [algorithm, budget] :
@@ -199,13 +208,214 @@ TEST_CASE("measured peak stays within the budget and close to the prediction", "
         loss.backward();
       }
       const std::int64_t measured = tracker.peak() - base;
-      INFO(n.name << ": " << remat::algorithm_name(algorithm) << " budget " << budget << " predicted "
-                  << s.peak_bytes << " measured " << measured << "\n"
+      INFO(n.name << ", granularity " << granularity << ": " << remat::algorithm_name(algorithm)
+                  << " budget " << budget << " predicted " << s.peak_bytes << " measured "
+                  << measured << "\n"
                   << remat::collapsed_string(s.sequence));
       CHECK(measured <= budget);  // the loss value and the runtime's scalars included
-      CHECK(s.budget_bytes == budget - remat::kRuntimeReserveBytes);
-      CHECK(measured <= s.peak_bytes + 16);  // three scalars: the loss, a root, its seed
+      CHECK(s.budget_bytes == budget - kR);
+      // Three scalars beyond the prediction: the loss, a root, its seed (12 bytes on the CPU).
+      CHECK(measured <= s.peak_bytes + 3 * remat::counted_bytes(torch::kCPU, 4));
       if (!n.dropout) CHECK(measured >= 0.95 * static_cast<double>(s.peak_bytes));
     }
   }
+}
+
+TEST_CASE("out of memory abandons the step cleanly; a smaller budget then trains exactly",
+          "[runtime]") {
+  torch::set_num_threads(1);
+  const torch::Tensor sample = torch::randn({4, 3, 24, 24});
+  auto make = [] { return remat::test::conv_chain(8, 10, true); };
+  // The reference: plain autograd on the same weights (gradients do not depend on BatchNorm's
+  // running statistics, which the failed steps have updated).
+  nn::Sequential net = fresh(make);
+  remat::Checkpointable chk(net);
+  chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  const remat::Chain& chain = chk->chain();
+  const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
+  const std::int64_t full = remat::store_all_peak(chain) + kR;
+  const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
+  REQUIRE(least < full / 2);
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+  const torch::Tensor x = sample.clone();
+  auto step = [&]() {  // returns "" or the phase that ran out of memory
+    torch::manual_seed(9);
+    torch::Tensor out;
+    try {
+      out = chk->forward(x);
+    } catch (const c10::OutOfMemoryError&) {
+      return std::string("forward");
+    }
+    try {
+      ((out * out).sum() + out.mean()).backward();
+    } catch (const c10::OutOfMemoryError&) {
+      return std::string("backward");
+    }
+    return std::string();
+  };
+  auto grads = [&] {
+    std::vector<torch::Tensor> g;
+    for (const auto& p : net->parameters()) g.push_back(p.grad().clone()), p.mutable_grad().zero_();
+    return g;
+  };
+  torch::manual_seed(9);
+  {
+    torch::Tensor out = net->forward(x);
+    ((out * out).sum() + out.mean()).backward();
+  }
+  const std::vector<torch::Tensor> plain = grads();
+
+  // Store-all under limits from just above the forward phase's needs to just below its peak:
+  // both phases run out of memory somewhere in that range.
+  chk->compute_sequence(full, Algorithm::kStoreAll);
+  std::map<std::string, int> failures;
+  for (int k = 1; k <= 12; ++k) {
+    const std::int64_t base = tracker.live();
+    const std::int64_t limit = base + chain.input_bytes + (full - chain.input_bytes) * k / 13;
+    std::string phase;
+    {
+      remat::test::CpuLimit cap(limit);
+      phase = step();
+    }
+    INFO("limit " << limit - base << " of " << full << " bytes: " << (phase.empty() ? "ran" : phase));
+    CHECK(tracker.live() == base);  // everything the step held is freed
+    if (!phase.empty()) ++failures[phase];
+    grads();
+    // A schedule for what the limit leaves runs, with plain autograd's gradients.
+    const std::int64_t budget = std::max(least, limit - base);
+    chk->compute_sequence(budget);
+    {
+      remat::test::CpuLimit cap(base + budget);
+      REQUIRE(step().empty());
+    }
+    CHECK(remat::test::same_tensors(grads(), plain));
+    chk->compute_sequence(full, Algorithm::kStoreAll);
+  }
+  CHECK(failures["forward"] >= 1);
+  CHECK(failures["backward"] >= 1);
+}
+
+// ---- On a GPU (skipped without one). Deterministic algorithms, so that a difference between
+// checkpointed and plain training cannot hide behind nondeterministic cuDNN or cuBLAS kernels.
+namespace {
+
+void use_deterministic_cuda() {
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/1);  // before cuBLAS starts
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+}
+
+}  // namespace
+
+TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, BatchNorm, dropout",
+          "[runtime][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  use_deterministic_cuda();
+  const torch::Device cuda(torch::kCUDA, 0);
+  const torch::Tensor sample = torch::randn({8, 3, 32, 32}).to(cuda);
+  auto make = [&] {
+    nn::Sequential net = remat::test::conv_chain(16, 10, true);  // BatchNorm and Dropout
+    net->to(cuda);
+    return net;
+  };
+  nn::Sequential reference_net = fresh(make);
+  const StepResult plain = train(*reference_net, [&](const torch::Tensor& x) { return reference_net->forward(x); },
+                                 sample, 2, 5);
+  nn::Sequential probe = fresh(make);
+  const remat::Chain chain = remat::profile(probe, sample, remat::ProfileOptions().measure_time(false)).chain;
+  CHECK(chain.input_bytes % 512 == 0);
+  for (const remat::Stage& stage : chain.stages) CHECK(stage.out_bytes % 512 == 0);
+  const std::int64_t kR = remat::runtime_reserve_bytes(cuda);
+  CHECK(kR == 4096);
+  const std::int64_t full = remat::store_all_peak(chain) + kR;
+  const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
+  for (const auto& [algorithm, budget] : std::vector<std::pair<Algorithm, std::int64_t>>{
+           {Algorithm::kOptimal, least}, {Algorithm::kOptimal, (least + full) / 2},
+           {Algorithm::kStoreAll, full}, {Algorithm::kRecomputeAll, full},
+           {Algorithm::kRevolve, (least + full) / 2}}) {
+    DYNAMIC_SECTION(remat::algorithm_name(algorithm) << " at " << budget << " bytes") {
+      nn::Sequential net = fresh(make);
+      remat::Checkpointable chk(net);
+      chk->set_chain(chain);
+      const remat::Solution& s = chk->compute_sequence(budget, algorithm);
+      INFO(remat::collapsed_string(s.sequence));
+      const StepResult ours = train(*net, [&](const torch::Tensor& x) { return chk->forward(x); }, sample, 2, 5);
+      check_equal(plain, ours);  // outputs, input and parameter gradients, BatchNorm buffers
+    }
+  }
+}
+
+TEST_CASE("on CUDA, the measured peak stays within the budget and close to the prediction",
+          "[runtime][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  torch::manual_seed(21);
+  nn::Sequential net = remat::test::conv_chain(32, 10, false);
+  net->to(cuda);
+  const torch::Tensor sample = torch::randn({32, 3, 64, 64}).to(cuda);
+  remat::Checkpointable chk(net);
+  chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  torch::Tensor weight;
+  {
+    torch::NoGradGuard no_grad;
+    weight = torch::ones_like(net->forward(sample));
+  }
+  const std::int64_t kR = remat::runtime_reserve_bytes(cuda);
+  const std::int64_t full = remat::store_all_peak(chk->chain()) + kR;
+  const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) + kR;
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(cuda);
+  for (const auto& [algorithm, budget] : std::vector<std::pair<Algorithm, std::int64_t>>{
+           {Algorithm::kOptimal, least}, {Algorithm::kOptimal, (least + full) / 2},
+           {Algorithm::kOptimal, full}, {Algorithm::kPeriodic, full}}) {
+    const remat::Solution& s = chk->compute_sequence(budget, algorithm);
+    remat::synchronize(cuda);
+    const std::int64_t base = tracker.live();
+    tracker.reset_peak();
+    {
+      torch::Tensor x = sample.clone().requires_grad_(true);
+      torch::Tensor loss = (chk->forward(x) * weight).sum();
+      loss.backward();
+    }
+    remat::synchronize(cuda);
+    const std::int64_t measured = tracker.peak() - base;
+    INFO(remat::algorithm_name(algorithm) << " budget " << budget << " predicted " << s.peak_bytes
+                                          << " measured " << measured);
+    CHECK(measured <= budget);
+    CHECK(measured <= s.peak_bytes + 3 * 512);
+    CHECK(measured >= 0.95 * static_cast<double>(s.peak_bytes));
+  }
+}
+
+TEST_CASE("on CUDA, out of memory abandons the step and a smaller budget then runs",
+          "[runtime][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  torch::manual_seed(22);
+  nn::Sequential net = remat::test::conv_chain(64, 10, false);
+  net->to(cuda);
+  const torch::Tensor sample = torch::randn({64, 3, 64, 64}).to(cuda);  // 64 MiB a layer
+  remat::Checkpointable chk(net);
+  chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  const std::int64_t kR = remat::runtime_reserve_bytes(cuda);
+  const std::int64_t full = remat::store_all_peak(chk->chain()) + kR;
+  const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) + kR;
+  REQUIRE(least < full / 2);
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(cuda);
+  remat::synchronize(cuda);
+  const std::int64_t base = tracker.live();
+  // The limit bounds the caching allocator's reserved memory, which it frees from its cache
+  // before giving up: what is live now, the least budget and room for rounding up to its
+  // 20 MiB segments, far below store-all.
+  remat::limit_device_memory(cuda, base + least + (full - least) / 4 + (std::int64_t{64} << 20));
+  chk->compute_sequence(full, Algorithm::kStoreAll);
+  CHECK_THROWS_AS(chk->forward(sample).sum().backward(), c10::OutOfMemoryError);
+  remat::synchronize(cuda);
+  CHECK(tracker.live() == base);
+  chk->compute_sequence(least);
+  CHECK_NOTHROW(chk->forward(sample).sum().backward());
+  remat::limit_device_memory(cuda, 0);
 }

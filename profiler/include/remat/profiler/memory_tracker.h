@@ -5,7 +5,9 @@
 // (c10::SetCPUAllocator with a higher priority). It counts every storage allocated through
 // c10::GetCPUAllocator() after it is installed, including those made during backward and by
 // raw_allocate, never process RSS. CUDA: the caching allocator's allocated-bytes statistics
-// (compiled only when the LibTorch found has CUDA; see REMAT_WITH_CUDA).
+// (compiled only when the LibTorch found has CUDA; see REMAT_WITH_CUDA), which count each
+// storage as the block that holds it: its size rounded up to 512 bytes. counted_bytes() gives
+// that unit for any device; every size the profiler reports is in it.
 //
 //   remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
 //   tracker.reset_peak();
@@ -16,9 +18,7 @@
 
 #include <cstdint>
 
-#ifndef REMAT_WITH_CUDA
-#define REMAT_WITH_CUDA 0
-#endif
+#include "remat/config.h"
 
 namespace remat {
 
@@ -32,6 +32,8 @@ class MemoryTracker {
   /// Makes peak() equal to live().
   virtual void reset_peak() = 0;
   virtual c10::Device device() const = 0;
+  /// What this tracker counts for a storage of `nbytes` bytes (remat::counted_bytes).
+  std::int64_t counted_bytes(std::int64_t nbytes) const;
 
   /// The tracker of a device. For the CPU this installs the tracking allocator on first use
   /// and checks that it is the active one; tensors allocated before then are not counted.
@@ -39,6 +41,32 @@ class MemoryTracker {
   /// with a higher priority replaced ours.
   static MemoryTracker& for_device(c10::Device device);
 };
+
+/// Bytes that the tracker of `device` counts for a storage of `nbytes` bytes. CUDA: the caching
+/// allocator's block, nbytes rounded up to a multiple of 512 (0 for 0). CPU: nbytes rounded up
+/// to the CPU tracker's granularity (1, that is nbytes itself, unless set_cpu_granularity()).
+///
+/// Example: counted_bytes(torch::kCUDA, 4) == 512 (a float scalar); counted_bytes(torch::kCPU, 4) == 4.
+std::int64_t counted_bytes(c10::Device device, std::int64_t nbytes);
+
+/// For testing CUDA's accounting on a CPU: from now on the CPU tracker counts each allocation
+/// as its size rounded up to `granularity` bytes (512 as CUDA's caching allocator; 1, the
+/// default, exactly). Process-wide. Returns the previous granularity. Throws
+/// std::invalid_argument unless 1 <= granularity <= 2^20.
+std::int64_t set_cpu_granularity(std::int64_t granularity);
+
+/// Makes `device` refuse, with c10::OutOfMemoryError, what would take it beyond `bytes`, as a
+/// smaller device would; 0 lifts remat's limit. CPU: an allocation that would take the CPU
+/// tracker's live() above `bytes` (the tracker is installed if it was not). CUDA: the caching
+/// allocator's memory fraction, bytes / the GPU's total memory (it bounds the memory the
+/// allocator reserves from the GPU, its cache included). Process-wide. Throws
+/// std::invalid_argument for a negative size or another device type, std::runtime_error for
+/// CUDA without CUDA.
+void limit_device_memory(c10::Device device, std::int64_t bytes);
+
+/// Waits until the work queued on `device` is done (CUDA: every stream of that GPU; CPU:
+/// nothing to wait for). Time measurements are taken between two synchronizations.
+void synchronize(c10::Device device);
 
 /// Resets a tracker's peak on construction; peak_above_start() is then the largest growth
 /// of live memory since, for measuring one operation.

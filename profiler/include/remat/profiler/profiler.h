@@ -83,7 +83,8 @@ inline Profile profile(const torch::nn::Sequential& sequential, const torch::Ten
   return profile(stages_of(sequential), sample, options);
 }
 
-/// Bytes of the storages of `tensors`, each storage counted once (views share storage).
+/// Bytes of the storages of `tensors` as their devices' trackers count them (counted_bytes),
+/// each storage once (views share storage).
 std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors);
 
 }  // namespace remat

@@ -36,10 +36,15 @@
 
 namespace remat {
 
-/// Bytes of every budget kept for what the runtime itself holds besides activations (the
-/// scalar roots of its inner backward calls, the caller's loss value): compute_sequence()
-/// solves for budget - kRuntimeReserveBytes, so that the measured peak stays within budget.
-inline constexpr std::int64_t kRuntimeReserveBytes = 256;
+/// The small tensors the runtime itself may hold besides activations at once (the scalar
+/// roots of its inner backward calls, the caller's loss value), each of at most 32 bytes.
+inline constexpr int kRuntimeReserveTensors = 8;
+
+/// Bytes of every budget on `device` kept for those tensors: compute_sequence() solves for
+/// budget - runtime_reserve_bytes(device), so that the measured peak stays within budget.
+/// kRuntimeReserveTensors tensors of 32 bytes, in the device's units (counted_bytes): 256 bytes
+/// on the CPU, 4 KiB on CUDA, whose caching allocator gives each scalar a 512-byte block.
+std::int64_t runtime_reserve_bytes(c10::Device device);
 
 class CheckpointableImpl : public torch::nn::Module {
  public:
@@ -57,13 +62,17 @@ class CheckpointableImpl : public torch::nn::Module {
   /// Uses a chain measured earlier (e.g. loaded with remat::load_chain) instead of measuring;
   /// it must have one stage per element of the network.
   void set_chain(Chain chain);
-  /// Computes the schedule used by forward(). Throws std::invalid_argument when the budget is
-  /// below the algorithm's minimum (the message gives it) or when no chain is known.
+  /// Computes the schedule used by forward(), for the budget less runtime_reserve_bytes(device()).
+  /// Throws std::invalid_argument when the budget is below the algorithm's minimum (the message
+  /// gives it) or when no chain is known.
   const Solution& compute_sequence(std::int64_t budget_bytes,
                                    Algorithm algorithm = Algorithm::kOptimal);
   /// Uses `options` as given (slots, segments, threads, ...).
   const Solution& compute_sequence(const SolveOptions& options);
 
+  /// The device the schedule runs on: the measured sample's, else the network's parameters'
+  /// (CPU for a network without parameters).
+  c10::Device device() const;
   bool has_chain() const { return chain_.has_value(); }
   const Chain& chain() const;
   bool has_sequence() const { return solution_.has_value(); }
@@ -91,6 +100,7 @@ class CheckpointableImpl : public torch::nn::Module {
   std::vector<NamedStage> stages_;
   std::optional<Chain> chain_;
   std::vector<std::int64_t> measured_sizes_;  // the sample's sizes; empty after set_chain
+  std::optional<c10::Device> measured_device_;  // the sample's device; none after set_chain
   std::optional<Solution> solution_;
 };
 TORCH_MODULE(Checkpointable);

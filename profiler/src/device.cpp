@@ -1,0 +1,26 @@
+// Device-level helpers of memory_tracker.h that are the same for every tracker.
+#include <torch/cuda.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "detail.h"
+#include "remat/profiler/memory_tracker.h"
+
+namespace remat {
+
+void limit_device_memory(c10::Device device, std::int64_t bytes) {
+  if (bytes < 0)
+    throw std::invalid_argument("remat::limit_device_memory: a negative size (" +
+                                std::to_string(bytes) + " bytes)");
+  if (device.is_cpu()) return detail::set_cpu_limit(bytes);
+  if (device.is_cuda()) return detail::limit_cuda_memory(device.has_index() ? device.index() : -1, bytes);
+  throw std::invalid_argument("remat::limit_device_memory: no memory limit for device " +
+                              device.str() + " (cpu and cuda are supported)");
+}
+
+void synchronize(c10::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+}
+
+}  // namespace remat
