@@ -49,6 +49,7 @@ Action add_demo_command(CLI::App& app) {
     const int classes = 10;
     torch::nn::Sequential net = info.make(classes);
     const torch::Tensor sample = torch::randn({args->batch, 3, args->image, args->image});
+    const torch::Tensor target = torch::randint(classes, {args->batch}, torch::kLong);
     for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
 
     // 1. Profile.
@@ -58,7 +59,7 @@ Action add_demo_command(CLI::App& app) {
     ProgressBar bar("profile " + info.name);
     const Profile p = profile(
         net, sample,
-        with_progress(ProfileOptions().repeat(3).name(fmt::format(
+        with_progress(ProfileOptions().repeat(3).loss(classification_loss_of(target, classes)).name(fmt::format(
                           "{} b{} {}x{} cpu", info.name, args->batch, args->image, args->image)),
                       bar));
     bar.finish(p.chain.length());
@@ -101,7 +102,6 @@ Action add_demo_command(CLI::App& app) {
     fmt::print("== 4. {} training steps (SGD, cross-entropy on random labels)\n", args->steps);
     MemoryTracker& tracker = MemoryTracker::for_device(torch::kCPU);
     torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-    const torch::Tensor target = torch::randint(classes, {args->batch}, torch::kLong);
     auto step = [&](auto&& forward, double& ms, std::int64_t& peak) {
       // Zeroed in place, not released (LibTorch 2's zero_grad() sets them to none): the
       // gradients stay allocated and out of the activation memory measured below.
@@ -110,7 +110,7 @@ Action add_demo_command(CLI::App& app) {
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       {
-        torch::Tensor loss = torch::nn::functional::cross_entropy(forward(x), target);
+        torch::Tensor loss = classification_loss(forward(x), target, classes);
         loss.backward();
       }
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -81,7 +81,14 @@ Action add_profile_command(CLI::App& app) {
                                               torch::TensorOptions().device(in.device));
     ProgressBar bar("profile " + info.name);
     const ProfileOptions options =
-        with_progress(ProfileOptions().repeat(args->repeat).name(in.label(args->batch)), bar);
+        with_progress(ProfileOptions()
+                          .repeat(args->repeat)
+                          .name(in.label(args->batch))
+                          .loss(classification_loss_of(
+                              torch::randint(args->classes, {args->batch},
+                                             torch::TensorOptions().device(in.device).dtype(torch::kLong)),
+                              args->classes)),
+                      bar);
     Profile p;
     try {
       p = profile(net, sample, options);

@@ -1,7 +1,6 @@
 // remat train: real training steps (SGD on random data) with a schedule, printing per-step
 // time, peak activation memory and loss, against the schedule's prediction.
 #include <fmt/core.h>
-#include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
@@ -9,7 +8,6 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "remat/models/inception.h"
 #include "remat/runtime.h"
 #include "torch_common.h"
 
@@ -31,17 +29,6 @@ struct TrainArgs {
   int threads = 0;
   int repeat = 3;
 };
-
-// cross-entropy on the logits; for Inception's training output [logits | aux_logits],
-// torchvision's recipe: loss(logits) + 0.4 * loss(aux_logits).
-torch::Tensor training_loss(const torch::Tensor& out, const torch::Tensor& target, int classes) {
-  namespace F = torch::nn::functional;
-  if (out.size(1) == 2 * classes) {
-    const auto heads = models::split_inception_output(out, classes);
-    return F::cross_entropy(heads.logits, target) + 0.4 * F::cross_entropy(heads.aux_logits, target);
-  }
-  return F::cross_entropy(out, target);
-}
 
 }  // namespace
 
@@ -85,6 +72,7 @@ Action add_train_command(CLI::App& app) {
     // Gradients exist before the first step, as after any step: they are not activations.
     for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
     const torch::Tensor sample = torch::randn({args->batch, 3, in.height, in.width}, options);
+    const torch::Tensor target = torch::randint(args->classes, {args->batch}, options.dtype(torch::kLong));
 
     // The chain: measured now, or a file measured earlier.
     Chain chain;
@@ -92,8 +80,10 @@ Action add_train_command(CLI::App& app) {
       ProgressBar bar("profile " + in.info->name);
       try {
         chain = profile(net, sample,
-                        with_progress(ProfileOptions().repeat(args->repeat).name(
-                                          in.label(args->batch)),
+                        with_progress(ProfileOptions()
+                                          .repeat(args->repeat)
+                                          .name(in.label(args->batch))
+                                          .loss(classification_loss_of(target, args->classes)),
                                       bar))
                     .chain;
       } catch (const ProfileError& error) {
@@ -132,7 +122,6 @@ Action add_train_command(CLI::App& app) {
     // The steps.
     MemoryTracker& tracker = MemoryTracker::for_device(in.device);
     torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(args->lr).momentum(0.9));
-    const torch::Tensor target = torch::randint(args->classes, {args->batch}, options.dtype(torch::kLong));
     fmt::print("{:>6} {:>12} {:>14} {:>12}\n", "step", "time", "peak", "loss");
     std::vector<double> times;
     std::int64_t worst_peak = 0;
@@ -146,7 +135,7 @@ Action add_train_command(CLI::App& app) {
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       try {
-        torch::Tensor loss = training_loss(chk->forward(x), target, args->classes);
+        torch::Tensor loss = classification_loss(chk->forward(x), target, args->classes);
         loss.backward();
         synchronize(in.device);
         loss_value = loss.item<double>();

@@ -9,6 +9,9 @@
 //                   and (peak during the forward without autograd - live after it);
 //   bwd_tmp_bytes = peak during the backward - (live before it + the bytes of the output's
 //                   gradient, made inside the graph + the bytes of x's gradient).
+// and, with a loss function, for the chain's output x_L (a leaf that requires grad):
+//   loss_tmp_bytes = peak during the loss's forward and backward - (live before it + the
+//                    bytes of x_L's gradient y_L).
 #include <ATen/core/Generator.h>
 #include <ATen/Context.h>
 #include <c10/core/DeviceGuard.h>
@@ -364,6 +367,30 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
     }
     result.chain.stages.push_back(stage);
     x = next;
+  }
+  if (options.loss()) {
+    const torch::Tensor output = x.detach().requires_grad_(true);
+    x = torch::Tensor();
+    synchronize(device);
+    PeakScope scope(tracker);
+    try {
+      torch::Tensor value = options.loss()(output);
+      if (!value.defined() || value.numel() != 1)
+        throw ProfileError("the loss function returned " +
+                           (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
+                                            : std::string("an undefined tensor")) +
+                           ", not one value");
+      torch::autograd::backward({value});
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
+    } catch (const ProfileError&) {
+      throw;
+    } catch (const std::exception& error) {
+      throw ProfileError(std::string("the loss function failed on the chain's output: ") + error.what());
+    }
+    synchronize(device);
+    result.chain.loss_tmp_bytes =
+        std::max<std::int64_t>(0, scope.peak_above_start() - storage_bytes({output.grad()}));
   }
   if (options.progress()) options.progress()(length, length, "");
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cctype>
+#include <map>
+#include <string>
 
 #include "remat/report.h"
 #include "remat/solver.h"
@@ -115,4 +117,28 @@ TEST_CASE("profile plot: one bar per stage, binned beyond the width", "[report]"
   CHECK(bars.size() < 1000);
   CHECK(as_int(svg->attr("data-bins")) == static_cast<std::int64_t>(bars.size()));
   CHECK(as_int(svg->attr("data-stages")) == 1000);
+}
+
+TEST_CASE("measurement plot: one point per measurement, placed by its bytes and value",
+          "[report]") {
+  remat::MeasurementPlot plot("resnet50 b32 <cuda> & co: throughput", "images per second");
+  plot.series.push_back({"remat optimal", {{2e9, 900, "100%"}, {1e9, 850, "50%"}, {5e8, 700, "25%"}}, true});
+  plot.series.push_back({"checkpoint_sequential", {{1.5e9, 600, "K=2"}, {9e8, 500, "K=4"}}, false});
+  plot.series.push_back({"plain", {{2.1e9, 910, ""}}, false});
+  const auto svg = parse_xml(remat::measurement_svg(plot));
+  CHECK(svg->attr("data-kind") == "measurements");
+  CHECK(svg->attr("data-series") == "3");
+  const auto points = svg->find_all("circle", "point");
+  REQUIRE(points.size() == 6);
+  // Drawn positions: more bytes further right, a larger value higher up (smaller y).
+  std::map<std::string, std::pair<double, double>> at;  // "series:bytes" -> (cx, cy)
+  for (const auto* p : points) at[p->attr("data-series") + ":" + p->attr("data-bytes")] = {std::stod(p->attr("cx")), std::stod(p->attr("cy"))};
+  CHECK(at.at("remat optimal:500000000").first < at.at("checkpoint_sequential:900000000").first);
+  CHECK(at.at("checkpoint_sequential:900000000").first < at.at("remat optimal:1000000000").first);
+  CHECK(at.at("remat optimal:2000000000").first < at.at("plain:2100000000").first);
+  CHECK(at.at("plain:2100000000").second < at.at("remat optimal:1000000000").second);
+  CHECK(at.at("remat optimal:1000000000").second < at.at("checkpoint_sequential:1500000000").second);
+  // The connected series is one line through its points in order of bytes.
+  CHECK(svg->find_all("polyline").size() == 1);
+  CHECK_THROWS_AS(remat::measurement_svg(remat::MeasurementPlot("empty", "x")), std::invalid_argument);
 }

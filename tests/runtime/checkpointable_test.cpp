@@ -419,3 +419,47 @@ TEST_CASE("on CUDA, out of memory abandons the step and a smaller budget then ru
   CHECK_NOTHROW(chk->forward(sample).sum().backward());
   remat::limit_device_memory(cuda, 0);
 }
+
+TEST_CASE("with the loss measured, a cross-entropy step stays within every budget",
+          "[runtime]") {
+  // The logits' softmax and its gradient live while the loss runs: without the loss in the
+  // chain (loss_tmp_bytes), a step at the store-all budget exceeds it by about twice the
+  // logits' bytes.
+  torch::set_num_threads(1);
+  const std::int64_t granularity = GENERATE(1, 512);
+  remat::test::CpuGranularity units(granularity);
+  torch::manual_seed(31);
+  nn::Sequential net = remat::test::conv_chain(8, 500, false);
+  const torch::Tensor sample = torch::randn({16, 3, 16, 16});
+  const torch::Tensor target = torch::randint(500, {16}, torch::kLong);
+  auto loss = [&](const torch::Tensor& out) { return torch::nn::functional::cross_entropy(out, target); };
+  remat::Checkpointable chk(net);
+  const remat::Chain& chain = chk->measure(sample, remat::ProfileOptions().measure_time(false).loss(loss));
+  const std::int64_t logits = remat::counted_bytes(torch::kCPU, 16 * 500 * 4);
+  INFO("granularity " << granularity << ", loss_tmp_bytes " << chain.loss_tmp_bytes);
+  CHECK(chain.loss_tmp_bytes >= logits);
+  CHECK(chain.loss_tmp_bytes <= 3 * logits);
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
+  const std::int64_t full = remat::store_all_peak(chain) + kR;
+  const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+  for (const std::int64_t budget : {full, (least + full) / 2, least}) {
+    const remat::Solution& s = chk->compute_sequence(budget);
+    const std::int64_t base = tracker.live();
+    tracker.reset_peak();
+    {
+      torch::Tensor x = sample.clone();
+      torch::Tensor value = loss(chk->forward(x));
+      value.backward();
+    }
+    const std::int64_t measured = tracker.peak() - base;
+    INFO("budget " << budget << " predicted " << s.peak_bytes << " measured " << measured);
+    CHECK(measured <= budget);
+    CHECK(measured <= s.peak_bytes + 3 * remat::counted_bytes(torch::kCPU, 4));
+  }
+  // A loss that does not return one value is refused, naming it.
+  CHECK_THROWS_WITH(remat::profile(net, sample, remat::ProfileOptions().measure_time(false).loss(
+                                                   [](const torch::Tensor& out) { return out * 2; })),
+                    Catch::Contains("the loss function returned a tensor of shape"));
+}

@@ -35,6 +35,10 @@ namespace remat {
 /// stage == stages.
 using ProgressCallback = std::function<void(int stage, int stages, const std::string& name)>;
 
+/// The loss of the chain's output: a tensor with one element (cross-entropy against the batch's
+/// labels, say).
+using LossFunction = std::function<torch::Tensor(const torch::Tensor& output)>;
+
 struct ProfileOptions {
   /// Timed repetitions per quantity; the median is kept.
   REMAT_ARG(int, repeat) = 5;
@@ -47,6 +51,11 @@ struct ProfileOptions {
   /// The chain's name in its file; empty: "<L> stages, input <shape> <dtype> <device>".
   REMAT_ARG(std::string, name) = "";
   REMAT_ARG(ProgressCallback, progress) = nullptr;
+  /// The loss the chain is trained with: its forward and backward on the chain's output are
+  /// measured into the chain's loss_tmp_bytes (the logits' softmax and gradient, for a
+  /// cross-entropy), which budgets then account for. Without one, loss_tmp_bytes is 0: right
+  /// for a loss that allocates nothing beyond a scalar.
+  REMAT_ARG(LossFunction, loss) = nullptr;
 };
 
 /// One stage to profile: a name for reports and a module mapping one tensor to one tensor.

@@ -6,8 +6,8 @@
 //   remat::Checkpointable chk(net);              // TORCH_MODULE-style holder
 //   chk->measure(sample);                        // profile on a sample batch
 //   chk->compute_sequence(700LL << 20);          // optimal schedule for 700 MiB of activations
-//   torch::Tensor out = chk->forward(input);     // runs the schedule's forward phase
-//   torch::nll_loss(out, target).backward();     // recomputation and backward happen here
+//   torch::Tensor loss = torch::nll_loss(chk->forward(input), target);  // forward phase
+//   loss.backward();                             // recomputation and backward happen here
 //
 // In training mode with autograd enabled, forward() executes the operations of the schedule
 // up to the loss and returns the chain's output, connected to autograd; the backward of any

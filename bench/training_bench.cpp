@@ -1,0 +1,438 @@
+// remat_training_bench: the measurements of the GPU check (scripts/gpu-check.sh), on any device.
+//
+//   fidelity    For each model: profile it, then train with the optimal schedule at budgets
+//               that are percentages of its store-all activation peak. Measured peak activation
+//               bytes against the budget and the prediction, measured step time against the
+//               predicted makespan.
+//   throughput  For one model, in one process: plain LibTorch, remat optimal at budgets,
+//               remat periodic for every segment count from 2 to 2 sqrt(L) (the schedule of
+//               checkpoint_sequential, in remat's runtime); with --pytorch-json, the results
+//               of bench/pytorch_baseline.py on the same network (plain PyTorch and
+//               checkpoint_sequential) are merged in: for each remat budget, the fastest
+//               checkpoint_sequential whose measured peak does not exceed remat's.
+//
+// A step: forward, cross-entropy on random labels (Inception's training output: logits +
+// 0.4 aux logits, torchvision's recipe), backward; parameter gradients allocated beforehand
+// and zeroed in place, no optimizer step. Step time: the median of --steps after --warmup,
+// the device synchronized before and after. Peak activation bytes: the device tracker's peak
+// during the step above what is live before it (parameters, gradients, the batch); the
+// fidelity table adds the batch, which the cost model counts.
+//
+// Out of memory in one configuration is recorded ("oom") and the others go on.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "remat/models.h"
+#include "remat/profiler.h"
+#include "remat/report.h"
+#include "remat/runtime.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::string mib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));
+  return text;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// One model on one device, ready to train.
+struct Setup {
+  std::string name;
+  torch::Device device{torch::kCPU};
+  int batch = 0, image = 0, classes = 1000;
+  torch::nn::Sequential net{nullptr};
+  torch::Tensor sample, target;
+  remat::Chain chain;
+
+  Setup(const std::string& model, torch::Device dev, int batch_, int image_)
+      : name(model), device(dev), batch(batch_) {
+    const remat::models::ModelInfo& info = remat::models::find_model(model);
+    image = image_ > 0 ? image_ : info.default_image;
+    torch::manual_seed(0);
+    net = info.make(classes);
+    net->to(device);
+    net->train();
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+    const auto options = torch::TensorOptions().device(device);
+    sample = torch::randn({batch, 3, image, image}, options);
+    target = torch::randint(classes, {batch}, options.dtype(torch::kLong));
+  }
+  std::string label() const {
+    return name + " b" + std::to_string(batch) + " " + std::to_string(image) + "x" +
+           std::to_string(image) + " " + device.str();
+  }
+  void profile(int repeat) {
+    std::fprintf(stderr, "%s: profiling\n", label().c_str());
+    chain = remat::profile(net, sample,
+                           remat::ProfileOptions().repeat(repeat).name(label()).loss(
+                               [this](const torch::Tensor& out) { return loss(out); }))
+                .chain;
+  }
+  torch::Tensor loss(const torch::Tensor& out) const {
+    namespace F = torch::nn::functional;
+    if (out.size(1) == 2 * classes) {
+      const auto heads = remat::models::split_inception_output(out, classes);
+      return F::cross_entropy(heads.logits, target) + 0.4 * F::cross_entropy(heads.aux_logits, target);
+    }
+    return F::cross_entropy(out, target);
+  }
+};
+
+struct Measured {
+  bool oom = false;
+  std::vector<double> step_ms;
+  std::int64_t peak_bytes = 0;  // the largest over the steps
+  double median_ms() const { return step_ms.empty() ? 0 : median(step_ms); }
+};
+
+Measured measure(Setup& s, const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                 int steps, int warmup) {
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(s.device);
+  Measured m;
+  try {
+    for (int k = 0; k < warmup + steps; ++k) {
+      for (auto& p : s.net->parameters()) p.mutable_grad().zero_();
+      remat::synchronize(s.device);
+      const remat::PeakScope scope(tracker);
+      const auto start = Clock::now();
+      // The output is not held during the backward (the cost model frees x_L at the loss).
+      torch::Tensor loss = s.loss(forward(s.sample));
+      loss.backward();
+      remat::synchronize(s.device);
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (k < warmup) continue;
+      m.step_ms.push_back(ms);
+      m.peak_bytes = std::max(m.peak_bytes, scope.peak_above_start());
+    }
+  } catch (const c10::OutOfMemoryError& error) {
+    std::fprintf(stderr, "  out of memory: %s\n", error.what_without_backtrace());
+    m = Measured();
+    m.oom = true;
+  }
+  return m;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  if (!path.empty()) remat::write_text_file(path, text);
+}
+
+std::string device_name(torch::Device device) {
+  return device.is_cuda() ? "CUDA " + device.str()
+                          : "CPU, " + std::to_string(torch::get_num_threads()) + " LibTorch threads";
+}
+
+// ---- fidelity ----
+
+int fidelity(const std::vector<std::string>& models, torch::Device device, int batch, int image,
+             const std::vector<double>& budgets, int steps, int warmup, int repeat,
+             const std::string& json_path, const std::string& markdown_path) {
+  std::ostringstream md;
+  md << "Fidelity on " << device_name(device) << ", LibTorch " << TORCH_VERSION
+     << ": median of " << steps << " steps after " << warmup << ". Peak = activation bytes "
+     << "(allocator statistics above parameters and gradients, the batch included).\n\n"
+     << "| model | budget | budget bytes | predicted peak | measured peak | measured / predicted | "
+        "within budget | predicted ms | measured ms | measured / predicted |\n"
+     << "|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|\n";
+  json rows = json::array();
+  bool all_within = true;
+  for (const std::string& model : models) {
+    Setup s(model, device, batch, image);
+    s.profile(repeat);
+    const std::int64_t reserve = remat::runtime_reserve_bytes(device);
+    const std::int64_t store_all = remat::store_all_peak(s.chain);
+    remat::Checkpointable chk(s.net);
+    chk->set_chain(s.chain);
+    for (double percent : budgets) {
+      const auto budget = static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all))) + reserve;
+      json row = {{"model", s.label()}, {"percent", percent}, {"budget_bytes", budget}};
+      std::fprintf(stderr, "%s: optimal at %.0f%% of store-all\n", s.label().c_str(), percent);
+      const remat::Solution solution = remat::solve(s.chain, remat::SolveOptions(budget - reserve));
+      if (!solution.ok()) {
+        row["infeasible"] = true;
+        row["min_budget_bytes"] = solution.min_feasible_budget_bytes + reserve;
+        md << "| " << s.label() << " | " << percent << "% | " << mib(budget)
+           << " | infeasible (needs " << mib(solution.min_feasible_budget_bytes + reserve)
+           << ") | | | | | | |\n";
+        rows.push_back(row);
+        continue;
+      }
+      chk->compute_sequence(budget);
+      const Measured m = measure(s, [&](const torch::Tensor& x) { return chk->forward(x); }, steps, warmup);
+      row["predicted_peak_bytes"] = solution.peak_bytes;
+      row["predicted_ms"] = solution.makespan_ms;
+      if (m.oom) {
+        row["oom"] = true;
+        all_within = false;
+        md << "| " << s.label() << " | " << percent << "% | " << mib(budget) << " | "
+           << mib(solution.peak_bytes) << " | out of memory | | no | | | |\n";
+        rows.push_back(row);
+        continue;
+      }
+      const std::int64_t measured = m.peak_bytes + s.chain.input_bytes;
+      const bool within = measured <= budget;
+      all_within = all_within && within;
+      row["measured_peak_bytes"] = measured;
+      row["step_ms"] = m.step_ms;
+      row["measured_ms"] = m.median_ms();
+      row["within_budget"] = within;
+      char line[512];
+      std::snprintf(line, sizeof line, "| %s | %.0f%% | %s | %s | %s | %.3f | %s | %.1f | %.1f | %.3f |\n",
+                    s.label().c_str(), percent, mib(static_cast<double>(budget)).c_str(),
+                    mib(static_cast<double>(solution.peak_bytes)).c_str(),
+                    mib(static_cast<double>(measured)).c_str(),
+                    static_cast<double>(measured) / static_cast<double>(solution.peak_bytes),
+                    within ? "yes" : "**NO**", solution.makespan_ms, m.median_ms(),
+                    m.median_ms() / solution.makespan_ms);
+      md << line;
+      std::printf("%s", line);
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+  }
+  write_file(markdown_path, md.str());
+  write_file(json_path, json{{"device", device_name(device)}, {"libtorch", TORCH_VERSION}, {"rows", rows}}.dump(2) + "\n");
+  if (markdown_path.empty()) std::printf("\n%s", md.str().c_str());
+  return all_within ? 0 : 1;
+}
+
+// ---- throughput ----
+
+struct Config {
+  std::string method;  // plain-libtorch, remat-optimal, remat-periodic, plain-pytorch, checkpoint_sequential
+  std::string setting;  // "75%", "K=4", ""
+  Measured m;
+  double predicted_ms = 0;
+  std::int64_t predicted_peak = 0;
+  double images_per_s(int batch) const { return m.oom || m.step_ms.empty() ? 0 : 1000.0 * batch / m.median_ms(); }
+};
+
+int throughput(const std::string& model, torch::Device device, int batch, int image,
+               const std::vector<double>& budgets, int steps, int warmup, int repeat,
+               const std::string& pytorch_json, const std::string& json_path,
+               const std::string& markdown_path, const std::string& svg_path) {
+  Setup s(model, device, batch, image);
+  s.profile(repeat);
+  const int length = s.chain.length();
+  const std::int64_t reserve = remat::runtime_reserve_bytes(device);
+  const std::int64_t store_all = remat::store_all_peak(s.chain);
+  std::vector<Config> configs;
+  auto run = [&](const std::string& method, const std::string& setting,
+                 const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                 const remat::Solution* solution) {
+    std::fprintf(stderr, "%s: %s %s\n", s.label().c_str(), method.c_str(), setting.c_str());
+    Config c{method, setting, measure(s, forward, steps, warmup)};
+    if (solution != nullptr) {
+      c.predicted_ms = solution->makespan_ms;
+      c.predicted_peak = solution->peak_bytes;
+    }
+    configs.push_back(c);
+  };
+  run("plain-libtorch", "", [&](const torch::Tensor& x) { return s.net->forward(x); }, nullptr);
+  remat::Checkpointable chk(s.net);
+  chk->set_chain(s.chain);
+  for (double percent : budgets) {
+    const auto budget = static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all))) + reserve;
+    char setting[16];
+    std::snprintf(setting, sizeof setting, "%.0f%%", percent);
+    try {
+      const remat::Solution solution = chk->compute_sequence(budget);
+      run("remat-optimal", setting, [&](const torch::Tensor& x) { return chk->forward(x); }, &solution);
+    } catch (const std::invalid_argument& error) {
+      std::fprintf(stderr, "  %s\n", error.what());
+    }
+  }
+  const int max_segments = std::min(length, static_cast<int>(std::floor(2 * std::sqrt(length))));
+  for (int k = 2; k <= max_segments; ++k) {
+    const remat::Solution solution = chk->compute_sequence(
+        remat::SolveOptions(4 * store_all + reserve).algorithm(remat::Algorithm::kPeriodic).segments(k));
+    run("remat-periodic", "K=" + std::to_string(k), [&](const torch::Tensor& x) { return chk->forward(x); }, &solution);
+  }
+  if (!pytorch_json.empty()) {
+    std::ifstream in(pytorch_json);
+    if (!in) throw std::invalid_argument("cannot read " + pytorch_json);
+    const json py = json::parse(in);
+    if (py.value("stages", 0) != length)
+      std::fprintf(stderr, "warning: %s split the network into %d stages, remat into %d\n",
+                   pytorch_json.c_str(), py.value("stages", 0), length);
+    for (const json& r : py.at("results")) {
+      Config c;
+      c.method = r.at("method").get<std::string>();
+      if (r.contains("segments") && !r.at("segments").is_null())
+        c.setting = "K=" + std::to_string(r.at("segments").get<int>());
+      c.m.oom = r.value("oom", false);
+      if (!c.m.oom) {
+        c.m.step_ms = r.at("step_ms").get<std::vector<double>>();
+        c.m.peak_bytes = r.at("peak_bytes").get<std::int64_t>();
+      }
+      configs.push_back(c);
+    }
+  }
+
+  // The tables.
+  std::ostringstream md;
+  const Config& plain = configs.front();
+  md << "Throughput of " << s.label() << " (" << length << " stages) on " << device_name(device)
+     << ", LibTorch " << TORCH_VERSION << ": median of " << steps << " steps after " << warmup
+     << "; peak = activation bytes above parameters, gradients and the batch.\n\n"
+     << "| method | setting | median ms | images/s | peak | vs plain LibTorch | predicted ms |\n"
+     << "|---|---|---:|---:|---:|---:|---:|\n";
+  for (const Config& c : configs) {
+    char line[256];
+    if (c.m.oom) {
+      std::snprintf(line, sizeof line, "| %s | %s | out of memory | | | | |\n", c.method.c_str(), c.setting.c_str());
+    } else {
+      char predicted[32] = "";
+      if (c.predicted_ms > 0) std::snprintf(predicted, sizeof predicted, "%.1f", c.predicted_ms);
+      std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %s | %.3f | %s |\n", c.method.c_str(),
+                    c.setting.c_str(), c.m.median_ms(), c.images_per_s(batch),
+                    mib(static_cast<double>(c.m.peak_bytes)).c_str(),
+                    c.images_per_s(batch) / std::max(plain.images_per_s(batch), 1e-9), predicted);
+    }
+    md << line;
+  }
+  // At equal memory: for each remat budget, the fastest configuration of each other method
+  // whose measured peak does not exceed remat's.
+  md << "\nAt equal memory: for each remat budget, the fastest configuration of each method "
+        "whose measured peak is at most remat's.\n\n"
+     << "| remat budget | remat peak | remat images/s | best checkpoint_sequential | ratio | best remat periodic | ratio |\n"
+     << "|---|---:|---:|---|---:|---|---:|\n";
+  json comparisons = json::array();
+  for (const Config& r : configs) {
+    if (r.method != "remat-optimal" || r.m.oom) continue;
+    auto best = [&](const std::string& method) -> const Config* {
+      const Config* found = nullptr;
+      for (const Config& c : configs)
+        if (c.method == method && !c.m.oom && c.m.peak_bytes <= r.m.peak_bytes &&
+            (found == nullptr || c.images_per_s(batch) > found->images_per_s(batch)))
+          found = &c;
+      return found;
+    };
+    json row = {{"budget", r.setting}, {"remat_peak_bytes", r.m.peak_bytes},
+                {"remat_images_per_s", r.images_per_s(batch)}};
+    md << "| " << r.setting << " | " << mib(static_cast<double>(r.m.peak_bytes)) << " | "
+       << std::lround(r.images_per_s(batch));
+    for (const std::string method : {"checkpoint_sequential", "remat-periodic"}) {
+      const Config* b = best(method);
+      if (b == nullptr) {
+        md << " | none fits | ";
+        row[method] = nullptr;
+        continue;
+      }
+      const double ratio = r.images_per_s(batch) / b->images_per_s(batch);
+      char cell[128];
+      std::snprintf(cell, sizeof cell, " | %s (%s, %.0f/s) | %.3f", b->setting.c_str(),
+                    mib(static_cast<double>(b->m.peak_bytes)).c_str(), b->images_per_s(batch), ratio);
+      md << cell;
+      row[method] = {{"setting", b->setting}, {"peak_bytes", b->m.peak_bytes},
+                     {"images_per_s", b->images_per_s(batch)}, {"ratio", ratio}};
+    }
+    md << " |\n";
+    comparisons.push_back(row);
+  }
+
+  json results = json::array();
+  for (const Config& c : configs)
+    results.push_back({{"method", c.method}, {"setting", c.setting}, {"oom", c.m.oom},
+                       {"step_ms", c.m.step_ms}, {"median_ms", c.m.median_ms()},
+                       {"peak_bytes", c.m.peak_bytes}, {"images_per_s", c.images_per_s(batch)},
+                       {"predicted_ms", c.predicted_ms}, {"predicted_peak_bytes", c.predicted_peak}});
+  write_file(json_path, json{{"model", s.label()}, {"stages", length}, {"device", device_name(device)},
+                             {"libtorch", TORCH_VERSION}, {"steps", steps}, {"results", results},
+                             {"at_equal_memory", comparisons}}
+                            .dump(2) + "\n");
+  write_file(markdown_path, md.str());
+  std::printf("%s\n", md.str().c_str());
+
+  remat::MeasurementPlot plot(s.label() + ": throughput against peak activation memory", "images per second");
+  for (const auto& [method, name, connect] :
+       std::vector<std::tuple<std::string, std::string, bool>>{
+           {"remat-optimal", "remat optimal (budgets)", true},
+           {"remat-periodic", "remat periodic (K segments)", false},
+           {"checkpoint_sequential", "PyTorch checkpoint_sequential (K segments)", false},
+           {"plain-libtorch", "plain LibTorch", false},
+           {"plain-pytorch", "plain PyTorch", false}}) {
+    remat::MeasurementSeries series{name, {}, connect};
+    for (const Config& c : configs)
+      if (c.method == method && !c.m.oom)
+        series.points.push_back({static_cast<double>(c.m.peak_bytes), c.images_per_s(batch), c.setting});
+    if (!series.points.empty()) plot.series.push_back(series);
+  }
+  write_file(svg_path, remat::measurement_svg(plot));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"remat_training_bench: fidelity and throughput of training under remat's schedules"};
+  app.require_subcommand(1);
+  std::string device_text = "cpu", json_path, markdown_path, svg_path, pytorch_json, models_text = "resnet18",
+              budgets_text = "100,75,50,30";
+  int batch = 32, image = 0, steps = 20, warmup = 3, repeat = 5, threads = 0;
+  bool malloc_defaults = false;
+  for (CLI::App* cmd : {app.add_subcommand("fidelity", "Peak and step time against the prediction"),
+                        app.add_subcommand("throughput", "Throughput against checkpoint_sequential")}) {
+    cmd->add_option("--device", device_text, "cpu, cuda or cuda:N")->capture_default_str();
+    cmd->add_option("--batch", batch)->capture_default_str();
+    cmd->add_option("--image", image, "Input height and width (default: the model's)");
+    cmd->add_option("--budgets", budgets_text, "Percentages of the store-all peak")->capture_default_str();
+    cmd->add_option("--steps", steps, "Timed steps (median)")->capture_default_str();
+    cmd->add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
+    cmd->add_option("--repeat", repeat, "Profiler repetitions")->capture_default_str();
+    cmd->add_option("--threads", threads, "CPU threads for LibTorch");
+    cmd->add_option("--json", json_path, "Write the results as JSON");
+    cmd->add_option("--markdown", markdown_path, "Write the tables as Markdown");
+    cmd->add_flag("--malloc-defaults", malloc_defaults, "Leave glibc's malloc settings");
+  }
+  app.get_subcommand("fidelity")->add_option("--models", models_text, "Comma-separated")->capture_default_str();
+  CLI::App* tp = app.get_subcommand("throughput");
+  tp->add_option("--model", models_text)->required();
+  tp->add_option("--pytorch-json", pytorch_json, "Results of bench/pytorch_baseline.py to merge");
+  tp->add_option("--svg", svg_path, "Draw throughput against peak memory");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (steps < 1 || warmup < 0 || batch < 1 || repeat < 1)
+      throw std::invalid_argument("--steps, --batch and --repeat must be at least 1, --warmup at least 0");
+    const torch::Device device(device_text);
+    if (threads > 0) torch::set_num_threads(threads);
+    if (!malloc_defaults) remat::keep_freed_memory();
+    std::vector<double> budgets;
+    for (const std::string& b : split(budgets_text)) budgets.push_back(std::stod(b));
+    if (app.got_subcommand("fidelity"))
+      return fidelity(split(models_text), device, batch, image, budgets, steps, warmup, repeat,
+                      json_path, markdown_path);
+    return throughput(models_text, device, batch, image, budgets, steps, warmup, repeat,
+                      pytorch_json, json_path, markdown_path, svg_path);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "remat_training_bench: %s\n", error.what());
+    return 2;
+  }
+}

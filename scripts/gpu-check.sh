@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The GPU check, in one command: builds remat against this machine's PyTorch (every CUDA
+# source), runs the whole test suite ([cuda] tests included), then the fidelity table and the
+# throughput benchmark (remat against plain LibTorch, plain PyTorch and
+# torch.utils.checkpoint.checkpoint_sequential on the same torchvision networks). Logs, tables
+# and plots go to the output folder (docs/gpu-check.md says what each holds).
+#
+#   bash scripts/gpu-check.sh                     on the GPU machine, output in $OUT (see
+#                                                 shared/gpu/README.md: carry .devdeps)
+#   bash scripts/gpu-check.sh --cpu --build build --out DIR
+#                                                 CPU mode: tiny sizes, on an existing build (CI)
+# Options: --only build,tests,fidelity,throughput (the parts to run; CPU mode's default is
+# fidelity,throughput), --build DIR (default build-gpu), --out DIR (default $OUT),
+# --models resnet50:128:224,... (throughput models, batch sizes and image sizes).
+# Environment: REMAT_PYTHON, the Python with torch and torchvision (default python3).
+# Exit status: 0 when every part ran and passed; 1 when a test failed or a measured peak
+# exceeded its budget (the other parts still run); 2 for bad arguments.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=gpu
+build=build-gpu
+out=${OUT:-}
+only=""
+throughput_models=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu) mode=cpu ;;
+    --build) build=$2; shift ;;
+    --out) out=$2; shift ;;
+    --only) only=$2; shift ;;
+    --models) throughput_models=$2; shift ;;
+    *) echo "usage: $0 [--cpu] [--build DIR] [--out DIR] [--only PARTS] [--models M:B,...]" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$out" ] || { echo "gpu-check: no output folder (set OUT or pass --out DIR)" >&2; exit 2; }
+mkdir -p "$out"
+python=${REMAT_PYTHON:-python3}
+jobs=$(nproc 2>/dev/null || echo 2)
+log=$out/gpu-check.log
+status=0
+started=$SECONDS
+say() { echo "== [$(( SECONDS - started ))s] $*" | tee -a "$log"; }
+run() { "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
+: > "$log"
+
+if [ "$mode" = gpu ]; then
+  device=cuda
+  [ -n "$only" ] || only=build,tests,fidelity,throughput
+  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3 --batch 32 --steps 10 --warmup 3)
+  [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,vgg16:64:224
+  throughput_args=(--steps 20 --warmup 3)
+  baseline_args=(--steps 20 --warmup 3)
+else
+  device=cpu
+  [ -n "$only" ] || only=fidelity,throughput
+  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1)
+  [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
+  throughput_args=(--steps 3 --warmup 1 --repeat 1)
+  baseline_args=(--steps 3 --warmup 1)
+fi
+has() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+say "gpu-check ($mode mode) on $(hostname), output in $out"
+if command -v nvidia-smi >/dev/null; then run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; fi
+run "$python" -c 'import torch, torchvision; print("torch", torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available(), "torchvision", torchvision.__version__)'
+
+if has build; then
+  say "building remat in $build against this machine's PyTorch"
+  [ -f .devdeps/env.sh ] && source .devdeps/env.sh
+  torch_prefix=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+  cuda_flag=-DREMAT_REQUIRE_CUDA=ON
+  [ "$mode" = cpu ] && cuda_flag=-DREMAT_REQUIRE_CUDA=OFF
+  run cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
+    "$cuda_flag" -DREMAT_PYTHON="$(command -v "$python")" || { say "configure failed"; exit 1; }
+  run cmake --build "$build" -j "$jobs" || { say "build failed"; exit 1; }
+fi
+[ -x "$build/bin/remat_training_bench" ] || { say "no $build/bin/remat_training_bench: build first (--only build)"; exit 1; }
+
+if has tests; then
+  say "tests: the CPU ones in parallel, then the CUDA ones one at a time"
+  run ctest --test-dir "$build" --output-on-failure -j "$jobs" -E '(CUDA|cuda)' || status=1
+  run ctest --test-dir "$build" --output-on-failure -R '(CUDA|cuda)' || status=1
+fi
+
+if has fidelity; then
+  say "fidelity: measured peak and step time against the prediction, at 100/75/50/30% of store-all"
+  run "$build/bin/remat_training_bench" fidelity --device "$device" --budgets 100,75,50,30 \
+    "${fidelity_args[@]}" --json "$out/fidelity.json" --markdown "$out/fidelity.md" || status=1
+fi
+
+if has throughput; then
+  say "throughput: remat against plain LibTorch, plain PyTorch and checkpoint_sequential"
+  tables=()
+  # Per-model files beside the build, not in $out (the GPU machine returns 8 files at most).
+  work_dir=$build/gpu-check-work
+  mkdir -p "$work_dir"
+  for spec in ${throughput_models//,/ }; do
+    IFS=: read -r model batch image <<< "$spec"
+    [ -n "$image" ] || { say "bad --models entry '$spec': expected MODEL:BATCH:IMAGE"; exit 2; }
+    work=$work_dir/$model-b$batch-$image
+    say "$model, batch $batch: PyTorch (plain and checkpoint_sequential for K = 2 .. 2 sqrt(L))"
+    run "$python" bench/pytorch_baseline.py --model "$model" --batch "$batch" --image "$image" --device "$device" \
+      --segments all "${baseline_args[@]}" --json "$work-pytorch.json" || { status=1; continue; }
+    say "$model, batch $batch: remat (plain LibTorch, optimal at 100/75/50/35/25%, periodic)"
+    run "$build/bin/remat_training_bench" throughput --model "$model" --batch "$batch" --image "$image" --device "$device" \
+      --budgets 100,75,50,35,25 "${throughput_args[@]}" --pytorch-json "$work-pytorch.json" \
+      --json "$work.json" --markdown "$work.md" --svg "$work.svg" || { status=1; continue; }
+    tables+=("$work")
+  done
+  # One file of each kind: the tables, the results, the plots (one page).
+  { for t in "${tables[@]}"; do echo "## ${t##*/}"; echo; cat "$t.md"; echo; done; } > "$out/throughput.md"
+  "$python" - "$out" "${tables[@]}" <<'PY'
+import json, sys
+out, works = sys.argv[1], sys.argv[2:]
+json.dump([json.load(open(w + ".json")) for w in works], open(out + "/throughput.json", "w"), indent=1)
+with open(out + "/throughput.html", "w") as page:
+    page.write("<!DOCTYPE html><html><head><meta charset='utf-8'><title>remat throughput</title></head><body>\n")
+    for w in works:
+        page.write(open(w + ".svg").read() + "\n")
+    page.write("</body></html>\n")
+PY
+fi
+
+say "done: $( [ $status = 0 ] && echo passed || echo FAILED ) in $(( SECONDS - started )) s; files in $out"
+exit $status
