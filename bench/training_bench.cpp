@@ -97,12 +97,7 @@ struct Setup {
                 .chain;
   }
   torch::Tensor loss(const torch::Tensor& out) const {
-    namespace F = torch::nn::functional;
-    if (out.size(1) == 2 * classes) {
-      const auto heads = remat::models::split_inception_output(out, classes);
-      return F::cross_entropy(heads.logits, target) + 0.4 * F::cross_entropy(heads.aux_logits, target);
-    }
-    return F::cross_entropy(out, target);
+    return remat::models::classification_loss(out, target, classes);
   }
 };
 

@@ -110,7 +110,7 @@ Action add_demo_command(CLI::App& app) {
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       {
-        torch::Tensor loss = classification_loss(forward(x), target, classes);
+        torch::Tensor loss = models::classification_loss(forward(x), target, classes);
         loss.backward();
       }
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

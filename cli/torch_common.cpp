@@ -2,14 +2,12 @@
 
 #include <fmt/core.h>
 #include <torch/cuda.h>
-#include <torch/nn/functional/loss.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
 #include "remat/config.h"
-#include "remat/models/inception.h"
 #include "remat/solver/units.h"
 
 namespace remat::cli {
@@ -77,18 +75,9 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
   return in;
 }
 
-torch::Tensor classification_loss(const torch::Tensor& output, const torch::Tensor& target, int classes) {
-  namespace F = torch::nn::functional;
-  if (output.size(1) == 2 * classes) {
-    const auto heads = models::split_inception_output(output, classes);
-    return F::cross_entropy(heads.logits, target) + 0.4 * F::cross_entropy(heads.aux_logits, target);
-  }
-  return F::cross_entropy(output, target);
-}
-
 LossFunction classification_loss_of(torch::Tensor target, int classes) {
   return [target = std::move(target), classes](const torch::Tensor& output) {
-    return classification_loss(output, target, classes);
+    return models::classification_loss(output, target, classes);
   };
 }
 

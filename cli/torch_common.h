@@ -30,11 +30,8 @@ struct ModelInput {
 ModelInput resolve_model_input(const std::string& model, const std::string& image,
                                const std::string& device);
 
-/// The training loss of the built-in classifiers: cross-entropy of the logits against
-/// `target`; for Inception's training output [logits | aux_logits] (2 x `classes` columns),
-/// torchvision's recipe, loss(logits) + 0.4 loss(aux_logits).
-torch::Tensor classification_loss(const torch::Tensor& output, const torch::Tensor& target, int classes);
-/// That loss as a function of the output, for ProfileOptions::loss.
+/// models::classification_loss against `target`, as a function of the output, for
+/// ProfileOptions::loss.
 LossFunction classification_loss_of(torch::Tensor target, int classes);
 
 /// Profile options whose progress goes to `bar`.

@@ -135,7 +135,7 @@ Action add_train_command(CLI::App& app) {
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       try {
-        torch::Tensor loss = classification_loss(chk->forward(x), target, args->classes);
+        torch::Tensor loss = models::classification_loss(chk->forward(x), target, args->classes);
         loss.backward();
         synchronize(in.device);
         loss_value = loss.item<double>();

@@ -5,8 +5,9 @@
 # torch.utils.checkpoint.checkpoint_sequential on the same torchvision networks). Logs, tables
 # and plots go to the output folder (docs/gpu-check.md says what each holds).
 #
-#   bash scripts/gpu-check.sh                     on the GPU machine, output in $OUT (see
-#                                                 shared/gpu/README.md: carry .devdeps)
+#   bash scripts/gpu-check.sh                     on the GPU machine, output in $OUT; the
+#                                                 header-only packages it lacks in .devdeps/
+#                                                 (docs/gpu-check.md)
 #   bash scripts/gpu-check.sh --cpu --build build --out DIR
 #                                                 CPU mode: tiny sizes, on an existing build (CI)
 # Options: --only build,tests,fidelity,throughput (the parts to run; CPU mode's default is

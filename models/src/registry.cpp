@@ -1,5 +1,7 @@
 #include "remat/models/registry.h"
 
+#include <torch/nn/functional/loss.h>
+
 #include <stdexcept>
 
 #include "remat/models/convnet.h"
@@ -9,6 +11,16 @@
 #include "remat/models/vgg.h"
 
 namespace remat::models {
+
+torch::Tensor classification_loss(const torch::Tensor& output, const torch::Tensor& target,
+                                  int64_t num_classes) {
+  namespace F = torch::nn::functional;
+  if (output.dim() == 2 && output.size(1) == 2 * num_classes) {
+    const InceptionOutputs heads = split_inception_output(output, num_classes);
+    return F::cross_entropy(heads.logits, target) + 0.4 * F::cross_entropy(heads.aux_logits, target);
+  }
+  return F::cross_entropy(output, target);
+}
 
 const std::vector<ModelInfo>& registry() {
   // min_image: the smallest square input each architecture takes (five stride-2 reductions

@@ -223,3 +223,18 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
     }
   }
 }
+
+TEST_CASE("classification_loss: cross-entropy, and Inception's auxiliary term as torchvision", "[models]") {
+  namespace F = torch::nn::functional;
+  torch::manual_seed(5);
+  const torch::Tensor logits = torch::randn({4, 7}), aux = torch::randn({4, 7});
+  const torch::Tensor target = torch::randint(7, {4}, torch::kLong);
+  CHECK(torch::equal(remat::models::classification_loss(logits, target, 7), F::cross_entropy(logits, target)));
+  const torch::Tensor packed = torch::cat({logits, aux}, 1);  // Inception's training output
+  CHECK(torch::allclose(remat::models::classification_loss(packed, target, 7),
+                        F::cross_entropy(logits, target) + 0.4 * F::cross_entropy(aux, target)));
+  // 14 classes is not Inception's packing of 7: plain cross-entropy over the 14 columns.
+  const torch::Tensor wide_target = torch::randint(14, {4}, torch::kLong);
+  CHECK(torch::equal(remat::models::classification_loss(packed, wide_target, 14),
+                     F::cross_entropy(packed, wide_target)));
+}

@@ -20,6 +20,12 @@ struct ModelInfo {
   std::function<torch::nn::Sequential(int num_classes)> make;
 };
 
+/// The training loss of the built-in classifiers: cross-entropy of the logits against the
+/// labels `target`; for Inception v3's training output [logits | aux_logits] (2 x
+/// `num_classes` columns), torchvision's recipe: loss(logits) + 0.4 loss(aux_logits).
+torch::Tensor classification_loss(const torch::Tensor& output, const torch::Tensor& target,
+                                  int64_t num_classes);
+
 /// Number of parameter elements of `module` (what torchvision's published counts count).
 std::int64_t parameter_count(const torch::nn::Module& module);
 
