@@ -307,6 +307,25 @@ void use_deterministic_cuda() {
   at::globalContext().setBenchmarkCuDNN(false);
 }
 
+struct OnCuda {
+  nn::Sequential net;
+  remat::Checkpointable chk;
+  torch::Tensor sample;
+};
+
+// A conv chain of `channels` on the first GPU, measured on a batch of `batch` 64x64 images,
+// its parameter gradients allocated.
+OnCuda measured_on_cuda(int channels, int batch) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  nn::Sequential net = remat::test::conv_chain(channels, 10, false);
+  net->to(cuda);
+  const torch::Tensor sample = torch::randn({batch, 3, 64, 64}).to(cuda);
+  remat::Checkpointable chk(net);
+  chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  return {net, chk, sample};
+}
+
 }  // namespace
 
 TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, BatchNorm, dropout",
@@ -352,12 +371,7 @@ TEST_CASE("on CUDA, the measured peak stays within the budget and close to the p
   REMAT_REQUIRE_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   torch::manual_seed(21);
-  nn::Sequential net = remat::test::conv_chain(32, 10, false);
-  net->to(cuda);
-  const torch::Tensor sample = torch::randn({32, 3, 64, 64}).to(cuda);
-  remat::Checkpointable chk(net);
-  chk->measure(sample, remat::ProfileOptions().measure_time(false));
-  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  auto [net, chk, sample] = measured_on_cuda(32, 32);
   torch::Tensor weight;
   {
     torch::NoGradGuard no_grad;
@@ -394,12 +408,7 @@ TEST_CASE("on CUDA, out of memory abandons the step and a smaller budget then ru
   REMAT_REQUIRE_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   torch::manual_seed(22);
-  nn::Sequential net = remat::test::conv_chain(64, 10, false);
-  net->to(cuda);
-  const torch::Tensor sample = torch::randn({64, 3, 64, 64}).to(cuda);  // 64 MiB a layer
-  remat::Checkpointable chk(net);
-  chk->measure(sample, remat::ProfileOptions().measure_time(false));
-  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  auto [net, chk, sample] = measured_on_cuda(64, 64);  // 64 MiB a layer
   const std::int64_t kR = remat::runtime_reserve_bytes(cuda);
   const std::int64_t full = remat::store_all_peak(chk->chain()) + kR;
   const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) + kR;
