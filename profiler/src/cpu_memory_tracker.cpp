@@ -34,21 +34,10 @@ class Counter : public MemoryTracker {
   void reset_peak() override { peak_.store(live(), std::memory_order_relaxed); }
   c10::Device device() const override { return c10::Device(c10::kCPU); }
 
-  void add(std::int64_t bytes) {
+  // Adds `bytes` unless live would exceed `limit` (0: no limit); returns whether it did.
+  bool add(std::int64_t bytes, std::int64_t limit) {
     const std::int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    std::int64_t seen = peak_.load(std::memory_order_relaxed);
-    while (now > seen && !peak_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
-  }
-  void remove(std::int64_t bytes) { live_.fetch_sub(bytes, std::memory_order_relaxed); }
-  // Adds `bytes` unless live would exceed `limit` (> 0); returns whether it did.
-  bool add_within(std::int64_t bytes, std::int64_t limit) {
-    if (limit <= 0) {
-      add(bytes);
-      return true;
-    }
-    const std::int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    if (now > limit) {
+    if (limit > 0 && now > limit) {
       remove(bytes);
       return false;
     }
@@ -57,6 +46,7 @@ class Counter : public MemoryTracker {
     }
     return true;
   }
+  void remove(std::int64_t bytes) { live_.fetch_sub(bytes, std::memory_order_relaxed); }
 
  private:
   std::atomic<std::int64_t> live_{0};
@@ -82,7 +72,7 @@ void release(void* data) {
 c10::DataPtr allocate_tracked(std::size_t n) {
   const std::int64_t counted = counted_bytes(c10::Device(c10::kCPU), static_cast<std::int64_t>(n));
   const std::int64_t limit = g_limit.load(std::memory_order_relaxed);
-  TORCH_CHECK_WITH(OutOfMemoryError, g_counter.add_within(counted, limit),
+  TORCH_CHECK_WITH(OutOfMemoryError, g_counter.add(counted, limit),
                    "CPU out of memory: tried to allocate ", mib(counted), " with ",
                    mib(g_counter.live()), " in use, above the limit of ", mib(limit),
                    " set by remat::limit_device_memory (REMAT_DEVICE_MEMORY_LIMIT)");
