@@ -129,21 +129,20 @@ remat::Chain make_chain(int length) {
   Random random(kSeed);
   remat::Chain chain;
   chain.name = "bench-L" + std::to_string(length);
-  chain.input_bytes = 16 * kMiB;  // a batch of 32 RGB 224x224 float images is 18.4 MiB
+  chain.set_input(16 * kMiB);  // a batch of 32 RGB 224x224 float images is 18.4 MiB
   chain.loss_tmp_bytes = kMiB;
   for (int i = 0; i < length; ++i) {
-    remat::Stage stage;
-    stage.name = "s" + std::to_string(i);
-    stage.out_bytes = static_cast<std::int64_t>(std::exp2(random.uniform(20.0, 26.0)));
-    stage.saved_bytes = static_cast<std::int64_t>(stage.out_bytes * random.uniform(1.0, 4.0));
+    const auto out = static_cast<std::int64_t>(std::exp2(random.uniform(20.0, 26.0)));
+    const auto saved = static_cast<std::int64_t>(out * random.uniform(1.0, 4.0));
+    remat::Stage stage = remat::Stage::keeping_all("s" + std::to_string(i), out, saved);
     const double has_fwd_tmp = random.uniform(0.0, 1.0);
     const double fwd_tmp = random.uniform(0.0, 1.0);
     const double has_bwd_tmp = random.uniform(0.0, 1.0);
     const double bwd_tmp = random.uniform(0.0, 1.0);
     if (has_fwd_tmp < 0.2)
-      stage.fwd_tmp_bytes = static_cast<std::int64_t>(stage.out_bytes * fwd_tmp);
+      stage.fwd_tmp_bytes = static_cast<std::int64_t>(out * fwd_tmp);
     if (has_bwd_tmp < 0.2)
-      stage.bwd_tmp_bytes = static_cast<std::int64_t>(stage.out_bytes * bwd_tmp);
+      stage.bwd_tmp_bytes = static_cast<std::int64_t>(out * bwd_tmp);
     stage.fwd_ms = random.uniform(0.1, 5.0);
     stage.bwd_ms = stage.fwd_ms * random.uniform(1.5, 2.5);
     stage.fwd_nograd_ms = stage.fwd_ms * random.uniform(0.9, 1.0);

@@ -191,7 +191,7 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
         rows.push_back(row);
         continue;
       }
-      const std::int64_t measured = m.peak_bytes + s.chain.input_bytes;
+      const std::int64_t measured = m.peak_bytes + s.chain.input_bytes();
       const bool within = measured <= budget;
       all_within = all_within && within;
       row["measured_peak_bytes"] = measured;

@@ -48,7 +48,7 @@ std::string bytes_and_units(std::int64_t bytes) {
 
 void print_text(const Chain& chain, const Solution& solution, const SolveOptions& options) {
   fmt::print("chain        {} ({} stages, input {})\n", chain.name.empty() ? "-" : chain.name,
-             chain.length(), format_bytes(chain.input_bytes));
+             chain.length(), format_bytes(chain.input_bytes()));
   std::string algorithm(algorithm_name(solution.algorithm));
   if (solution.algorithm == Algorithm::kOptimal) {
     const Discretization& disc = solution.discretization;

@@ -2,8 +2,9 @@
 // requires grad, allocated before the stage runs), all in bytes of tensor storage counted by
 // the device's MemoryTracker, in its units (counted_bytes: on CUDA each storage is a block of a
 // multiple of 512 bytes) (docs/cost-model.md, "Measuring a chain"):
-//   saved_bytes   = live after the forward with autograd - live before (output included,
-//                   input excluded), at least out_bytes;
+//   saved         = live after the forward with autograd - live before (output included,
+//                   input excluded), at least out_bytes; the stage keeps its input and output
+//                   and saved - out_bytes of state (Stage::keeping_all);
 //   out_bytes     = counted bytes of the output's storage (of its data when it is a view of x);
 //   fwd_tmp_bytes = the larger of (peak during the forward with autograd - live after it)
 //                   and (peak during the forward without autograd - live after it);
@@ -281,7 +282,7 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
     result.chain.name = name.str();
   }
   torch::Tensor x = sample.detach().clone();
-  result.chain.input_bytes = storage_bytes({x});
+  result.chain.set_input(storage_bytes({x}));
 
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
@@ -319,9 +320,13 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
                          " returned a tensor that does not require grad: its backward cannot "
                          "reach its input or parameters (is it detached?)");
     const bool view_of_input = shares_storage(out, input);
-    stage.out_bytes = view_of_input ? tracker.counted_bytes(out.numel() * out.element_size())
-                                    : storage_bytes({out});
-    stage.saved_bytes = std::max(saved, stage.out_bytes);
+    const std::int64_t out_bytes = view_of_input
+                                       ? tracker.counted_bytes(out.numel() * out.element_size())
+                                       : storage_bytes({out});
+    // Model v1's measurement: the stage keeps its input (a leaf's AccumulateGrad holds it) and
+    // its output, plus what it allocated besides.
+    const std::string name = stage.name;
+    stage = Stage::keeping_all(name, out_bytes, std::max(saved, out_bytes));
     stage.fwd_tmp_bytes = std::max<std::int64_t>({0, fwd_tmp, nograd_tmp});
     result.output_shapes.push_back(out.sizes().vec());
 
@@ -344,7 +349,7 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
       synchronize(device);
       const std::int64_t input_grad = storage_bytes({input.grad()});
       stage.bwd_tmp_bytes = std::max<std::int64_t>(
-          0, scope.peak_above_start() - stage.out_bytes - input_grad);
+          0, scope.peak_above_start() - out_bytes - input_grad);
     }
     input.mutable_grad() = torch::Tensor();
     if (options.measure_time()) {

@@ -333,8 +333,12 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
     const auto b = static_cast<std::size_t>(bin_of(i));
     fwd[b] = std::max(fwd[b], s.fwd_ms);
     bwd[b] = std::max(bwd[b], s.bwd_ms);
-    saved[b] = std::max(saved[b], static_cast<double>(s.saved_bytes));
-    out[b] = std::max(out[b], static_cast<double>(s.out_bytes));
+    // Everything its backward keeps: state, kept outputs and kept inputs (which the stages on
+    // either side may share).
+    std::int64_t kept = s.kept_bytes();
+    for (const int m : s.saved_inputs) kept += chain.members(i)[static_cast<std::size_t>(m)].bytes;
+    saved[b] = std::max(saved[b], static_cast<double>(kept));
+    out[b] = std::max(out[b], static_cast<double>(s.out_bytes()));
   }
   svg.root_attribute("data-bins", std::to_string(bins));
   // Stage labels: every k-th stage so that labels do not overlap.
@@ -376,7 +380,7 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
   panel(top2, saved, out, "#76b7b2", "#59a14f", "saved", "out", true, "bytes per stage");
   legend(svg, kLeft, 52, {{"#4e79a7", "forward (fwd_ms)"}, {"#e15759", "backward (bwd_ms)"}});
   legend(svg, kLeft, top2 - 16,
-         {{"#76b7b2", "kept for backward (saved_bytes)"}, {"#59a14f", "output (out_bytes)"}});
+         {{"#76b7b2", "kept for backward (inputs, outputs, state)"}, {"#59a14f", "output"}});
   return svg.str();
 }
 

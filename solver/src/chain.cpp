@@ -34,7 +34,7 @@ std::string type_name(const json& value) {
 // Reads one object's keys: every required key present, no key outside `allowed`.
 void check_keys(const json& object, const std::string& source, const std::string& where,
                 const std::vector<std::string>& required,
-                const std::vector<std::string>& optional) {
+                const std::vector<std::string>& optional, const char* what = nullptr) {
   std::set<std::string> allowed(required.begin(), required.end());
   allowed.insert(optional.begin(), optional.end());
   for (const auto& key : required) {
@@ -45,7 +45,7 @@ void check_keys(const json& object, const std::string& source, const std::string
       std::string list;
       for (const auto& key : allowed) list += (list.empty() ? "" : ", ") + key;
       fail(source, where.empty() ? item.key() : where + "." + item.key(),
-           str_cat("is not a field of ", where.empty() ? "a chain" : "a stage",
+           str_cat("is not a field of ", what ? what : where.empty() ? "a chain" : "a stage",
                    " (expected: ", list, ")"));
     }
   }
@@ -93,12 +93,194 @@ std::int64_t get_bytes(const json& value, const std::string& source, const std::
 
 std::string stage_where(std::size_t index) { return str_cat("stages[", index, "]"); }
 
+// Reads a list of member indices: an array of whole numbers.
+std::vector<int> get_indices(const json& value, const std::string& source,
+                             const std::string& where) {
+  if (!value.is_array())
+    fail(source, where, str_cat("must be an array of member indices, got ", type_name(value)));
+  std::vector<int> out;
+  for (std::size_t k = 0; k < value.size(); ++k) {
+    const json& item = value[k];
+    const std::string at = str_cat(where, "[", k, "]");
+    if (!item.is_number_integer() || item.get<std::int64_t>() < 0 ||
+        item.get<std::int64_t>() > 1000000)
+      fail(source, at, str_cat("must be a member index (a whole number from 0), got ", item.dump()));
+    out.push_back(static_cast<int>(item.get<std::int64_t>()));
+  }
+  return out;
+}
+
+// A member: {"bytes": N, "grad": true} or, in a stage's outputs, {"carry": k}.
+Member get_member(const json& value, const std::string& source, const std::string& where,
+                  bool may_carry) {
+  if (!value.is_object())
+    fail(source, where, str_cat("must be an object (a tensor), got ", type_name(value)));
+  Member member;
+  if (!may_carry && value.contains("carry"))
+    fail(source, where + ".carry", "is not allowed: the input x_0 has no stage before it");
+  if (may_carry && value.contains("carry")) {
+    check_keys(value, source, where, {"carry"}, {}, "a carried tensor");
+    const json& carry = value.at("carry");
+    if (!carry.is_number_integer() || carry.get<std::int64_t>() < 0 ||
+        carry.get<std::int64_t>() > 1000000)
+      fail(source, where + ".carry",
+           str_cat("must be the index of a member of the stage's input, got ", carry.dump()));
+    member.carried_from = static_cast<int>(carry.get<std::int64_t>());
+    return member;
+  }
+  check_keys(value, source, where, {"bytes"}, {"grad"}, "a tensor");
+  member.bytes = get_bytes(value.at("bytes"), source, where + ".bytes");
+  if (value.contains("grad")) {
+    if (!value.at("grad").is_boolean())
+      fail(source, where + ".grad",
+           str_cat("must be true or false, got ", type_name(value.at("grad"))));
+    member.grad = value.at("grad").get<bool>();
+  }
+  return member;
+}
+
+std::vector<Member> get_members(const json& value, const std::string& source,
+                                const std::string& where, bool may_carry) {
+  if (!value.is_array())
+    fail(source, where, str_cat("must be an array of tensors, got ", type_name(value)));
+  std::vector<Member> out;
+  for (std::size_t k = 0; k < value.size(); ++k)
+    out.push_back(get_member(value[k], source, str_cat(where, "[", k, "]"), may_carry));
+  return out;
+}
+
+Chain parse_v1(const json& doc, const std::string& source) {
+  check_keys(doc, source, "", {"format", "name", "input_bytes", "stages"}, {"loss_tmp_bytes"});
+  Chain chain;
+  chain.name = get_string(doc.at("name"), source, "name");
+  chain.set_input(get_bytes(doc.at("input_bytes"), source, "input_bytes"));
+  if (doc.contains("loss_tmp_bytes"))
+    chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
+  const json& stages = doc.at("stages");
+  if (!stages.is_array())
+    fail(source, "stages", str_cat("must be an array of stages, got ", type_name(stages)));
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const json& item = stages[i];
+    const std::string where = stage_where(i);
+    if (!item.is_object()) fail(source, where, str_cat("must be an object, got ", type_name(item)));
+    check_keys(
+        item, source, where,
+        {"name", "fwd_ms", "bwd_ms", "out_bytes", "saved_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"},
+        {"fwd_nograd_ms"});
+    const std::int64_t out = get_bytes(item.at("out_bytes"), source, where + ".out_bytes");
+    const std::int64_t saved = get_bytes(item.at("saved_bytes"), source, where + ".saved_bytes");
+    if (saved < out)
+      fail(source, where + ".saved_bytes",
+           str_cat("(", saved, ") is smaller than out_bytes (", out,
+                   "): saved_bytes counts the output too"));
+    Stage stage = Stage::keeping_all(get_string(item.at("name"), source, where + ".name"), out,
+                                     saved);
+    stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
+    stage.bwd_ms = get_ms(item.at("bwd_ms"), source, where + ".bwd_ms");
+    stage.fwd_tmp_bytes = get_bytes(item.at("fwd_tmp_bytes"), source, where + ".fwd_tmp_bytes");
+    stage.bwd_tmp_bytes = get_bytes(item.at("bwd_tmp_bytes"), source, where + ".bwd_tmp_bytes");
+    if (item.contains("fwd_nograd_ms"))
+      stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
+    chain.stages.push_back(std::move(stage));
+  }
+  return chain;
+}
+
+Chain parse_v2(const json& doc, const std::string& source) {
+  check_keys(doc, source, "", {"format", "name", "inputs", "stages"},
+             {"loss_tmp_bytes", "context_bytes"});
+  Chain chain;
+  chain.name = get_string(doc.at("name"), source, "name");
+  chain.inputs = get_members(doc.at("inputs"), source, "inputs", false);
+  if (chain.inputs.empty())
+    fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
+  if (doc.contains("loss_tmp_bytes"))
+    chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
+  if (doc.contains("context_bytes"))
+    chain.context_bytes = get_bytes(doc.at("context_bytes"), source, "context_bytes");
+  const json& stages = doc.at("stages");
+  if (!stages.is_array())
+    fail(source, "stages", str_cat("must be an array of stages, got ", type_name(stages)));
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const json& item = stages[i];
+    const std::string where = stage_where(i);
+    if (!item.is_object()) fail(source, where, str_cat("must be an object, got ", type_name(item)));
+    check_keys(item, source, where,
+               {"name", "fwd_ms", "bwd_ms", "outputs", "saved_inputs", "saved_outputs",
+                "state_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"},
+               {"fwd_nograd_ms"});
+    Stage stage;
+    stage.name = get_string(item.at("name"), source, where + ".name");
+    stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
+    stage.bwd_ms = get_ms(item.at("bwd_ms"), source, where + ".bwd_ms");
+    stage.outputs = get_members(item.at("outputs"), source, where + ".outputs", true);
+    stage.saved_inputs = get_indices(item.at("saved_inputs"), source, where + ".saved_inputs");
+    stage.saved_outputs = get_indices(item.at("saved_outputs"), source, where + ".saved_outputs");
+    stage.state_bytes = get_bytes(item.at("state_bytes"), source, where + ".state_bytes");
+    stage.fwd_tmp_bytes = get_bytes(item.at("fwd_tmp_bytes"), source, where + ".fwd_tmp_bytes");
+    stage.bwd_tmp_bytes = get_bytes(item.at("bwd_tmp_bytes"), source, where + ".bwd_tmp_bytes");
+    if (item.contains("fwd_nograd_ms"))
+      stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
+    // A carried member is its source: fill in its size and gradient from x_i.
+    const std::vector<Member>& input = chain.members(static_cast<int>(i));
+    for (std::size_t k = 0; k < stage.outputs.size(); ++k) {
+      Member& member = stage.outputs[k];
+      if (!member.carried()) continue;
+      if (static_cast<std::size_t>(member.carried_from) >= input.size())
+        fail(source, str_cat(where, ".outputs[", k, "].carry"),
+             str_cat("(", member.carried_from, ") is not a member of the stage's input, which has ",
+                     input.size(), input.size() == 1 ? " member" : " members"));
+      member.bytes = input[static_cast<std::size_t>(member.carried_from)].bytes;
+      member.grad = input[static_cast<std::size_t>(member.carried_from)].grad;
+    }
+    chain.stages.push_back(std::move(stage));
+  }
+  return chain;
+}
+
 }  // namespace
 
-std::int64_t Chain::activation_bytes(int k) const {
-  REMAT_CHECK(k >= 0 && k <= length(), "activation index ", k, " is outside 0..", length());
-  return k == 0 ? input_bytes : stages[static_cast<std::size_t>(k - 1)].out_bytes;
+std::int64_t Stage::out_bytes() const {
+  std::int64_t total = 0;
+  for (const Member& member : outputs) total += member.bytes;
+  return total;
 }
+
+std::int64_t Stage::kept_bytes() const {
+  std::int64_t total = state_bytes;
+  for (const int k : saved_outputs) total += outputs[static_cast<std::size_t>(k)].bytes;
+  return total;
+}
+
+Stage Stage::keeping_all(std::string name, std::int64_t out_bytes, std::int64_t saved_bytes) {
+  Stage stage;
+  stage.name = std::move(name);
+  stage.outputs = {Member{out_bytes}};
+  stage.saved_inputs = {0};
+  stage.saved_outputs = {0};
+  stage.state_bytes = saved_bytes - out_bytes;
+  return stage;
+}
+
+const std::vector<Member>& Chain::members(int k) const {
+  REMAT_CHECK(k >= 0 && k <= length(), "activation index ", k, " is outside 0..", length());
+  return k == 0 ? inputs : stages[static_cast<std::size_t>(k - 1)].outputs;
+}
+
+std::int64_t Chain::activation_bytes(int k) const {
+  std::int64_t total = 0;
+  for (const Member& member : members(k)) total += member.bytes;
+  return total;
+}
+
+std::int64_t Chain::gradient_bytes(int k) const {
+  std::int64_t total = 0;
+  for (const Member& member : members(k))
+    if (member.grad) total += member.bytes;
+  return total;
+}
+
+void Chain::set_input(std::int64_t bytes, bool grad) { inputs = {Member{bytes, grad}}; }
 
 double Chain::store_all_ms() const {
   double total = 0;
@@ -108,7 +290,6 @@ double Chain::store_all_ms() const {
 }
 
 void Chain::validate(const std::string& source) const {
-  if (stages.empty()) fail(source, "stages", "is empty: a chain needs at least one stage");
   auto check_bytes = [&](std::int64_t bytes, const std::string& where) {
     if (bytes < 0) fail(source, where, str_cat("(", bytes, ") must not be negative"));
     if (bytes > kMaxChainBytes)
@@ -118,23 +299,76 @@ void Chain::validate(const std::string& source) const {
     if (!std::isfinite(ms)) fail(source, where, "must be finite");
     if (ms < 0) fail(source, where, str_cat("(", ms, ") must not be negative"));
   };
-  check_bytes(input_bytes, "input_bytes");
+  // Each index once, within 0..size-1.
+  auto check_indices = [&](const std::vector<int>& indices, std::size_t size,
+                           const std::string& where, const char* of) {
+    std::vector<bool> seen(size, false);
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      const int index = indices[k];
+      const std::string at = str_cat(where, "[", k, "]");
+      if (index < 0 || static_cast<std::size_t>(index) >= size)
+        fail(source, at,
+             str_cat("(", index, ") is not a member of ", of, ", which has ", size,
+                     size == 1 ? " member" : " members"));
+      if (seen[static_cast<std::size_t>(index)])
+        fail(source, at, str_cat("(", index, ") is listed twice"));
+      seen[static_cast<std::size_t>(index)] = true;
+    }
+  };
+  if (inputs.empty()) fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    check_bytes(inputs[k].bytes, str_cat("inputs[", k, "].bytes"));
+    if (inputs[k].carried())
+      fail(source, str_cat("inputs[", k, "]"), "cannot be carried: x_0 has no stage before it");
+  }
+  if (stages.empty()) fail(source, "stages", "is empty: a chain needs at least one stage");
+  check_bytes(context_bytes, "context_bytes");
   check_bytes(loss_tmp_bytes, "loss_tmp_bytes");
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const Stage& stage = stages[i];
     const std::string where = stage_where(i);
+    const std::vector<Member>& input = members(static_cast<int>(i));
     check_ms(stage.fwd_ms, where + ".fwd_ms");
     check_ms(stage.bwd_ms, where + ".bwd_ms");
     if (stage.fwd_nograd_ms) check_ms(*stage.fwd_nograd_ms, where + ".fwd_nograd_ms");
-    check_bytes(stage.out_bytes, where + ".out_bytes");
-    check_bytes(stage.saved_bytes, where + ".saved_bytes");
+    check_bytes(stage.state_bytes, where + ".state_bytes");
     check_bytes(stage.fwd_tmp_bytes, where + ".fwd_tmp_bytes");
     check_bytes(stage.bwd_tmp_bytes, where + ".bwd_tmp_bytes");
-    if (stage.saved_bytes < stage.out_bytes)
-      fail(source, where + ".saved_bytes",
-           str_cat("(", stage.saved_bytes, ") is smaller than out_bytes (", stage.out_bytes,
-                   "): saved_bytes counts the output too"));
+    if (stage.outputs.empty())
+      fail(source, where + ".outputs", "is empty: a stage's output needs at least one tensor");
+    std::vector<bool> carried(input.size(), false);
+    for (std::size_t k = 0; k < stage.outputs.size(); ++k) {
+      const Member& member = stage.outputs[k];
+      const std::string at = str_cat(where, ".outputs[", k, "]");
+      check_bytes(member.bytes, at + ".bytes");
+      if (!member.carried()) continue;
+      const auto from = static_cast<std::size_t>(member.carried_from);
+      if (from >= input.size())
+        fail(source, at + ".carry",
+             str_cat("(", member.carried_from, ") is not a member of the stage's input, which has ",
+                     input.size(), input.size() == 1 ? " member" : " members"));
+      if (carried[from])
+        fail(source, at + ".carry",
+             str_cat("(", member.carried_from, ") is carried twice: one tensor, one member"));
+      carried[from] = true;
+      if (member.bytes != input[from].bytes || member.grad != input[from].grad)
+        fail(source, at,
+             str_cat("is carried from input member ", from, " but its bytes or grad differ"));
+    }
+    check_indices(stage.saved_inputs, input.size(), where + ".saved_inputs", "the input");
+    check_indices(stage.saved_outputs, stage.outputs.size(), where + ".saved_outputs",
+                  "the output");
+    for (std::size_t k = 0; k < stage.saved_outputs.size(); ++k)
+      if (stage.outputs[static_cast<std::size_t>(stage.saved_outputs[k])].carried())
+        fail(source, str_cat(where, ".saved_outputs[", k, "]"),
+             str_cat("(", stage.saved_outputs[k],
+                     ") is a carried member: it is the input's tensor, list it in saved_inputs"));
   }
+  bool any_gradient = false;
+  for (const Member& member : stages.back().outputs) any_gradient = any_gradient || member.grad;
+  if (!any_gradient)
+    fail(source, stage_where(stages.size() - 1) + ".outputs",
+         "has no member with a gradient: the loss has nothing to differentiate");
 }
 
 Chain parse_chain(const std::string& json_text, const std::string& source) {
@@ -154,39 +388,15 @@ Chain parse_chain(const std::string& json_text, const std::string& source) {
     fail(source, "",
          str_cat("is not a remat chain: no \"format\" field (expected \"", kChainFormat, "\")"));
   const std::string format = get_string(doc.at("format"), source, "format");
-  if (format != kChainFormat)
-    fail(source, "format",
-         str_cat("is \"", format, "\"; this version of remat reads \"", kChainFormat, "\""));
-  check_keys(doc, source, "", {"format", "name", "input_bytes", "stages"}, {"loss_tmp_bytes"});
-
   Chain chain;
-  chain.name = get_string(doc.at("name"), source, "name");
-  chain.input_bytes = get_bytes(doc.at("input_bytes"), source, "input_bytes");
-  if (doc.contains("loss_tmp_bytes"))
-    chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
-  const json& stages = doc.at("stages");
-  if (!stages.is_array())
-    fail(source, "stages", str_cat("must be an array of stages, got ", type_name(stages)));
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    const json& item = stages[i];
-    const std::string where = stage_where(i);
-    if (!item.is_object()) fail(source, where, str_cat("must be an object, got ", type_name(item)));
-    check_keys(
-        item, source, where,
-        {"name", "fwd_ms", "bwd_ms", "out_bytes", "saved_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"},
-        {"fwd_nograd_ms"});
-    Stage stage;
-    stage.name = get_string(item.at("name"), source, where + ".name");
-    stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
-    stage.bwd_ms = get_ms(item.at("bwd_ms"), source, where + ".bwd_ms");
-    stage.out_bytes = get_bytes(item.at("out_bytes"), source, where + ".out_bytes");
-    stage.saved_bytes = get_bytes(item.at("saved_bytes"), source, where + ".saved_bytes");
-    stage.fwd_tmp_bytes = get_bytes(item.at("fwd_tmp_bytes"), source, where + ".fwd_tmp_bytes");
-    stage.bwd_tmp_bytes = get_bytes(item.at("bwd_tmp_bytes"), source, where + ".bwd_tmp_bytes");
-    if (item.contains("fwd_nograd_ms"))
-      stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
-    chain.stages.push_back(std::move(stage));
-  }
+  if (format == kChainFormat)
+    chain = parse_v2(doc, source);
+  else if (format == kChainFormatV1)
+    chain = parse_v1(doc, source);
+  else
+    fail(source, "format",
+         str_cat("is \"", format, "\"; this version of remat reads \"", kChainFormat, "\" and \"",
+                 kChainFormatV1, "\""));
   chain.validate(source);
   return chain;
 }
@@ -205,21 +415,38 @@ Chain load_chain(const std::string& path) {
 }
 
 std::string chain_to_json(const Chain& chain) {
+  auto member_json = [](const Member& member) {
+    json item = json::object();
+    if (member.carried()) {
+      item["carry"] = member.carried_from;
+    } else {
+      item["bytes"] = member.bytes;
+      item["grad"] = member.grad;
+    }
+    return item;
+  };
   json doc = json::object();
   doc["format"] = kChainFormat;
   doc["name"] = chain.name;
-  doc["input_bytes"] = chain.input_bytes;
+  json inputs = json::array();
+  for (const Member& member : chain.inputs) inputs.push_back(member_json(member));
+  doc["inputs"] = std::move(inputs);
+  if (chain.context_bytes != 0) doc["context_bytes"] = chain.context_bytes;
   json stages = json::array();
   for (const Stage& stage : chain.stages) {
     json item = json::object();
     item["name"] = stage.name;
     item["fwd_ms"] = stage.fwd_ms;
     item["bwd_ms"] = stage.bwd_ms;
-    item["out_bytes"] = stage.out_bytes;
-    item["saved_bytes"] = stage.saved_bytes;
+    if (stage.fwd_nograd_ms) item["fwd_nograd_ms"] = *stage.fwd_nograd_ms;
+    json outputs = json::array();
+    for (const Member& member : stage.outputs) outputs.push_back(member_json(member));
+    item["outputs"] = std::move(outputs);
+    item["saved_inputs"] = stage.saved_inputs;
+    item["saved_outputs"] = stage.saved_outputs;
+    item["state_bytes"] = stage.state_bytes;
     item["fwd_tmp_bytes"] = stage.fwd_tmp_bytes;
     item["bwd_tmp_bytes"] = stage.bwd_tmp_bytes;
-    if (stage.fwd_nograd_ms) item["fwd_nograd_ms"] = *stage.fwd_nograd_ms;
     stages.push_back(std::move(item));
   }
   doc["stages"] = std::move(stages);

@@ -23,54 +23,88 @@ namespace detail {
 
 inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// The chain as the dynamic program sees it, indexed as in shared/reference/rotor-model.md:
-// x[0..L+1], xb[0..L+1] (x[L+1] = xb[L+1] = 0), ft[0..L], bt[0..L] in units; fw, bw, nf
-// (forward with autograd, backward, forward without autograd) in ms, with the loss
-// pseudo-stage L costing 0.
+// The chain as the dynamic program sees it, in memory units (sizes rounded up), with the loss
+// as a pseudo-stage L. Activations x_0..x_{L+1} (x[L+1] = g[L+1] = 0), stages 0..L:
+//   x[k]   size of the activation x_k (every member; a carried one counted again here, which
+//          can only overstate memory), g[k] size of its gradient y_k;
+//   sv[i]  what stage i's autograd state holds besides its input and x_{i+1};
+//   gk[i]  its autograd state with the kept members of x_{i+1} (state_bytes + saved outputs);
+//   hf[i]  what remains of x_i after its forward with autograd when x_i was made by a forward
+//          without autograd ("fresh"): the members stage i keeps. hf[0] = x[0] (the caller
+//          holds the input), hf[L] = x[L] (the loss reads its input while it runs);
+//   ht[i]  the same when x_i came from Fe_{i-1} ("taped"): stage i-1 also keeps its kept
+//          outputs, so the members either stage keeps remain;
+//   ft[i], bt[i] forward and backward temporaries (bt[L]: the loss);
+//   fw, bw, nf times (forward with autograd, backward, forward without), 0 for the loss.
+// A chain of model v1 (every stage keeps its input and output) has hf = ht = x and
+// gk = the stage's saved_bytes: the reference's `xb`.
 struct UnitChain {
   int length = 0;
-  std::vector<std::int64_t> x, xb, ft, bt;
-  std::vector<double> fw, bw, nf;
+  std::vector<std::int64_t> x, g;               // 0..L+1
+  std::vector<std::int64_t> sv, gk, hf, ht;     // 0..L
+  std::vector<std::int64_t> ft, bt;             // 0..L
+  std::vector<double> fw, bw, nf;               // 0..L
+  // Context tensors: held by the caller for the whole step.
+  std::int64_t context = 0;
   // Check the chain step as the published recurrence does (docs/algorithms.md).
   bool published_chain_step = false;
 
-  // Memory the chain step of segment (i, l) needs for Fe_i and B_i themselves:
-  //   exact:     max(xb[i+1] + ft[i] + x[l+1], x[i] + x[i+1] + xb[i+1] + bt[i])
-  //   published: max(x[i+1] + xb[i+1] + ft[i], x[i] + x[i+1] + xb[i+1] + bt[i])
-  // (Fe_i runs while y_{l+1} is live, not y_{i+1}; B_i with y_{i+1} and y_i.)
-  std::int64_t chain_step_memory(int i, int l) const {
+  // Whether segments starting at i differ between the two states (fresh, taped).
+  bool two_states(int i) const {
+    return hf[static_cast<std::size_t>(i)] != ht[static_cast<std::size_t>(i)];
+  }
+  std::int64_t held(int i, bool taped) const {
+    return taped ? ht[static_cast<std::size_t>(i)] : hf[static_cast<std::size_t>(i)];
+  }
+  // Memory of the chain step of segment (i, l) (x_i included):
+  //   Fe_i: x[i] + g[l+1] + x[i+1] + sv[i] + ft[i]    (y_{l+1} is live; published: y_{i+1})
+  //   B_i:  held(i) + gk[i] + g[i+1] + g[i] + bt[i]
+  std::int64_t forward_memory(int i, int l) const {
     const auto a = static_cast<std::size_t>(i);
     const std::int64_t live_gradient =
-        published_chain_step ? x[a + 1] : x[static_cast<std::size_t>(l) + 1];
-    const std::int64_t forward = xb[a + 1] + ft[a] + live_gradient;
-    const std::int64_t backward = x[a] + x[a + 1] + xb[a + 1] + bt[a];
+        published_chain_step ? g[a + 1] : g[static_cast<std::size_t>(l) + 1];
+    return x[a] + live_gradient + x[a + 1] + sv[a] + ft[a];
+  }
+  std::int64_t backward_memory(int i, bool taped) const {
+    const auto a = static_cast<std::size_t>(i);
+    return held(i, taped) + gk[a] + g[a + 1] + g[a] + bt[a];
+  }
+  std::int64_t chain_step_memory(int i, int l, bool taped) const {
+    const std::int64_t forward = forward_memory(i, l), backward = backward_memory(i, taped);
     return forward > backward ? forward : backward;
+  }
+  // What the chain step keeps outside the rest of the segment: the remains of x_i and the
+  // autograd state (x_{i+1} belongs to the rest).
+  std::int64_t chain_shift(int i, bool taped) const {
+    return held(i, taped) + sv[static_cast<std::size_t>(i)];
   }
 };
 UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time,
                           bool published_chain_step = false);
 
-// MinMem(i, l): the least memory (units, x_i excluded, y_{l+1} included) with which stages
+// MinMem(i, l, state): the least memory (units, x_i and y_{l+1} included) with which stages
 // i..l can be reversed under the persistent model: the first finite entry of each row of the
 // dynamic program. docs/algorithms.md writes out its recurrence.
 class MinMemoryTable {
  public:
-  // at(i, l) is exact up to exact_up_to; a larger MinMem reads as some value above it (which
-  // is all the dynamic program and fits() need to know of it).
+  // at(i, l, taped) is exact up to exact_up_to; a larger MinMem reads as some value above it
+  // (which is all the dynamic program and fits() need to know of it).
   explicit MinMemoryTable(const UnitChain& chain,
                           std::int64_t exact_up_to = std::numeric_limits<std::int64_t>::max());
-  std::int64_t at(int i, int l) const {
-    return mm_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  std::int64_t at(int i, int l, bool taped = false) const {
+    const std::size_t k = static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l);
+    return taped && !taped_.empty() ? taped_[k] : mm_[k];
   }
 
  private:
   template <class T>
   void build(const UnitChain& chain, std::int64_t limit);
   std::size_t stride_;
-  std::vector<std::int64_t> mm_;  // mm_[i * stride + l]
+  std::vector<std::int64_t> mm_;      // fresh: mm_[i * stride + l]
+  std::vector<std::int64_t> taped_;   // taped (empty when no segment start has two states)
 };
 
-// Whether the chain fits in `capacity_units` (x_0 included) under this unit chain.
+// Whether the chain fits in `capacity_units` (x_0 and the context included).
 bool fits(const UnitChain& chain, const MinMemoryTable& table, std::int64_t capacity_units);
 
 // A pool of worker threads; run() executes body(index, worker) for every index in
@@ -98,18 +132,21 @@ class WorkerPool {
   std::exception_ptr error_;
 };
 
-// The persistent dynamic program over memory 0..capacity units for every segment (i, l).
-// Rows are stored compressed: +inf below their minimum memory, constant above the memory
-// where they saturate.
+// The persistent dynamic program over memory 0..capacity units for every segment (i, l) and
+// both states of its start (docs/algorithms.md). Rows are stored compressed: +inf below their
+// minimum memory, constant above the memory where they saturate.
 class PersistentTable {
  public:
-  // threads: the number of workers (at most one per block of segment starts); 0 chooses, one
-  // per hardware thread or the calling thread alone for small problems.
+  // capacity: the memory of the whole chain, x_0 included, the context excluded. threads: the
+  // number of workers (at most one per block of segment starts); 0 chooses, one per hardware
+  // thread or the calling thread alone for small problems.
   PersistentTable(const UnitChain& chain, const MinMemoryTable& min_memory, std::int64_t capacity,
                   int threads);
-  // Opt(i, l, m): least time to reverse stages i..l with m units (x_i excluded,
-  // y_{l+1} included); +inf if impossible.
-  double value(int i, int l, std::int64_t m) const { return row(i, l).at(m); }
+  // Opt(i, l, m, state): least time to reverse stages i..l with m units (x_i and y_{l+1}
+  // included); +inf if impossible.
+  double value(int i, int l, std::int64_t m, bool taped = false) const {
+    return row(i, l, taped).at(m);
+  }
   // The sequence achieving value(0, L, m), ties broken as the reference does.
   Sequence rebuild(std::int64_t m) const;
   // Bytes held by the table's rows.
@@ -127,11 +164,14 @@ class PersistentTable {
       return values[(m < sat ? m : sat) - lo];
     }
   };
-  const Row& row(int i, int l) const {
-    return rows_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  std::size_t index(int i, int l) const {
+    return static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l);
   }
-  Row& row(int i, int l) {
-    return rows_[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  const Row& row(int i, int l, bool taped = false) const {
+    return taped && chain_.two_states(i) ? taped_rows_[index(i, l)] : rows_[index(i, l)];
+  }
+  Row& row(int i, int l, bool taped = false) {
+    return taped && chain_.two_states(i) ? taped_rows_[index(i, l)] : rows_[index(i, l)];
   }
   // A row being computed: best[k] is Opt(i, l, lo + k) so far (the least of the candidates
   // added, non-increasing in k).
@@ -144,18 +184,20 @@ class PersistentTable {
                  const std::atomic<int>* above, std::atomic<int>& done,
                  const std::atomic<bool>& failed);
   void single_row(int i, int worker);
-  void begin_row(int i, int l, Pending& p);
-  // Leaf j of a row (i, l): left is Opt(i, j-1, .), right Opt(j, l, .).
-  void add_leaf(int j, double prefix, const Row& left, const Row& right, Pending& p);
-  void finish_row(int i, int l, int worker, Pending& p);
+  void begin_row(int i, int l, bool taped, Pending& p);
+  // Leaf j of a row (i, l): left is Opt(i, j-1, ., state), right Opt(j, l, ., fresh), shifted
+  // by x[i]; the leaf's own forwards need `forward_lo`.
+  void add_leaf(std::int64_t shift, std::int64_t forward_lo, double prefix, const Row& left,
+                const Row& right, Pending& p);
+  void finish_row(int i, int l, bool taped, int worker, Pending& p);
   double* allocate(int worker, std::int64_t count);
-  void rebuild(int i, int l, std::int64_t m, Sequence& out) const;
+  void rebuild(int i, int l, std::int64_t m, bool taped, Sequence& out) const;
 
   const UnitChain& chain_;
   const MinMemoryTable& min_memory_;
   std::int64_t capacity_;
   std::size_t stride_;
-  std::vector<Row> rows_;
+  std::vector<Row> rows_, taped_rows_;
   struct FreeBlock {
     void operator()(double* block) const { std::free(block); }
   };

@@ -70,7 +70,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
   const UnitChain exact = make_unit_chain(chain, 1, nograd, published);
   const MinMemoryTable exact_table(exact);
   const std::int64_t exact_min =
-      exact.x[0] + std::max<std::int64_t>(1, exact_table.at(0, exact.length));
+      exact.context + std::max<std::int64_t>(exact.x[0] + 1, exact_table.at(0, exact.length));
   std::int64_t best = -1;
   if (exact_min < slots) {
     best = exact_min;
@@ -81,9 +81,11 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
       const UnitChain units = make_unit_chain(chain, unit, nograd, published);
       return fits(units, MinMemoryTable(units, slots), slots);
     };
-    std::int64_t largest = std::max<std::int64_t>({1, chain.input_bytes, chain.loss_tmp_bytes});
+    std::int64_t largest =
+        std::max<std::int64_t>({1, chain.input_bytes(), chain.loss_tmp_bytes, chain.context_bytes});
     for (const Stage& stage : chain.stages)
-      largest = std::max({largest, stage.saved_bytes, stage.fwd_tmp_bytes, stage.bwd_tmp_bytes});
+      largest = std::max({largest, stage.out_bytes(), stage.kept_bytes(), stage.fwd_tmp_bytes,
+                          stage.bwd_tmp_bytes});
     // No unit below exact_min / slots can work; from `largest` on every size is 0 or 1 unit.
     std::int64_t lo = std::max<std::int64_t>(1, exact_min / slots);
     if (feasible(lo)) {

@@ -17,38 +17,61 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
   c.length = length;
   c.published_chain_step = published_chain_step;
   c.x.assign(n + 2, 0);
-  c.xb.assign(n + 2, 0);
-  c.ft.assign(n + 1, 0);
-  c.bt.assign(n + 1, 0);
+  c.g.assign(n + 2, 0);
+  for (auto* array : {&c.sv, &c.gk, &c.hf, &c.ht, &c.ft, &c.bt}) array->assign(n + 1, 0);
   c.fw.assign(n + 1, 0.0);
   c.bw.assign(n + 1, 0.0);
   c.nf.assign(n + 1, 0.0);
-  c.x[0] = units(chain.input_bytes);
-  c.xb[0] = c.x[0];
+  for (int k = 0; k <= length; ++k) {
+    c.x[static_cast<std::size_t>(k)] = units(chain.activation_bytes(k));
+    c.g[static_cast<std::size_t>(k)] = units(chain.gradient_bytes(k));
+  }
+  // Bytes of the members of x_k listed in `a` or `b`, each once.
+  auto kept = [&](int k, const std::vector<int>* a, const std::vector<int>* b) {
+    std::vector<bool> in(chain.members(k).size(), false);
+    for (const auto* list : {a, b})
+      if (list)
+        for (const int m : *list) in[static_cast<std::size_t>(m)] = true;
+    std::int64_t bytes = 0;
+    for (std::size_t m = 0; m < in.size(); ++m)
+      if (in[m]) bytes += chain.members(k)[m].bytes;
+    return units(bytes);
+  };
   for (std::size_t i = 0; i < n; ++i) {
     const Stage& stage = chain.stages[i];
-    c.x[i + 1] = units(stage.out_bytes);
-    c.xb[i + 1] = units(stage.saved_bytes);
+    const int k = static_cast<int>(i);
+    c.gk[i] = units(stage.kept_bytes());
+    // A stage that keeps its whole output holds it with its state from Fe_i to B_i: round
+    // the two together, as the reference rounds its xbar (gk = xb, sv = xb - x).
+    c.sv[i] = stage.saved_outputs.size() == stage.outputs.size() ? c.gk[i] - c.x[i + 1]
+                                                                  : units(stage.state_bytes);
+    c.hf[i] = i == 0 ? c.x[0] : kept(k, &stage.saved_inputs, nullptr);
+    c.ht[i] = i == 0 ? c.x[0]
+                     : kept(k, &stage.saved_inputs, &chain.stages[i - 1].saved_outputs);
     c.ft[i] = units(stage.fwd_tmp_bytes);
     c.bt[i] = units(stage.bwd_tmp_bytes);
     c.fw[i] = stage.fwd_ms;
     c.bw[i] = stage.bwd_ms;
     c.nf[i] = use_nograd_time ? stage.nograd_ms() : stage.fwd_ms;
   }
+  c.hf[n] = c.ht[n] = c.x[n];
   c.bt[n] = units(chain.loss_tmp_bytes);
+  c.context = units(chain.context_bytes);
   return c;
 }
 
 namespace {
 
-// min over j of max(xj[k] + column[k], row[k]) for k in [0, n): the leaf choices.
+// min over j of max(a + column[k], row[k], b + forward[k]) for k in [0, n): the leaf choices.
 template <class T>
-T min_of_max_body(const T* __restrict xj, const T* __restrict column, const T* __restrict row,
-                  std::size_t n) {
+T min_of_max_body(T a, const T* __restrict column, const T* __restrict row, T b,
+                  const T* __restrict forward, std::size_t n) {
   T best = std::numeric_limits<T>::max();
   for (std::size_t k = 0; k < n; ++k) {
-    const T a = xj[k] + column[k];
-    const T v = a > row[k] ? a : row[k];
+    const T right = a + column[k];
+    const T leaf = b + forward[k];
+    T v = right > row[k] ? right : row[k];
+    v = leaf > v ? leaf : v;
     best = v < best ? v : best;
   }
   return best;
@@ -61,15 +84,17 @@ T min_of_max_body(const T* __restrict xj, const T* __restrict column, const T* _
 #endif
 
 REMAT_MIN_OF_MAX_CLONES
-std::int64_t min_of_max(const std::int64_t* __restrict xj, const std::int64_t* __restrict column,
-                        const std::int64_t* __restrict row, std::size_t n) {
-  return min_of_max_body(xj, column, row, n);
+std::int64_t min_of_max(std::int64_t a, const std::int64_t* __restrict column,
+                        const std::int64_t* __restrict row, std::int64_t b,
+                        const std::int64_t* __restrict forward, std::size_t n) {
+  return min_of_max_body(a, column, row, b, forward, n);
 }
 
 REMAT_MIN_OF_MAX_CLONES
-std::int32_t min_of_max(const std::int32_t* __restrict xj, const std::int32_t* __restrict column,
-                        const std::int32_t* __restrict row, std::size_t n) {
-  return min_of_max_body(xj, column, row, n);
+std::int32_t min_of_max(std::int32_t a, const std::int32_t* __restrict column,
+                        const std::int32_t* __restrict row, std::int32_t b,
+                        const std::int32_t* __restrict forward, std::size_t n) {
+  return min_of_max_body(a, column, row, b, forward, n);
 }
 
 // Below 2^29, sums of two clamped values stay within 32 bits.
@@ -77,10 +102,15 @@ constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 
 }  // namespace
 
-// MinMem(i, i) = max(x[i+1] + xb[i+1] + ft[i], x[i] + x[i+1] + xb[i+1] + bt[i])
-// MinMem(i, l) = max(mmin(i, l), min(min_{i<j<=l} max(x[j] + MinMem(j, l), MinMem(i, j-1)),
-//                                    max(chain_step_memory(i, l), xb[i+1] + MinMem(i+1, l))))
-// with mmin(i, l) = x[l+1] + max(x[i+1] + ft[i], max_{i<k<l} x[k] + x[k+1] + ft[k]): the
+// With lf(i, j) = max(x[i+1] + ft[i], max_{i<k<j} x[k] + x[k+1] + ft[k]) (the forwards of a
+// leaf's CF_i Fn_{i+1} .. Fn_{j-1}), for both states s of a segment start:
+//
+// MinMem(i, i, s) = max(forward_memory(i, i), backward_memory(i, s))
+// MinMem(i, l, s) = min( min_{i<j<=l} max(x[i] + g[l+1] + lf(i, j), x[i] + MinMem(j, l, fresh),
+//                                         MinMem(i, j-1, s)),
+//                        max(chain_step_memory(i, l, s), chain_shift(i, s) + MinMem(i+1, l, taped)) )
+//
+// (the published recurrence also bounds every row below by x[i] + g[l+1] + lf(i, l)): the
 // conditions under which the dynamic program's row (i, l) is finite.
 //
 // Every term is built from the chain's sizes by +, max and min, all non-decreasing, with
@@ -93,45 +123,70 @@ MinMemoryTable::MinMemoryTable(const UnitChain& c, std::int64_t exact_up_to)
   if (exact_up_to < kNarrowLimit)
     build<std::int32_t>(c, exact_up_to + 1);
   else
-    build<std::int64_t>(c, std::numeric_limits<std::int64_t>::max());
+    build<std::int64_t>(c, std::numeric_limits<std::int64_t>::max() / 4);
 }
 
 template <class T>
 void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
   const int length = c.length;
   const auto clamp = [limit](std::int64_t v) { return static_cast<T>(v < limit ? v : limit); };
-  std::vector<T> x(c.x.size());
-  for (std::size_t k = 0; k < x.size(); ++k) x[k] = clamp(c.x[k]);
-  // Row i of the table (mm[i * stride + l] = MinMem(i, l)) and column l, transposed
-  // (mm_t[l * stride + j] = MinMem(j, l)), so that the leaf loop reads memory contiguously.
+  bool any_taped = false;
+  for (int i = 0; i <= length; ++i) any_taped = any_taped || c.two_states(i);
+  // Rows of the tables (mm[i * stride + l] = MinMem(i, l, .)) and the fresh one's columns,
+  // transposed (mm_t[l * stride + j] = MinMem(j, l, fresh)), so that the leaf loop reads
+  // memory contiguously.
   std::vector<T> mm(stride_ * stride_, 0), mm_t(stride_ * stride_, 0);
-  auto at = [&](int i, int l) -> T& {
-    return mm[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
+  std::vector<T> tp(any_taped ? stride_ * stride_ : 0, 0);
+  std::vector<T> forward(stride_ + 1, 0);  // forward[j] = lf(i, j)
+  auto table = [&](bool taped) -> std::vector<T>& { return taped ? tp : mm; };
+  auto at = [&](int i, int l, bool taped) -> T& {
+    const bool two = taped && c.two_states(i);
+    return table(two)[static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l)];
   };
   for (int i = length; i >= 0; --i) {
     const auto ui = static_cast<std::size_t>(i);
-    at(i, i) = clamp(std::max(c.x[ui + 1] + c.xb[ui + 1] + c.ft[ui],
-                              c.x[ui] + c.x[ui + 1] + c.xb[ui + 1] + c.bt[ui]));
-    mm_t[ui * stride_ + ui] = at(i, i);
-    std::int64_t inner_forward = 0;  // max_{i<k<l} x[k] + x[k+1] + ft[k]
+    const int states = c.two_states(i) ? 2 : 1;
+    for (int s = 0; s < states; ++s) {
+      const bool taped = s == 1;
+      at(i, i, taped) =
+          clamp(std::max(c.forward_memory(i, i), c.backward_memory(i, taped)));
+    }
+    mm_t[ui * stride_ + ui] = at(i, i, false);
+    std::int64_t lf = c.x[ui + 1] + c.ft[ui];
     for (int l = i + 1; l <= length; ++l) {
       const auto ul = static_cast<std::size_t>(l);
-      if (l > i + 1) inner_forward = std::max(inner_forward, c.x[ul - 1] + c.x[ul] + c.ft[ul - 1]);
-      const std::int64_t mmin = c.x[ul + 1] + std::max(c.x[ui + 1] + c.ft[ui], inner_forward);
-      const std::int64_t leaf =
-          min_of_max(&x[ui + 1], &mm_t[ul * stride_ + ui + 1], &mm[ui * stride_ + ui], ul - ui);
-      const std::int64_t chain_step =
-          std::max(c.chain_step_memory(i, l), c.xb[ui + 1] + std::int64_t{at(i + 1, l)});
-      at(i, l) = clamp(std::max(mmin, std::min(leaf, chain_step)));
-      mm_t[ul * stride_ + ui] = at(i, l);
+      if (l > i + 1) lf = std::max(lf, c.x[ul - 1] + c.x[ul] + c.ft[ul - 1]);
+      forward[ul] = clamp(lf);  // lf(i, l)
+      const T a = clamp(c.x[ui]);
+      const T b = clamp(c.x[ui] + c.g[ul + 1]);
+      for (int s = 0; s < states; ++s) {
+        const bool taped = s == 1;
+        const std::vector<T>& rows = table(taped && c.two_states(i));
+        const std::int64_t leaf = min_of_max(a, &mm_t[ul * stride_ + ui + 1],
+                                             &rows[ui * stride_ + ui], b, &forward[ui + 1], ul - ui);
+        const std::int64_t chain_step =
+            std::max(c.chain_step_memory(i, l, taped),
+                     c.chain_shift(i, taped) + std::int64_t{at(i + 1, l, true)});
+        std::int64_t best = std::min(leaf, chain_step);
+        if (c.published_chain_step) best = std::max(best, c.x[ui] + c.g[ul + 1] + lf);
+        at(i, l, taped) = clamp(best);
+      }
+      mm_t[ul * stride_ + ui] = at(i, l, false);
     }
   }
+  // Starts with one state read the same row in both.
+  if (any_taped)
+    for (int i = 0; i <= length; ++i)
+      if (!c.two_states(i))
+        std::copy_n(&mm[static_cast<std::size_t>(i) * stride_], stride_,
+                    &tp[static_cast<std::size_t>(i) * stride_]);
   mm_.assign(mm.begin(), mm.end());
+  taped_.assign(tp.begin(), tp.end());
 }
 
 bool fits(const UnitChain& chain, const MinMemoryTable& table, std::int64_t capacity_units) {
-  const std::int64_t available = capacity_units - chain.x[0];
-  return available >= 1 && available >= table.at(0, chain.length);
+  const std::int64_t frame = capacity_units - chain.context;
+  return frame - chain.x[0] >= 1 && frame >= table.at(0, chain.length);
 }
 
 WorkerPool::WorkerPool(int threads) {

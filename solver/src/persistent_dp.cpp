@@ -1,23 +1,27 @@
 // The persistent dynamic program of Beaumont, Eyraud-Dubois, Herrmann, Joly and Shilova
-// (hal-02352969), as the reference rotor implementation runs it, with one correction.
+// (hal-02352969), as the reference rotor implementation runs it, generalized to cost model v2
+// (docs/cost-model.md: a storage counts once; a stage's backward keeps only some of its input
+// and output) and with one correction.
 //
-// Opt(i, l, m): least time to go from x_i to y_i over stages i..l, given y_{l+1}, with m
-// units of memory (x_i held outside m). With the padded arrays of UnitChain:
+// Opt(i, l, m, s): least time to go from x_i to y_i over stages i..l, given y_{l+1}, with m
+// units of memory, x_i and y_{l+1} included. The state s of the segment's start says where x_i
+// came from: "fresh" (a forward without autograd: after Fe_i only what stage i keeps of it
+// remains, hf[i]) or "taped" (Fe_{i-1}: stage i-1 keeps part of it too, ht[i]). With the padded
+// arrays of UnitChain and lf(i, j) the memory of a leaf's forwards (min_memory.cpp):
 //
-//   Opt(i, i, m) = fw[i] + bw[i]   if m >= MinMem(i, i), else +inf
-//   Opt(i, l, m) = +inf            if m < MinMem(i, l), else the least of
-//     leaf j, i < j <= l:  (sum_{k=i}^{j-1} nf[k] + Opt(j, l, m - x[j])) + Opt(i, j-1, m)
-//     chain step:          (fw[i] + bw[i]) + Opt(i+1, l, m - xb[i+1])
-//                          if m >= max(xb[i+1] + ft[i] + x[l+1], x[i] + x[i+1] + xb[i+1] + bt[i])
+//   Opt(i, i, m, s) = fw[i] + bw[i]   if m >= MinMem(i, i, s), else +inf
+//   Opt(i, l, m, s) = +inf            if m < MinMem(i, l, s), else the least of
+//     leaf j, i < j <= l:  (sum_{k=i}^{j-1} nf[k] + Opt(j, l, m - x[i], fresh)) + Opt(i, j-1, m, s)
+//                          if m >= x[i] + g[l+1] + lf(i, j)
+//     chain step:          (fw[i] + bw[i]) + Opt(i+1, l, m - held(i, s) - sv[i], taped)
+//                          if m >= chain_step_memory(i, l, s)
 //
-// The chain step's condition is where we differ from the published recurrence, which
-// requires Opt(i, i, m) finite, that is m >= x[i+1] + xb[i+1] + ft[i] for Fe_i: it counts
-// y_{i+1} where y_{l+1} is live. With fwd_tmp_bytes > 0 that either overruns the budget
-// (x[l+1] > x[i+1]) or rejects schedules that fit (x[l+1] < x[i+1]); without forward
-// temporaries both agree. UnitChain::published_chain_step selects the published form.
+// The chain step's forward is checked with y_{l+1} live; the published recurrence checks it
+// with y_{i+1} (UnitChain::published_chain_step selects that form). For a chain of model v1
+// (hf = ht = x, g = x) this is the reference's recurrence with m shifted by x[i].
 //
 // For fixed (i, l, j) the leaf is a shifted min-plus over the memory axis, evaluated as
-// straight vector loops over contiguous rows. A row is +inf below MinMem(i, l), computed
+// straight vector loops over contiguous rows. A row is +inf below MinMem(i, l, s), computed
 // exactly by MinMemoryTable, and constant from the memory where it saturates, so it is stored
 // as the range in between.
 //
@@ -136,6 +140,11 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
       capacity_(capacity),
       stride_(static_cast<std::size_t>(chain.length) + 1),
       rows_(stride_ * stride_) {
+  for (int i = 0; i <= chain.length; ++i)
+    if (chain.two_states(i)) {
+      taped_rows_.resize(stride_ * stride_);
+      break;
+    }
   REMAT_INTERNAL_ASSERT(capacity >= 0);
   const int length = chain.length;
   const std::int64_t width = capacity + 1;
@@ -156,7 +165,9 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   WorkerPool pool(workers);
   arenas_.resize(static_cast<std::size_t>(pool.size()));
   std::vector<std::vector<double>> scratch(arenas_.size());
-  for (auto& buffer : scratch) buffer.resize(static_cast<std::size_t>(block * tile * width));
+  const int states = taped_rows_.empty() ? 1 : 2;
+  for (auto& buffer : scratch)
+    buffer.resize(static_cast<std::size_t>(states * block * tile * width));
 
   // Block k holds segment starts [start(k), start(k) + block), from the top of the chain
   // down: it reads rows of blocks < k, so it trails block k - 1, one l at a time.
@@ -197,12 +208,13 @@ double* PersistentTable::allocate(int worker, std::int64_t count) {
   return out;
 }
 
-// Computes the rows (i, l) for i in [start, end) and every l >= i, `tile` values of l at a
-// time. In a tile [l0, l1), the leaves j in [end, l0] read finished rows only (left rows of
-// earlier tiles, right rows of the blocks above): they are added first, j ascending, each
-// left row used for every l of the tile and each right row for every i of the block while in
-// cache. The other leaves read rows of this tile or this block; they follow l ascending, j
-// from l down, so that a row (j, l) of this block is finished right before it is first read.
+// Computes the rows (i, l, s) for i in [start, end), every l >= i and both states s, `tile`
+// values of l at a time. In a tile [l0, l1), the leaves j in [end, l0] read finished rows only
+// (left rows of earlier tiles, right rows of the blocks above): they are added first, j
+// ascending, each left row used for every l of the tile and each right row for every i of the
+// block while in cache. The other leaves read rows of this tile or this block; they follow l
+// ascending, j from l down, so that a row (j, l) of this block is finished right before it is
+// first read.
 void PersistentTable::run_block(int start, int end, int tile, int worker, double* scratch,
                                 std::int64_t width, const std::atomic<int>* above,
                                 std::atomic<int>& done,
@@ -210,23 +222,37 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
   const UnitChain& c = chain_;
   const int length = c.length;
   const int count = end - start;
-  std::vector<Pending> pending(static_cast<std::size_t>(count) * static_cast<std::size_t>(tile));
+  const int states = taped_rows_.empty() ? 1 : 2;
+  std::vector<Pending> pending(static_cast<std::size_t>(states) * static_cast<std::size_t>(count) *
+                               static_cast<std::size_t>(tile));
   for (std::size_t k = 0; k < pending.size(); ++k)
     pending[k].best = scratch + static_cast<std::int64_t>(k) * width;
   // prefix[k][j] = nf[i] + ... + nf[j-1] for i = start + k, summed from the left as rebuild()
-  // sums it, so that candidates are bit-identical.
+  // sums it, so that candidates are bit-identical; forward[k][j] = lf(i, j).
   const auto columns = static_cast<std::size_t>(length) + 2;
   std::vector<double> prefix(static_cast<std::size_t>(count) * columns, 0.0);
+  std::vector<std::int64_t> forward(static_cast<std::size_t>(count) * columns, 0);
   for (int k = 0; k < count; ++k) {
     double sum = 0;
+    const auto i = static_cast<std::size_t>(start + k);
+    std::int64_t lf = c.x[i + 1] + c.ft[i];
     for (int j = start + k + 1; j <= length; ++j) {
-      sum += c.nf[static_cast<std::size_t>(j - 1)];
-      prefix[static_cast<std::size_t>(k) * columns + static_cast<std::size_t>(j)] = sum;
+      const auto uj = static_cast<std::size_t>(j);
+      sum += c.nf[uj - 1];
+      if (uj > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.ft[uj - 1]);
+      prefix[static_cast<std::size_t>(k) * columns + uj] = sum;
+      forward[static_cast<std::size_t>(k) * columns + uj] = lf;
     }
   }
   const auto prefix_of = [&](int i, int j) {
     return prefix[static_cast<std::size_t>(i - start) * columns + static_cast<std::size_t>(j)];
   };
+  // The least memory at which leaf j of row (i, l) can run its forwards.
+  const auto forward_lo = [&](int i, int j, int l) {
+    return c.x[static_cast<std::size_t>(i)] + c.g[static_cast<std::size_t>(l) + 1] +
+           forward[static_cast<std::size_t>(i - start) * columns + static_cast<std::size_t>(j)];
+  };
+  const auto states_of = [&](int i) { return c.two_states(i) ? states : 1; };
   const auto wait_above = [&](int l) {
     if (above == nullptr || l < end) return true;  // rows (j, l), j >= end: blocks above
     while (above->load(std::memory_order_acquire) < l) {
@@ -237,26 +263,36 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
   };
   for (int l0 = start; l0 <= length; l0 += tile) {
     const int l1 = std::min(length + 1, l0 + tile);
-    const auto slot = [&](int i, int l) -> Pending& {
-      return pending[static_cast<std::size_t>(i - start) * static_cast<std::size_t>(tile) +
+    const auto slot = [&](int i, int s, int l) -> Pending& {
+      return pending[(static_cast<std::size_t>(s) * static_cast<std::size_t>(count) +
+                      static_cast<std::size_t>(i - start)) *
+                         static_cast<std::size_t>(tile) +
                      static_cast<std::size_t>(l - l0)];
+    };
+    const auto finish = [&](int i, int l) {
+      for (int s = 0; s < states_of(i); ++s) finish_row(i, l, s == 1, worker, slot(i, s, l));
     };
     for (int l = l0; l < l1; ++l) {
       const int top = std::min(end - 1, l - 1);  // rows (i, l), i <= top, have leaves
-      for (int i = start; i <= top; ++i) begin_row(i, l, slot(i, l));
+      for (int i = start; i <= top; ++i)
+        for (int s = 0; s < states_of(i); ++s) begin_row(i, l, s == 1, slot(i, s, l));
     }
     // Leaves j in [end, l0] of every row of the tile: they read finished rows only.
     if (end <= l0) {
       if (!wait_above(l1 - 1)) return;
       for (int j = end; j <= l0; ++j) {
         for (int i = start; i < end; ++i) {
-          const Row& left = row(i, j - 1);
-          if (left.empty()) continue;
+          const std::int64_t shift = c.x[static_cast<std::size_t>(i)];
           const double sum = prefix_of(i, j);
-          for (int l = l0; l < l1; ++l) {
-            Pending& p = slot(i, l);
-            const Row& right = row(j, l);
-            if (p.active && !right.empty()) add_leaf(j, sum, left, right, p);
+          for (int s = 0; s < states_of(i); ++s) {
+            const Row& left = row(i, j - 1, s == 1);
+            if (left.empty()) continue;
+            for (int l = l0; l < l1; ++l) {
+              Pending& p = slot(i, s, l);
+              const Row& right = row(j, l);
+              if (p.active && !right.empty())
+                add_leaf(shift, forward_lo(i, j, l), sum, left, right, p);
+            }
           }
         }
       }
@@ -267,34 +303,40 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
       if (l < end) single_row(l, worker);
       const int top = std::min(end - 1, l - 1);
       for (int j = l; j > start; --j) {
-        if (j <= top) finish_row(j, l, worker, slot(j, l));
+        if (j <= top) finish(j, l);
         if (j >= end && j <= l0) continue;  // added above
         const Row& right = row(j, l);
         if (right.empty()) continue;
         const int last = std::min(j - 1, top);
         for (int i = start; i <= last; ++i) {
-          Pending& p = slot(i, l);
-          if (!p.active) continue;
-          const Row& left = row(i, j - 1);
-          if (!left.empty()) add_leaf(j, prefix_of(i, j), left, right, p);
+          for (int s = 0; s < states_of(i); ++s) {
+            Pending& p = slot(i, s, l);
+            if (!p.active) continue;
+            const Row& left = row(i, j - 1, s == 1);
+            if (!left.empty())
+              add_leaf(c.x[static_cast<std::size_t>(i)], forward_lo(i, j, l), prefix_of(i, j),
+                       left, right, p);
+          }
         }
       }
-      if (start <= top) finish_row(start, l, worker, slot(start, l));
+      if (start <= top) finish(start, l);
       done.store(l, std::memory_order_release);
     }
   }
 }
 
 void PersistentTable::single_row(int i, int worker) {
-  const std::int64_t lo = min_memory_.at(i, i);
-  if (lo > capacity_) return;  // +inf everywhere: an empty row
-  double* value = allocate(worker, 1);
-  *value = chain_.fw[static_cast<std::size_t>(i)] + chain_.bw[static_cast<std::size_t>(i)];
-  row(i, i) = Row{value, lo, lo, *value};
+  for (int s = 0; s < (chain_.two_states(i) ? 2 : 1); ++s) {
+    const std::int64_t lo = min_memory_.at(i, i, s == 1);
+    if (lo > capacity_) continue;  // +inf everywhere: an empty row
+    double* value = allocate(worker, 1);
+    *value = chain_.fw[static_cast<std::size_t>(i)] + chain_.bw[static_cast<std::size_t>(i)];
+    row(i, i, s == 1) = Row{value, lo, lo, *value};
+  }
 }
 
-void PersistentTable::begin_row(int i, int l, Pending& p) {
-  p.lo = min_memory_.at(i, l);
+void PersistentTable::begin_row(int i, int l, bool taped, Pending& p) {
+  p.lo = min_memory_.at(i, l, taped);
   p.active = p.lo <= capacity_;
   if (!p.active) return;
   const std::int64_t n = capacity_ - p.lo + 1;
@@ -320,13 +362,13 @@ std::int64_t last_improvable(const double* best, std::int64_t lo, std::int64_t c
 }
 }  // namespace
 
-// Leaf j of row (i, l): (prefix + Opt(j, l, m - x[j])) + Opt(i, j-1, m).
-void PersistentTable::add_leaf(int j, double prefix, const Row& left, const Row& right,
-                                Pending& p) {
+// Leaf j of row (i, l, s): (prefix + Opt(j, l, m - x[i], fresh)) + Opt(i, j-1, m, s), from
+// m = forward_lo on.
+void PersistentTable::add_leaf(std::int64_t shift, std::int64_t forward_lo, double prefix,
+                               const Row& left, const Row& right, Pending& p) {
   const std::int64_t lo = p.lo;
   double* best = p.best;
-  const std::int64_t shift = chain_.x[static_cast<std::size_t>(j)];
-  const std::int64_t start = std::max({lo, shift + right.lo, left.lo});
+  const std::int64_t start = std::max({lo, forward_lo, shift + right.lo, left.lo});
   if (start > capacity_) return;
   const std::int64_t right_end = shift + right.sat;  // right is constant beyond
   const std::int64_t left_end = left.sat;            // left is constant beyond
@@ -357,18 +399,18 @@ void PersistentTable::add_leaf(int j, double prefix, const Row& left, const Row&
   if (from <= last) std::fill(best + (from - lo), best + (last - lo + 1), constant);
 }
 
-// Adds the chain step to row (i, l) and stores the row.
-void PersistentTable::finish_row(int i, int l, int worker, Pending& p) {
+// Adds the chain step to row (i, l, s) and stores the row.
+void PersistentTable::finish_row(int i, int l, bool taped, int worker, Pending& p) {
   if (!p.active) return;
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
   const std::int64_t lo = p.lo;
   double* best = p.best;
-  // Chain step: Fe_i, reverse i+1..l with xbar_{i+1} kept, B_i.
-  const Row& rest = row(i + 1, l);
+  // Chain step: Fe_i, reverse i+1..l (x_{i+1} taped), B_i.
+  const Row& rest = row(i + 1, l, true);
   if (!rest.empty()) {
-    const std::int64_t shift = c.xb[ui + 1];
-    const std::int64_t start = std::max({lo, c.chain_step_memory(i, l), shift + rest.lo});
+    const std::int64_t shift = c.chain_shift(i, taped);
+    const std::int64_t start = std::max({lo, c.chain_step_memory(i, l, taped), shift + rest.lo});
     if (start <= capacity_) {
       const double step = c.fw[ui] + c.bw[ui];
       const double constant = step + rest.constant;
@@ -383,22 +425,23 @@ void PersistentTable::finish_row(int i, int l, int worker, Pending& p) {
     }
   }
   const std::int64_t n = capacity_ - lo + 1;
-  REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "row (", i, ", ", l, ") infinite at its minimum");
+  REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "row (", i, ", ", l, taped ? ", taped" : "",
+                        ") infinite at its minimum");
   std::int64_t last = n - 1;
   while (last > 0 && best[last - 1] == best[n - 1]) --last;
   double* values = allocate(worker, last + 1);
   std::memcpy(values, best, static_cast<std::size_t>(last + 1) * sizeof(double));
-  row(i, l) = Row{values, lo, lo + last, values[last]};
+  row(i, l, taped) = Row{values, lo, lo + last, values[last]};
 }
 
 Sequence PersistentTable::rebuild(std::int64_t m) const {
   REMAT_INTERNAL_ASSERT(value(0, chain_.length, m) < kInfinity);
   Sequence out;
-  rebuild(0, chain_.length, m, out);
+  rebuild(0, chain_.length, m, false, out);
   return out;
 }
 
-void PersistentTable::rebuild(int i, int l, std::int64_t m, Sequence& out) const {
+void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence& out) const {
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
   if (i == l) {
@@ -410,30 +453,33 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, Sequence& out) const
     }
     return;
   }
-  const double target = value(i, l, m);
+  const double target = value(i, l, m, taped);
   // The reference keeps the first strict improvement over leaves by increasing j, then the
   // chain step: the first candidate equal to the optimum, in that order.
   double prefix = 0;
+  std::int64_t lf = c.x[ui + 1] + c.ft[ui];
+  const std::int64_t rest = m - c.x[ui];
   for (int j = i + 1; j <= l; ++j) {
     const auto uj = static_cast<std::size_t>(j);
     prefix += c.nf[uj - 1];
-    const std::int64_t rest = m - c.x[uj];
-    if (rest < 0) continue;
-    const double candidate = (prefix + row(j, l).at(rest)) + row(i, j - 1).at(m);
+    if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.ft[uj - 1]);
+    if (rest < 0 || m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
+    const double candidate = (prefix + row(j, l).at(rest)) + row(i, j - 1, taped).at(m);
     if (candidate == target) {
       out.push_back(cf(i));
       for (int k = i + 1; k < j; ++k) out.push_back(fn(k));
-      rebuild(j, l, rest, out);
-      rebuild(i, j - 1, m, out);
+      rebuild(j, l, rest, false, out);
+      rebuild(i, j - 1, m, taped, out);
       return;
     }
   }
-  const std::int64_t rest = m - c.xb[ui + 1];
-  const bool chain_ok = rest >= 0 && m >= c.chain_step_memory(i, l);
-  REMAT_INTERNAL_ASSERT(chain_ok && (c.fw[ui] + c.bw[ui]) + row(i + 1, l).at(rest) == target,
-                        "no choice reaches Opt(", i, ", ", l, ", ", m, ")");
+  const std::int64_t after = m - c.chain_shift(i, taped);
+  const bool chain_ok = after >= 0 && m >= c.chain_step_memory(i, l, taped);
+  REMAT_INTERNAL_ASSERT(chain_ok && (c.fw[ui] + c.bw[ui]) + row(i + 1, l, true).at(after) == target,
+                        "no choice reaches Opt(", i, ", ", l, ", ", m, taped ? ", taped" : "",
+                        ")");
   out.push_back(fe(i));
-  rebuild(i + 1, l, rest, out);
+  rebuild(i + 1, l, after, true, out);
   out.push_back(bwd(i));
 }
 

@@ -73,7 +73,7 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
     out.status = SolveStatus::kInfeasible;
     return;
   }
-  const std::int64_t available = disc.capacity_units - units.x[0];
+  const std::int64_t available = disc.capacity_units - units.context;
   detail::check_table_fits_in_memory(chain.length(), available);
   const detail::PersistentTable table(units, min_memory, available, options.threads());
   Sequence sequence = table.rebuild(available);

@@ -52,9 +52,9 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   const detail::MinMemoryTable min_memory(units, disc.capacity_units);
   std::unique_ptr<detail::PersistentTable> table;
   if (largest >= from && detail::fits(units, min_memory, disc.capacity_units)) {
-    detail::check_table_fits_in_memory(chain.length(), disc.capacity_units - units.x[0]);
+    detail::check_table_fits_in_memory(chain.length(), disc.capacity_units - units.context);
     table = std::make_unique<detail::PersistentTable>(
-        units, min_memory, disc.capacity_units - units.x[0], options.threads());
+        units, min_memory, disc.capacity_units - units.context, options.threads());
   }
   for (const std::int64_t budget : out.budgets) {
     TradeoffPoint point;
@@ -64,8 +64,9 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
       sequence = detail::store_all_sequence(chain.length());
     } else if (table) {
       const std::int64_t capacity =
-          std::min(disc.capacity_units, budget / disc.unit_bytes) - units.x[0];
-      if (capacity >= 0 && table->value(0, chain.length(), capacity) < detail::kInfinity)
+          std::min(disc.capacity_units, budget / disc.unit_bytes) - units.context;
+      if (capacity - units.x[0] >= 0 &&
+          table->value(0, chain.length(), capacity) < detail::kInfinity)
         sequence = table->rebuild(capacity);
     }
     if (sequence.empty()) {  // rounding at this unit: a solve of its own

@@ -6,14 +6,11 @@
 int main() {
   remat::Chain chain;
   chain.name = "consumer";
-  chain.input_bytes = 100;
+  chain.set_input(100);
   for (int i = 0; i < 8; ++i) {
-    remat::Stage stage;
-    stage.name = "s" + std::to_string(i);
+    remat::Stage stage = remat::Stage::keeping_all("s" + std::to_string(i), 100, 200);
     stage.fwd_ms = 1;
     stage.bwd_ms = 2;
-    stage.out_bytes = 100;
-    stage.saved_bytes = 200;
     chain.stages.push_back(stage);
   }
   const auto solution = remat::solve(chain, remat::SolveOptions(remat::parse_size("1000")));

@@ -65,25 +65,25 @@ TEST_CASE("profiling a conv chain gives a valid chain with exact activation size
   const remat::Chain& chain = p.chain;
   REQUIRE(chain.length() == 6);
   CHECK(progress == std::vector<int>{0, 1, 2, 3, 4, 5, 6});
-  CHECK(chain.input_bytes == 4 * 3 * 16 * 16 * 4);
-  CHECK(chain.stages[0].out_bytes == 4 * 8 * 16 * 16 * 4);
-  CHECK(chain.stages[2].out_bytes == 4 * 8 * 8 * 8 * 4);  // max pool
-  CHECK(chain.stages[5].out_bytes == 4 * 10 * 4);         // classifier
+  CHECK(chain.input_bytes() == 4 * 3 * 16 * 16 * 4);
+  CHECK(chain.stages[0].out_bytes() == 4 * 8 * 16 * 16 * 4);
+  CHECK(chain.stages[2].out_bytes() == 4 * 8 * 8 * 8 * 4);  // max pool
+  CHECK(chain.stages[5].out_bytes() == 4 * 10 * 4);         // classifier
   CHECK(p.output_shapes[5] == std::vector<std::int64_t>{4, 10});
   for (const remat::Stage& s : chain.stages) {
-    CHECK(s.saved_bytes >= s.out_bytes);
+    CHECK(s.kept_bytes() >= s.out_bytes());
     CHECK(s.fwd_ms > 0);
     CHECK(s.bwd_ms > 0);
     CHECK(s.fwd_nograd_ms.has_value());
   }
   // Conv+BN+ReLU keeps the conv output (for BN's backward) and the ReLU output (ReLU's
   // backward needs its result), and BN's saved statistics: a little over twice its output.
-  CHECK(chain.stages[0].saved_bytes >= 2 * chain.stages[0].out_bytes);
+  CHECK(chain.stages[0].kept_bytes() >= 2 * chain.stages[0].out_bytes());
   // Max pooling keeps its output and the argmax indices (int64): 3x its float output.
-  CHECK(chain.stages[2].saved_bytes == 3 * chain.stages[2].out_bytes);
+  CHECK(chain.stages[2].kept_bytes() == 3 * chain.stages[2].out_bytes());
   // The JSON round trip keeps everything.
   const remat::Chain back = remat::parse_chain(remat::chain_to_json(chain));
-  CHECK(back.stages[3].saved_bytes == chain.stages[3].saved_bytes);
+  CHECK(back.stages[3].kept_bytes() == chain.stages[3].kept_bytes());
 }
 
 TEST_CASE("profiling leaves the model exactly as it found it", "[profiler]") {
@@ -151,7 +151,7 @@ TEST_CASE("the measured store-all peak equals the simulator's prediction", "[pro
     const std::int64_t measured = plain_step_peak(net, sample);
     INFO("predicted " << predicted << " measured " << measured);
     CHECK(measured <= predicted + kLossScalar);
-    CHECK(predicted - measured <= chain.stages[4].out_bytes);
+    CHECK(predicted - measured <= chain.stages[4].out_bytes());
   }
 }
 
@@ -161,8 +161,8 @@ TEST_CASE("a stage whose output is a view of its input is not counted twice", "[
   const torch::Tensor sample = torch::randn({2, 3, 8, 8});
   const remat::Chain chain = remat::profile(net, sample, quick().measure_time(false)).chain;
   const std::int64_t data = 2 * 4 * 8 * 8 * 4;
-  CHECK(chain.stages[1].out_bytes == data);
-  CHECK(chain.stages[1].saved_bytes == data);  // no new storage: saved is the output alone
+  CHECK(chain.stages[1].out_bytes() == data);
+  CHECK(chain.stages[1].kept_bytes() == data);  // no new storage: saved is the output alone
   CHECK(chain.stages[1].fwd_tmp_bytes == 0);
 }
 

@@ -272,7 +272,7 @@ TEST_CASE("out of memory abandons the step cleanly; a smaller budget then trains
   std::map<std::string, int> failures;
   for (int k = 1; k <= 12; ++k) {
     const std::int64_t base = tracker.live();
-    const std::int64_t limit = base + chain.input_bytes + (full - chain.input_bytes) * k / 13;
+    const std::int64_t limit = base + chain.input_bytes() + (full - chain.input_bytes()) * k / 13;
     std::string phase;
     {
       remat::test::CpuLimit cap(limit);
@@ -344,8 +344,8 @@ TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, Batc
                                  sample, 2, 5);
   nn::Sequential probe = fresh(make);
   const remat::Chain chain = remat::profile(probe, sample, remat::ProfileOptions().measure_time(false)).chain;
-  CHECK(chain.input_bytes % 512 == 0);
-  for (const remat::Stage& stage : chain.stages) CHECK(stage.out_bytes % 512 == 0);
+  CHECK(chain.input_bytes() % 512 == 0);
+  for (const remat::Stage& stage : chain.stages) CHECK(stage.out_bytes() % 512 == 0);
   const std::int64_t kR = remat::runtime_reserve_bytes(cuda);
   CHECK(kR == 4096);
   const std::int64_t full = remat::store_all_peak(chain) + kR;

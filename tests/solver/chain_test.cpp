@@ -1,8 +1,10 @@
-// The remat-chain/1 format: what is accepted, what is rejected and how errors read.
+// The chain formats remat-chain/2 and /1: what is accepted, what is rejected and how errors
+// read.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "remat/solver.h"
 #include "test_chains.h"
@@ -21,9 +23,26 @@ const char* kValid = R"({
   "loss_tmp_bytes": 16
 })";
 
+// Model v2: tuples, members without gradient, partial keeps, a carried member, context.
+const char* kValid2 = R"({
+  "format": "remat-chain/2", "name": "tuples",
+  "inputs": [{"bytes": 100, "grad": false}, {"bytes": 8, "grad": false}],
+  "context_bytes": 32,
+  "stages": [
+    {"name": "embed", "fwd_ms": 1, "bwd_ms": 2, "outputs": [{"bytes": 400}, {"carry": 1}],
+     "saved_inputs": [0], "saved_outputs": [], "state_bytes": 0,
+     "fwd_tmp_bytes": 0, "bwd_tmp_bytes": 0},
+    {"name": "block", "fwd_ms": 3, "bwd_ms": 5, "fwd_nograd_ms": 2.5,
+     "outputs": [{"bytes": 400, "grad": true}],
+     "saved_inputs": [0, 1], "saved_outputs": [0], "state_bytes": 64,
+     "fwd_tmp_bytes": 16, "bwd_tmp_bytes": 24}
+  ],
+  "loss_tmp_bytes": 4
+})";
+
 // Replaces the first occurrence of `from` in the valid document.
-std::string edited(const std::string& from, const std::string& to) {
-  std::string text = kValid;
+std::string edited(const std::string& from, const std::string& to, const char* valid = kValid) {
+  std::string text = valid;
   const auto at = text.find(from);
   REQUIRE(at != std::string::npos);
   return text.replace(at, from.size(), to);
@@ -40,20 +59,97 @@ std::string error_of(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("a valid chain is read field by field", "[solver]") {
+TEST_CASE("a version 1 chain is read field by field, as stages that keep everything",
+          "[solver]") {
   const Chain chain = parse_chain(kValid, "c.json");
   REQUIRE(chain.name == "two");
   REQUIRE(chain.length() == 2);
-  CHECK(chain.input_bytes == 100);
+  CHECK(chain.input_bytes() == 100);
+  CHECK(chain.gradient_bytes(0) == 100);  // model v1 computes y_0
+  // saved_bytes 80 = the output (50) + 30 of state; input and output kept.
+  CHECK(chain.stages[0].state_bytes == 30);
+  CHECK(chain.stages[0].saved_inputs == std::vector<int>{0});
+  CHECK(chain.stages[0].saved_outputs == std::vector<int>{0});
+  CHECK(chain.stages[0].kept_bytes() == 80);
   CHECK(chain.loss_tmp_bytes == 16);
   CHECK(chain.stages[0].fwd_ms == 1.5);
   CHECK(chain.stages[0].nograd_ms() == 1.25);
   CHECK(chain.stages[1].nograd_ms() == 1.0);  // defaults to fwd_ms
   CHECK_FALSE(chain.stages[1].fwd_nograd_ms.has_value());
-  CHECK(chain.stages[1].out_bytes == 40);  // 4e1: a whole number written as a float
+  CHECK(chain.stages[1].out_bytes() == 40);  // 4e1: a whole number written as a float
   CHECK(chain.activation_bytes(0) == 100);
   CHECK(chain.activation_bytes(2) == 40);
   CHECK(chain.store_all_ms() == 6.5);
+  // Written back, it is a version 2 document describing the same chain.
+  const std::string v2 = chain_to_json(chain);
+  CHECK_THAT(v2, Catch::Contains("remat-chain/2"));
+  CHECK(chain_to_json(parse_chain(v2)) == v2);
+}
+
+TEST_CASE("a version 2 chain is read field by field", "[solver]") {
+  const Chain chain = parse_chain(kValid2, "c.json");
+  REQUIRE(chain.length() == 2);
+  REQUIRE(chain.inputs.size() == 2);
+  CHECK(chain.input_bytes() == 108);
+  CHECK(chain.gradient_bytes(0) == 0);
+  CHECK(chain.context_bytes == 32);
+  // The carried member is the input's second tensor: its size and gradient come with it.
+  const Member& carried = chain.stages[0].outputs[1];
+  CHECK(carried.carried_from == 1);
+  CHECK(carried.bytes == 8);
+  CHECK_FALSE(carried.grad);
+  CHECK(chain.activation_bytes(1) == 408);
+  CHECK(chain.gradient_bytes(1) == 400);
+  CHECK(chain.stages[0].out_bytes() == 408);
+  CHECK(chain.stages[0].kept_bytes() == 0);
+  CHECK(chain.stages[1].kept_bytes() == 464);
+  CHECK(chain.stages[1].nograd_ms() == 2.5);
+  CHECK(chain.loss_tmp_bytes == 4);
+  CHECK(chain_to_json(parse_chain(chain_to_json(chain))) == chain_to_json(chain));
+}
+
+TEST_CASE("version 2 chain files are rejected with the stage, the member and the field",
+          "[solver]") {
+  using Catch::Contains;
+  auto error2 = [](const std::string& from, const std::string& to) {
+    return error_of(edited(from, to, kValid2));
+  };
+  CHECK(error_of(kValid2) == "(accepted)");
+  CHECK_THAT(error2("\"carry\": 1", "\"carry\": 2"),
+             Contains("c.json: stages[0].outputs[1].carry (2) is not a member of the stage's "
+                      "input, which has 2 members"));
+  CHECK_THAT(error2("\"carry\": 1", "\"carry\": -1"),
+             Contains("stages[0].outputs[1].carry must be the index of a member"));
+  CHECK_THAT(error2("{\"carry\": 1}", "{\"carry\": 1, \"bytes\": 8}"),
+             Contains("stages[0].outputs[1].bytes is not a field of a carried tensor"));
+  CHECK_THAT(error2("\"saved_inputs\": [0, 1]", "\"saved_inputs\": [0, 2]"),
+             Contains("stages[1].saved_inputs[1] (2) is not a member of the input, which has 2"));
+  CHECK_THAT(error2("\"saved_inputs\": [0, 1]", "\"saved_inputs\": [1, 1]"),
+             Contains("stages[1].saved_inputs[1] (1) is listed twice"));
+  CHECK_THAT(error2("\"saved_outputs\": [], \"state_bytes\": 0",
+                    "\"saved_outputs\": [1], \"state_bytes\": 0"),
+             Contains("stages[0].saved_outputs[0] (1) is a carried member"));
+  CHECK_THAT(error2("\"saved_inputs\": [0, 1]", "\"saved_inputs\": [\"a\"]"),
+             Contains("stages[1].saved_inputs[0] must be a member index"));
+  CHECK_THAT(error2("{\"bytes\": 400, \"grad\": true}", "{\"bytes\": 400, \"grad\": false}"),
+             Contains("stages[1].outputs has no member with a gradient"));
+  CHECK_THAT(error2("{\"bytes\": 400, \"grad\": true}", "{\"bytes\": 400, \"grad\": 1}"),
+             Contains("stages[1].outputs[0].grad must be true or false, got a number"));
+  CHECK_THAT(error2("\"outputs\": [{\"bytes\": 400, \"grad\": true}]", "\"outputs\": []"),
+             Contains("stages[1].outputs is empty"));
+  CHECK_THAT(error2("\"context_bytes\": 32", "\"context_bytes\": -1"),
+             Contains("context_bytes (-1) must not be negative"));
+  CHECK_THAT(error2("\"state_bytes\": 64", "\"state_bytes\": 6.5"),
+             Contains("stages[1].state_bytes (6.5) must be a whole number of bytes"));
+  CHECK_THAT(error2("\"inputs\": [{\"bytes\": 100, \"grad\": false}, {\"bytes\": 8, \"grad\": false}]",
+                    "\"inputs\": []"),
+             Contains("c.json: inputs is empty"));
+  CHECK_THAT(error2("\"inputs\": [{\"bytes\": 100, \"grad\": false},",
+                    "\"inputs\": [{\"carry\": 0},"),
+             Contains("c.json: inputs[0].carry is not allowed: the input x_0 has no stage"));
+  CHECK_THAT(error2("\"state_bytes\": 64,", ""), Contains("stages[1].state_bytes is missing"));
+  CHECK_THAT(error2("\"state_bytes\": 64,", "\"state_bytes\": 64, \"saved_bytes\": 1,"),
+             Contains("stages[1].saved_bytes is not a field of a stage"));
 }
 
 TEST_CASE("chain files are rejected with the file, the stage and the field", "[solver]") {
@@ -62,8 +158,8 @@ TEST_CASE("chain files are rejected with the file, the stage and the field", "[s
              Contains("c.json: is not valid JSON") && Contains("line 1"));
   CHECK_THAT(error_of("[1, 2]"), Contains("c.json: is not a remat chain: expected a JSON object"));
   CHECK_THAT(error_of("{}"), Contains("no \"format\" field"));
-  CHECK_THAT(error_of(edited("remat-chain/1", "remat-chain/2")),
-             Contains("c.json: format is \"remat-chain/2\""));
+  CHECK_THAT(error_of(edited("remat-chain/1", "remat-chain/3")),
+             Contains("c.json: format is \"remat-chain/3\"; this version of remat reads"));
   CHECK_THAT(error_of(edited("\"input_bytes\": 100,", "")),
              Contains("c.json: input_bytes is missing"));
   CHECK_THAT(error_of(edited("\"name\": \"two\",", "\"name\": \"two\", \"extra\": 1,")),
@@ -100,7 +196,10 @@ TEST_CASE("chain files are rejected with the file, the stage and the field", "[s
 }
 
 TEST_CASE("chains survive a JSON round trip and are saved atomically", "[solver]") {
-  const Chain chain = test::random_chain(3);
+  test::RandomChainSpec spec;
+  spec.partial_keeps = true;
+  spec.carried = true;
+  const Chain chain = test::random_chain(3, spec);
   const Chain back = parse_chain(chain_to_json(chain));
   REQUIRE(chain_to_json(back) == chain_to_json(chain));
   REQUIRE(back.stages.size() == chain.stages.size());
@@ -128,10 +227,15 @@ TEST_CASE("chains survive a JSON round trip and are saved atomically", "[solver]
 TEST_CASE("validate() holds chains built in code to the same rules", "[solver]") {
   Chain chain = test::uniform_chain(3);
   chain.validate();
-  chain.stages[2].saved_bytes = 1;
-  CHECK_THROWS_WITH(
-      chain.validate("built"),
-      Catch::Contains("built: stages[2].saved_bytes (1) is smaller than out_bytes (10)"));
+  chain.stages[2].saved_inputs = {3};
+  CHECK_THROWS_WITH(chain.validate("built"),
+                    Catch::Contains("built: stages[2].saved_inputs[0] (3) is not a member of the "
+                                    "input, which has 1 member"));
+  chain.stages[2].saved_inputs = {0};
+  chain.stages[2].outputs.push_back(Member{5, true, 0});  // carried, but 10 bytes at the source
+  CHECK_THROWS_WITH(chain.validate("built"),
+                    Catch::Contains("stages[2].outputs[1] is carried from input member 0 but its "
+                                    "bytes or grad differ"));
   chain.stages.clear();
   CHECK_THROWS_WITH(chain.validate("built"), Catch::Contains("stages is empty"));
   CHECK_THROWS_AS(solve(chain, SolveOptions(100)), ChainError);

@@ -1,5 +1,6 @@
-// The persistent dynamic program against an independent top-down implementation of the same
-// recurrence (tests/solver/reference_dp.h), value for value and sequence for sequence.
+// The persistent dynamic program against independent top-down implementations of the same
+// recurrence (tests/solver/reference_dp.h: the reference's, for chains of model v1, and model
+// v2's), value for value and sequence for sequence.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -22,9 +23,10 @@ std::int64_t store_all_units(const Chain& chain) { return store_all_peak(chain) 
 
 TEST_CASE("persistent DP equals the top-down recurrence at every memory", "[solver]") {
   int compared = 0, feasible = 0;
-  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+  for (std::uint64_t seed = 0; seed < 600; ++seed) {
     test::RandomChainSpec spec;
     spec.integer_times = seed % 3 == 0;  // many exact ties: tie-breaking must agree too
+    spec.partial_keeps = seed >= 300;    // model v2 from seed 300 on
     const Chain chain = test::random_chain(seed, spec);
     const bool nograd = seed % 2 == 0;
     const detail::UnitChain units = detail::make_unit_chain(chain, 1, nograd);
@@ -32,24 +34,29 @@ TEST_CASE("persistent DP equals the top-down recurrence at every memory", "[solv
     const std::int64_t top = store_all_units(chain);
     const detail::PersistentTable table(units, min_memory, top, 1 + static_cast<int>(seed % 2));
     test::ReferenceDp reference(chain, 1, nograd, /*corrected=*/true);
-    for (std::int64_t capacity = 0; capacity <= top + units.x[0]; ++capacity) {
-      const std::int64_t m = capacity - units.x[0];
-      const double expected = reference.solve(capacity);
+    test::ReferenceDp2 reference2(chain, nograd);
+    for (std::int64_t capacity = 0; capacity <= top; ++capacity) {
+      const double expected =
+          spec.partial_keeps ? reference2.solve(capacity) : reference.solve(capacity);
       const bool fits = detail::fits(units, min_memory, capacity);
       INFO("seed " << seed << " capacity " << capacity);
       REQUIRE(fits == !std::isinf(expected));
       ++compared;
       if (!fits) continue;
       ++feasible;
-      REQUIRE(same_value(table.value(0, chain.length(), m), expected));
-      const Sequence sequence = table.rebuild(m);
-      REQUIRE(collapsed_string(sequence) == collapsed_string(reference.sequence(capacity)));
+      REQUIRE(same_value(table.value(0, chain.length(), capacity), expected));
+      const Sequence sequence = table.rebuild(capacity);
+      REQUIRE(collapsed_string(sequence) ==
+              collapsed_string(spec.partial_keeps ? reference2.sequence(capacity)
+                                                  : reference.sequence(capacity)));
+      if (!spec.partial_keeps)
+        REQUIRE(collapsed_string(sequence) == collapsed_string(reference2.sequence(capacity)));
       const Simulation sim = simulate(chain, sequence, TimeModel{nograd});
       REQUIRE(sim.peak_bytes <= capacity);  // unit = 1 byte: capacity is the budget
       REQUIRE(same_value(sim.makespan_ms, expected));
     }
   }
-  CHECK(feasible > 1000);
+  CHECK(feasible > 2000);
   CHECK(compared > feasible);
 }
 
@@ -57,45 +64,52 @@ TEST_CASE("persistent DP equals the top-down recurrence at every memory", "[solv
 // starts, several tiles of segment ends, leaves read from the blocks above and from the block
 // itself, two threads pipelined, and the pruning of leaves and chunks.
 TEST_CASE("persistent DP on long chains equals the top-down recurrence", "[solver]") {
-  int compared = 0;
-  for (std::uint64_t seed = 0; seed < 8; ++seed) {
+  int compared = 0, two_states = 0;
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
     test::RandomChainSpec spec;
     spec.min_length = 30;
     spec.max_length = 50;
     spec.max_bytes = 4;
     spec.integer_times = seed % 2 == 0;
+    spec.partial_keeps = seed >= 8;  // segment starts with two states, in every block
     const Chain chain = test::random_chain(seed + 9000, spec);
     const bool nograd = seed % 3 != 0;
     const detail::UnitChain units = detail::make_unit_chain(chain, 1, nograd);
+    for (int i = 0; i <= chain.length(); ++i) two_states += units.two_states(i) ? 1 : 0;
     const detail::MinMemoryTable min_memory(units);
     const std::int64_t top = store_all_units(chain);
     const detail::PersistentTable one(units, min_memory, top, 1);
     const detail::PersistentTable two(units, min_memory, top, 2);
     const std::int64_t least = min_memory.at(0, chain.length());
-    // Every row, every memory: the threads change nothing.
+    // Every row, both states, every memory: the threads change nothing.
     std::int64_t differences = 0;
     for (int i = 0; i <= chain.length(); ++i)
       for (int l = i; l <= chain.length(); ++l)
         for (std::int64_t m = 0; m <= top; ++m)
-          differences += one.value(i, l, m) == two.value(i, l, m) ? 0 : 1;
+          for (const bool taped : {false, true})
+            differences += one.value(i, l, m, taped) == two.value(i, l, m, taped) ? 0 : 1;
     REQUIRE(differences == 0);
     test::ReferenceDp reference(chain, 1, nograd, /*corrected=*/true);
+    test::ReferenceDp2 reference2(chain, nograd);
     for (int k = 0; k <= 6; ++k) {
-      const std::int64_t m = least + (top - least) * k * k / 36;
-      const std::int64_t capacity = m + units.x[0];
-      const double expected = reference.solve(capacity);
+      const std::int64_t capacity = least + (top - least) * k * k / 36;
+      const double expected =
+          spec.partial_keeps ? reference2.solve(capacity) : reference.solve(capacity);
       INFO("seed " << seed << " L " << chain.length() << " capacity " << capacity);
       REQUIRE(!std::isinf(expected));
-      REQUIRE(same_value(one.value(0, chain.length(), m), expected));
-      const Sequence sequence = two.rebuild(m);
-      REQUIRE(collapsed_string(sequence) == collapsed_string(reference.sequence(capacity)));
+      REQUIRE(same_value(one.value(0, chain.length(), capacity), expected));
+      const Sequence sequence = two.rebuild(capacity);
+      REQUIRE(collapsed_string(sequence) ==
+              collapsed_string(spec.partial_keeps ? reference2.sequence(capacity)
+                                                  : reference.sequence(capacity)));
       const Simulation sim = simulate(chain, sequence, TimeModel{nograd});
       REQUIRE(sim.peak_bytes <= capacity);
       REQUIRE(same_value(sim.makespan_ms, expected));
       ++compared;
     }
   }
-  CHECK(compared == 56);
+  CHECK(compared == 84);
+  CHECK(two_states > 20);
 }
 
 TEST_CASE("the minimum-memory table is exact up to its limit, above it at least the limit",
@@ -105,6 +119,7 @@ TEST_CASE("the minimum-memory table is exact up to its limit, above it at least 
     test::RandomChainSpec spec;
     spec.max_length = 40;
     spec.max_bytes = seed % 2 == 0 ? 50 : 3'000'000'000;  // 32-bit and 64-bit tables
+    spec.partial_keeps = seed % 4 >= 2;
     const Chain chain = test::random_chain(seed + 12000, spec);
     const detail::UnitChain units = detail::make_unit_chain(chain, 1 + seed % 5, true);
     const detail::MinMemoryTable exact(units);
@@ -112,15 +127,16 @@ TEST_CASE("the minimum-memory table is exact up to its limit, above it at least 
     for (const std::int64_t limit : {std::int64_t{0}, top / 3, top - 1, top, 2 * top}) {
       const detail::MinMemoryTable table(units, limit);
       for (int i = 0; i <= chain.length(); ++i)
-        for (int l = i; l <= chain.length(); ++l) {
-          INFO("seed " << seed << " limit " << limit << " row " << i << ", " << l);
-          if (exact.at(i, l) <= limit) {
-            REQUIRE(table.at(i, l) == exact.at(i, l));
-          } else {
-            REQUIRE(table.at(i, l) > limit);
-            ++clamped;
+        for (int l = i; l <= chain.length(); ++l)
+          for (const bool taped : {false, true}) {
+            INFO("seed " << seed << " limit " << limit << " row " << i << ", " << l);
+            if (exact.at(i, l, taped) <= limit) {
+              REQUIRE(table.at(i, l, taped) == exact.at(i, l, taped));
+            } else {
+              REQUIRE(table.at(i, l, taped) > limit);
+              ++clamped;
+            }
           }
-        }
     }
   }
   CHECK(clamped > 1000);

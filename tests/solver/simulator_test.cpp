@@ -12,19 +12,10 @@ namespace {
 Chain four_stages() {
   Chain chain = test::uniform_chain(4, 100, 1.0, 2.0);
   for (Stage& stage : chain.stages) {
-    stage.saved_bytes = 200;
+    stage.state_bytes = 100;
     stage.fwd_nograd_ms = 0.5;
   }
   return chain;
-}
-
-std::size_t failing_op(const Chain& chain, const std::string& sequence) {
-  try {
-    simulate(chain, parse_sequence(sequence, chain.length()));
-  } catch (const InvalidSequenceError& error) {
-    return error.op_index();
-  }
-  return static_cast<std::size_t>(-1);
 }
 
 }  // namespace
@@ -38,7 +29,7 @@ TEST_CASE("a replay by hand: live memory after each operation", "[solver]") {
   const std::vector<std::int64_t> during = {200, 300, 300, 500, 600, 700,
                                             500, 600, 400, 600, 700, 500};
   const std::vector<std::int64_t> after = {200, 200, 300, 500, 600, 300,
-                                           500, 200, 400, 600, 400, 100};
+                                           500, 200, 400, 600, 400, 200};
   REQUIRE(sim.trace.size() == during.size());
   for (std::size_t k = 0; k < during.size(); ++k) {
     INFO("op " << k << " " << sim.trace[k].op.str());
@@ -51,11 +42,12 @@ TEST_CASE("a replay by hand: live memory after each operation", "[solver]") {
   CHECK(simulate(chain, sequence, TimeModel{false}).makespan_ms == Approx(1.0 * 7 + 2.0 * 4));
   CHECK(sim.nograd_forwards == 3);
   CHECK(sim.grad_forwards == 4);
-  // The breakdown at B_3: x_0, x_2 (checkpoints) and x_3 (B_3's input), xbar_4 saved, y_4 and
-  // y_3 gradients. B_0 frees x_0 too: only y_0 remains.
+  // The breakdown at B_3: x_0 and x_2 are checkpoints; stage 3 keeps its input x_3, its output
+  // x_4 and 100 bytes of state; y_4 and y_3 are gradients. After B_0, x_0 (the caller's) and y_0
+  // remain.
   const MemoryBreakdown& b3 = sim.trace[5].during;
-  CHECK(b3.checkpoint_bytes == 300);
-  CHECK(b3.saved_bytes == 200);
+  CHECK(b3.checkpoint_bytes == 200);
+  CHECK(b3.saved_bytes == 300);
   CHECK(b3.gradient_bytes == 200);
   CHECK(b3.temporary_bytes == 0);
 }
@@ -94,24 +86,63 @@ TEST_CASE("invalid sequences name the operation and the reason", "[solver]") {
   CHECK_THAT(message("Fe_0..3 L L"), Contains("the loss was already computed"));
   CHECK_THAT(message("CF_0 Fn_1..3 L B_3"), Contains("stage 3 holds no autograd state"));
   CHECK_THAT(message("Fe_0 Fe_0"), Contains("operation 1 (Fe_0): stage 0 already holds"));
-  CHECK_THAT(message("CF_0 CF_0"), Contains("operation 1 (CF_0): x_1 is already in memory"));
+  CHECK_THAT(message("Fe_0 L"), Contains("operation 1 (L): the output x_4 is not in memory"));
   CHECK_THAT(message("Fe_0..3 L B_3..0 Fe_0"),
              Contains("operation 9 (Fe_0): operations after B_0"));
   CHECK_THAT(message("Fe_0..3 L B_3 Fe_3"), Contains("stage 3 was already backpropagated"));
   CHECK_THAT(message("Fe_7"), Contains("stage 7 is outside the chain's stages 0..3"));
-  // Fn frees its input: recomputing from it is then impossible.
-  CHECK(failing_op(chain, "CF_0 Fn_1 Fn_2 Fe_1") == 3);
+  // An input that no operation made.
+  CHECK_THAT(message("CF_0 Fe_2"), Contains("operation 1 (Fe_2): its input x_2 is not in memory"));
 }
 
 TEST_CASE("what frees what", "[solver]") {
   const Chain chain = four_stages();
-  // A checkpoint kept by CF_1 survives a later Fn_1 ...
-  CHECK_NOTHROW(simulate(
-      chain, parse_sequence("CF_0 CF_1 Fn_2 Fe_3 L B_3 Fn_1 Fe_2 B_2 Fe_1 B_1 Fe_0 B_0", 4)));
-  // ... while x_2 produced by Fn_1 and consumed by Fn_2 is gone.
-  CHECK(failing_op(chain, "CF_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_2") == 6);
-  // The input x_0 belongs to the caller: Fn_0 does not free it.
-  CHECK_NOTHROW(simulate(chain, parse_sequence("Fn_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0..2 B_2..0", 4)));
+  // Values stay while a later operation reads them: x_1 from CF_0 serves Fn_1 and, later, Fe_1
+  // (nothing makes x_1 again in between), so it is held across the whole first sweep.
+  const Simulation kept =
+      simulate(chain, parse_sequence("CF_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_2 B_2 Fe_1 B_1 Fe_0 B_0", 4));
+  const Simulation dropped = simulate(
+      chain, parse_sequence("CF_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0 Fe_1 Fe_2 B_2 B_1 B_0", 4));
+  CHECK(kept.trace[2].live_after_bytes == 400);     // x_0, x_1, x_3 and ... x_2 dropped
+  CHECK(dropped.trace[2].live_after_bytes == 200);  // x_0 and x_3: x_1 is made again by Fe_0
+  // The input x_0 belongs to the caller: nothing frees it.
+  const Simulation input = simulate(chain, parse_sequence("Fn_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0..2 B_2..0", 4));
+  CHECK(input.trace.back().live_after_bytes == 200);  // x_0 and y_0
+}
+
+TEST_CASE("a storage counts once, whoever holds it", "[solver]") {
+  // Stage 0 keeps its output, stage 1 keeps its input: the same tensor, counted once. The mask
+  // (no gradient) is carried from x_1 to x_2 by stage 1 and kept by stages 1 and 2: one
+  // storage.
+  Chain chain;
+  chain.set_input(10, false);
+  Stage a;
+  a.outputs = {Member{100}, Member{4, false}};
+  a.saved_outputs = {0};
+  Stage b;
+  b.outputs = {Member{50}, Member{4, false, 1}};  // passes the mask on
+  b.saved_inputs = {0, 1};
+  b.state_bytes = 7;
+  Stage c;
+  c.outputs = {Member{20}};
+  c.saved_inputs = {1};  // keeps only the mask
+  chain.stages = {a, b, c};
+  chain.validate();
+  const Simulation sim = simulate(chain, parse_sequence("Fe_0..2 L B_2..0", 3));
+  // Fe_0: x_0, x_1 = 10 + 104. Fe_1: + x_2 (50, its mask is x_1's) + 7; x_1 stays (kept by both).
+  CHECK(sim.trace[0].during.total() == 114);
+  CHECK(sim.trace[1].during.total() == 114 + 50 + 7);
+  // Fe_2: + x_3 (20); x_2's new member (50) is dropped after: no one keeps it.
+  CHECK(sim.trace[2].during.total() == 171 + 20);
+  CHECK(sim.trace[2].live_after_bytes == 171 + 20 - 50);
+  // L: + y_3 (20); then x_3 goes (stage 2 does not keep its output). B_2: + y_2, only the 50
+  // of the differentiable member.
+  CHECK(sim.trace[3].during.total() == 141 + 20);
+  CHECK(sim.trace[3].live_after_bytes == 141);
+  CHECK(sim.trace[4].during.total() == 141 + 50);
+  // B_0: no y_0 (the input has no gradient).
+  CHECK(sim.trace.back().during.gradient_bytes == 100);
+  CHECK(sim.trace.back().live_after_bytes == 10);
 }
 
 TEST_CASE("sequences print collapsed and parse back", "[solver]") {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "remat/solver/chain.h"
 
@@ -18,6 +19,11 @@ struct RandomChainSpec {
   bool nograd_times = true;            // fwd_nograd_ms given (and different)
   bool integer_times = false;          // whole-millisecond times (many exact ties)
   std::int64_t max_fwd_tmp_bytes = 0;  // 0: as max_bytes
+  /// Cost model v2: tuples of 1 to 3 members, members without gradient, stages that keep
+  /// only some of their input and output members. Off: every stage keeps all (model v1).
+  bool partial_keeps = false;
+  /// With partial_keeps: stages may carry input members on unchanged.
+  bool carried = false;
 };
 
 /// A random chain; same seed, same chain.
@@ -32,15 +38,55 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
   };
   Chain chain;
   chain.name = "random-" + std::to_string(seed);
-  chain.input_bytes = uniform(0, spec.max_bytes);
+  auto bytes = [&]() { return uniform(0, 7) == 0 ? 0 : uniform(1, spec.max_bytes); };
+  // A random subset of 0..n-1, in increasing order.
+  auto subset = [&](std::size_t n, int percent) {
+    std::vector<int> out;
+    for (std::size_t k = 0; k < n; ++k)
+      if (uniform(0, 99) < percent) out.push_back(static_cast<int>(k));
+    return out;
+  };
+  if (spec.partial_keeps) {
+    chain.inputs.clear();
+    const auto members = uniform(1, 2);
+    for (std::int64_t k = 0; k < members; ++k) chain.inputs.push_back(Member{bytes(), uniform(0, 2) != 0});
+  } else {
+    chain.set_input(uniform(0, spec.max_bytes));
+  }
   const int length = static_cast<int>(uniform(spec.min_length, spec.max_length));
   for (int i = 0; i < length; ++i) {
+    const double fwd_ms = time(), bwd_ms = time();
     Stage stage;
+    if (spec.partial_keeps) {
+      const std::vector<Member>& input = chain.members(i);
+      const auto fresh = uniform(1, 2);
+      std::vector<bool> carried(input.size(), false);
+      for (std::int64_t k = 0; k < fresh; ++k) {
+        // The last stage's output needs a gradient for the loss.
+        const bool grad = i + 1 == length || uniform(0, 3) != 0;
+        stage.outputs.push_back(Member{bytes(), grad});
+        if (spec.carried && uniform(0, 1) == 0) {
+          const auto from = static_cast<std::size_t>(uniform(0, static_cast<std::int64_t>(input.size()) - 1));
+          if (!carried[from]) {
+            carried[from] = true;
+            Member member = input[from];
+            member.carried_from = static_cast<int>(from);
+            stage.outputs.push_back(member);
+          }
+        }
+      }
+      stage.saved_inputs = subset(input.size(), 60);
+      for (std::size_t k = 0; k < stage.outputs.size(); ++k)
+        if (!stage.outputs[k].carried() && uniform(0, 99) < 50)
+          stage.saved_outputs.push_back(static_cast<int>(k));
+      stage.state_bytes = uniform(0, 2) == 0 ? 0 : uniform(0, 2 * spec.max_bytes);
+    } else {
+      const std::int64_t out = bytes();
+      stage = Stage::keeping_all("", out, out + (uniform(0, 2) == 0 ? 0 : uniform(0, 2 * spec.max_bytes)));
+    }
     stage.name = "s" + std::to_string(i);
-    stage.fwd_ms = time();
-    stage.bwd_ms = time();
-    stage.out_bytes = uniform(0, 7) == 0 ? 0 : uniform(1, spec.max_bytes);
-    stage.saved_bytes = stage.out_bytes + (uniform(0, 2) == 0 ? 0 : uniform(0, 2 * spec.max_bytes));
+    stage.fwd_ms = fwd_ms;
+    stage.bwd_ms = bwd_ms;
     if (spec.temporaries) {
       const std::int64_t max_fwd_tmp =
           spec.max_fwd_tmp_bytes > 0 ? spec.max_fwd_tmp_bytes : spec.max_bytes;
@@ -59,14 +105,11 @@ inline Chain uniform_chain(int length, std::int64_t bytes = 10, double fwd_ms = 
                            double bwd_ms = 2.0) {
   Chain chain;
   chain.name = "uniform-" + std::to_string(length);
-  chain.input_bytes = bytes;
+  chain.set_input(bytes);
   for (int i = 0; i < length; ++i) {
-    Stage stage;
-    stage.name = "s" + std::to_string(i);
+    Stage stage = Stage::keeping_all("s" + std::to_string(i), bytes, bytes);
     stage.fwd_ms = fwd_ms;
     stage.bwd_ms = bwd_ms;
-    stage.out_bytes = bytes;
-    stage.saved_bytes = bytes;
     chain.stages.push_back(stage);
   }
   return chain;

@@ -1,5 +1,6 @@
 #pragma once
-/// The chain cost model (docs/cost-model.md) and its JSON file format, `remat-chain/1`.
+/// The chain cost model (docs/cost-model.md) and its JSON file format, `remat-chain/2`
+/// (`remat-chain/1` files still load).
 
 #include <cstdint>
 #include <optional>
@@ -9,12 +10,28 @@
 
 namespace remat {
 
-/// Format tag written in and required from every chain file.
-inline constexpr const char* kChainFormat = "remat-chain/1";
+/// Format tag written in every chain file, and the older one that still loads.
+inline constexpr const char* kChainFormat = "remat-chain/2";
+inline constexpr const char* kChainFormatV1 = "remat-chain/1";
 
 /// Largest byte count a chain may hold in one field (2^50 bytes = 1 PiB): sums of a few
 /// thousand such numbers still fit in int64, and JSON readers keep them exact.
 inline constexpr std::int64_t kMaxChainBytes = std::int64_t{1} << 50;
+
+/// One tensor of an activation x_k (activations are tuples of tensors). Either a new storage
+/// of `bytes` bytes, or a tensor of the previous activation passed on unchanged (a skip
+/// carried over a stage): then it is that storage, counted once, not a copy.
+struct Member {
+  /// Counted size of its storage.
+  std::int64_t bytes = 0;
+  /// Whether it has a gradient (floating point, requiring grad); integer ids and boolean masks
+  /// do not.
+  bool grad = true;
+  /// -1 for a new tensor; else the index, in the stage's input x_i, of the member it is.
+  int carried_from = -1;
+
+  bool carried() const { return carried_from >= 0; }
+};
 
 /// One stage of a chain: maps x_i to x_{i+1}. Times in milliseconds, sizes in bytes.
 struct Stage {
@@ -23,10 +40,16 @@ struct Stage {
   double fwd_ms = 0;
   /// Backward time (the `B` operation).
   double bwd_ms = 0;
-  /// Size of the output x_{i+1}; its gradient has the same size.
-  std::int64_t out_bytes = 0;
-  /// Everything the stage keeps alive when run with autograd, its output included.
-  std::int64_t saved_bytes = 0;
+  /// The members of the output x_{i+1}, in order. A carried member repeats its source's
+  /// `bytes` and `grad` (Chain::validate checks it; the file format fills them in).
+  std::vector<Member> outputs;
+  /// Members of the input x_i that the stage's backward keeps (indices into x_i).
+  std::vector<int> saved_inputs;
+  /// New members of the output x_{i+1} that the stage's backward keeps (indices into
+  /// `outputs`).
+  std::vector<int> saved_outputs;
+  /// What the backward keeps besides those members: masks, statistics, intermediates.
+  std::int64_t state_bytes = 0;
   /// Transient peak during the forward, above what the model already counts.
   std::int64_t fwd_tmp_bytes = 0;
   /// Transient peak during the backward, above what the model already counts.
@@ -36,21 +59,43 @@ struct Stage {
 
   /// The time of a forward without autograd: `fwd_nograd_ms` if given, else `fwd_ms`.
   double nograd_ms() const { return fwd_nograd_ms.value_or(fwd_ms); }
+  /// Bytes of the output x_{i+1}, carried members included.
+  std::int64_t out_bytes() const;
+  /// Bytes the stage's autograd state holds beyond its input: state_bytes plus the saved
+  /// output members (model v1's `saved_bytes` for a stage that keeps its whole output).
+  std::int64_t kept_bytes() const;
+
+  /// A stage with one differentiable output of `out_bytes` whose backward keeps its whole
+  /// input and output plus `saved_bytes - out_bytes` more: the only kind of stage of model v1
+  /// (`remat-chain/1`), where `saved_bytes` counts the output. Example:
+  /// `Stage::keeping_all("conv1", 4096, 8192)`.
+  static Stage keeping_all(std::string name, std::int64_t out_bytes, std::int64_t saved_bytes);
 };
 
 /// A chain of L stages; x_0 is the input, x_L the output fed to the loss.
 struct Chain {
   std::string name;
-  /// Size of the input x_0 (and of its gradient).
-  std::int64_t input_bytes = 0;
+  /// The members of the input x_0 (none is carried). The caller holds them for the whole step.
+  std::vector<Member> inputs;
+  /// Tensors every stage sees, given once per step and held by the caller (an attention
+  /// mask, position ids): counted once, for the whole step; they have no gradient.
+  std::int64_t context_bytes = 0;
   std::vector<Stage> stages;
   /// Transient peak of the loss computation and its backward.
   std::int64_t loss_tmp_bytes = 0;
 
   /// Number of stages L.
   int length() const { return static_cast<int>(stages.size()); }
-  /// Size of x_k for 0 <= k <= L: the input for k = 0, else stages[k-1].out_bytes.
+  /// The members of x_k, 0 <= k <= L.
+  const std::vector<Member>& members(int k) const;
+  /// Size of x_k for 0 <= k <= L, carried members included.
   std::int64_t activation_bytes(int k) const;
+  /// Size of the gradient y_k: the members of x_k that have one.
+  std::int64_t gradient_bytes(int k) const;
+  /// Size of the input x_0.
+  std::int64_t input_bytes() const { return activation_bytes(0); }
+  /// Sets x_0 to one tensor of `bytes`, with a gradient or not.
+  void set_input(std::int64_t bytes, bool grad = true);
   /// Time of store-all: every forward with autograd, then every backward.
   double store_all_ms() const;
 
@@ -65,11 +110,12 @@ class ChainError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-/// Parses and validates a `remat-chain/1` document; `source` names it in error messages.
+/// Parses and validates a `remat-chain/2` or `remat-chain/1` document; `source` names it in
+/// error messages. A version 1 stage becomes Stage::keeping_all (what model v1 assumed).
 Chain parse_chain(const std::string& json_text, const std::string& source = "chain");
 /// Reads and validates a chain file. Throws ChainError (file missing, not JSON, invalid).
 Chain load_chain(const std::string& path);
-/// Serializes a chain as a `remat-chain/1` document (2-space indented JSON).
+/// Serializes a chain as a `remat-chain/2` document (2-space indented JSON).
 std::string chain_to_json(const Chain& chain);
 /// Writes a chain file atomically: a temporary file in the same folder, then a rename, so a
 /// failure leaves no half-written file. Throws std::runtime_error on I/O failure.

@@ -1,0 +1,172 @@
+// The dynamic program and the simulator against an independent exhaustive search
+// (exhaustive_oracle.h) on small chains of both cost models: every storage counted once,
+// stages that keep only part of their input and output, members without gradient, and
+// carried members (where the dynamic program is allowed to be conservative, never to overrun).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "detail.h"
+#include "exhaustive_oracle.h"
+#include "remat/solver/simulator.h"
+#include "remat/solver/solver.h"
+#include "test_chains.h"
+
+namespace remat {
+namespace {
+
+// The DP's optimum in exact bytes for a budget, +inf if it finds nothing.
+double dp_value(const Chain& chain, std::int64_t budget, Sequence* sequence = nullptr) {
+  const detail::UnitChain units = detail::make_unit_chain(chain, 1, true);
+  const detail::MinMemoryTable min_memory(units, budget);
+  if (!detail::fits(units, min_memory, budget)) return test::ExhaustiveOracle::kInf;
+  const std::int64_t frame = budget - units.context;
+  const detail::PersistentTable table(units, min_memory, frame, 1);
+  if (sequence) *sequence = table.rebuild(frame);
+  return table.value(0, chain.length(), frame);
+}
+
+bool same_time(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
+}
+
+struct Checked {
+  int chains = 0;
+  int sequences = 0;
+  int budgets = 0;
+  int conservative = 0;   // budgets where the DP was slower than the nested optimum (carried)
+  int beaten = 0;         // budgets where a sequence outside the nested form was faster
+  double worst_ratio = 1;  // largest nested optimum / global optimum
+};
+
+// For a chain: every sequence of rotor's nested form replays in the simulator with the peak and
+// time of the oracle's own bookkeeping; at every budget from below the least feasible one to
+// the store-all peak, the DP's value equals the best nested sequence that fits (with carried
+// members: at least it, and its own sequence fits), and no sequence at all is faster than the
+// exhaustive search (with `global`).
+void check_chain(const Chain& chain, bool exact, bool global, Checked& checked) {
+  INFO(chain_to_json(chain));
+  const test::ExhaustiveOracle oracle(chain);
+  std::vector<std::pair<std::int64_t, double>> nested;
+  for (const Sequence& sequence : oracle.nested_sequences()) {
+    INFO(collapsed_string(sequence));
+    const auto [peak, time] = oracle.evaluate(sequence);
+    const Simulation sim = simulate(chain, sequence);
+    CHECK(sim.peak_bytes == peak);
+    CHECK(same_time(sim.makespan_ms, time));
+    nested.emplace_back(peak, time);
+    ++checked.sequences;
+  }
+  std::int64_t minimum = nested.front().first;
+  for (const auto& [peak, time] : nested) minimum = std::min(minimum, peak);
+  const std::int64_t top = store_all_peak(chain);
+  REQUIRE(minimum <= top);
+  ++checked.chains;
+  const std::int64_t step = std::max<std::int64_t>(1, (top - minimum) / 6);
+  for (std::int64_t budget = std::max<std::int64_t>(0, minimum - 1); budget <= top;
+       budget += budget < minimum + 2 ? 1 : step) {
+    INFO("budget " << budget);
+    double best = test::ExhaustiveOracle::kInf;
+    for (const auto& [peak, time] : nested)
+      if (peak <= budget) best = std::min(best, time);
+    Sequence sequence;
+    const double got = dp_value(chain, budget, &sequence);
+    ++checked.budgets;
+    if (exact) {
+      CHECK(same_time(got, best));
+    } else {
+      CHECK((std::isinf(got) || got >= best - 1e-9 * std::max(1.0, best)));
+      if (!same_time(got, best)) ++checked.conservative;
+    }
+    if (!std::isinf(got)) {
+      INFO("dp: " << collapsed_string(sequence));
+      const Simulation sim = simulate(chain, sequence);
+      CHECK(sim.peak_bytes <= budget);
+      CHECK(same_time(sim.makespan_ms, got));
+    }
+    if (!global) continue;
+    const auto [fastest, path] = oracle.solve(budget);
+    if (std::isinf(fastest)) {
+      CHECK(std::isinf(best));
+      continue;
+    }
+    INFO("oracle: " << collapsed_string(path));
+    const Simulation replay = simulate(chain, path);
+    CHECK(replay.peak_bytes <= budget);
+    CHECK(same_time(replay.makespan_ms, fastest));
+    CHECK(fastest <= best + 1e-9 * std::max(1.0, best));
+    if (!same_time(fastest, best)) {
+      ++checked.beaten;
+      if (!std::isinf(best)) checked.worst_ratio = std::max(checked.worst_ratio, best / fastest);
+    }
+  }
+}
+
+test::RandomChainSpec spec_of(int max_length, bool partial, bool carried) {
+  test::RandomChainSpec spec;
+  spec.max_length = max_length;
+  spec.max_bytes = 12;
+  spec.partial_keeps = partial;
+  spec.carried = carried;
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("the DP is the best nested schedule on chains of model v1", "[solver][oracle]") {
+  Checked checked;
+  for (std::uint64_t seed = 0; seed < 300; ++seed)
+    check_chain(test::random_chain(seed, spec_of(seed % 2 == 0 ? 5 : 4, false, false)), true,
+                seed % 3 == 0, checked);
+  CHECK(checked.chains == 300);
+  CHECK(checked.budgets > 2000);
+  CHECK(checked.sequences > 15000);
+}
+
+TEST_CASE("the DP is the best nested schedule when stages keep part of their input and output",
+          "[solver][oracle]") {
+  Checked checked;
+  for (std::uint64_t seed = 0; seed < 500; ++seed) {
+    test::RandomChainSpec spec = spec_of(seed % 2 == 0 ? 5 : 4, true, false);
+    spec.integer_times = seed % 4 == 0;
+    check_chain(test::random_chain(1000 + seed, spec), true, seed % 3 == 0, checked);
+  }
+  CHECK(checked.chains == 500);
+  CHECK(checked.budgets > 3000);
+  CHECK(checked.sequences > 25000);
+}
+
+TEST_CASE("with carried members the DP never overruns and is never faster than possible",
+          "[solver][oracle]") {
+  Checked checked;
+  for (std::uint64_t seed = 0; seed < 300; ++seed)
+    check_chain(test::random_chain(5000 + seed, spec_of(seed % 2 == 0 ? 5 : 4, true, true)),
+                false, seed % 3 == 0, checked);
+  CHECK(checked.chains == 300);
+  CHECK(checked.budgets > 2000);
+  // The DP counts a carried member once per activation it is in: it must be conservative
+  // somewhere, or these chains do not exercise carrying.
+  CHECK(checked.conservative > 0);
+}
+
+// Not run by default: how often a schedule outside rotor's nested form beats the DP, for
+// docs/algorithms.md. `remat_solver_tests "[.gap]" -s`
+TEST_CASE("how far the nested optimum is from the global one", "[.gap]") {
+  for (const bool partial : {false, true}) {
+    Checked checked;
+    for (std::uint64_t seed = 0; seed < 400; ++seed)
+      check_chain(test::random_chain(20000 + seed, spec_of(5, partial, false)), true, true,
+                  checked);
+    std::printf("%s: %d chains, %d budgets, a faster non-nested schedule at %d (%.1f%%), "
+                "nested optimum at most %.3f x the global one\n",
+                partial ? "model v2" : "model v1", checked.chains, checked.budgets,
+                checked.beaten, 100.0 * checked.beaten / checked.budgets, checked.worst_ratio);
+  }
+}
+
+}  // namespace remat
