@@ -1,15 +1,17 @@
-// The chain profiler. Definitions of what is measured, for stage i with input x (a leaf that
-// requires grad, allocated before the stage runs), all in bytes of tensor storage counted by
-// the device's MemoryTracker, in its units (counted_bytes: on CUDA each storage is a block of a
-// multiple of 512 bytes) (docs/cost-model.md, "Measuring a chain"):
-//   saved         = live after the forward with autograd - live before (output included,
-//                   input excluded), at least out_bytes; the stage keeps its input and output
-//                   and saved - out_bytes of state (Stage::keeping_all);
-//   out_bytes     = counted bytes of the output's storage (of its data when it is a view of x);
-//   fwd_tmp_bytes = the larger of (peak during the forward with autograd - live after it)
-//                   and (peak during the forward without autograd - live after it);
-//   bwd_tmp_bytes = peak during the backward - (live before it + the bytes of the output's
-//                   gradient, made inside the graph + the bytes of x's gradient).
+// The chain profiler. Definitions of what is measured for stage i, whose input x is handed
+// over as the runtime hands it (stage_input.h: a copy of x made before the measurement, not a
+// leaf, with a sink for its gradient), all in bytes of tensor storage counted by the device's
+// MemoryTracker, in its units (counted_bytes: on CUDA each storage is a block of a multiple of
+// 512 bytes) (docs/cost-model.md, "Measuring a chain"):
+//   output bytes   = counted bytes of the output's storage (of its data when it is a view of x);
+//   saved_inputs   = {0} if x's storage outlives our handle on it (the graph saved it), else {};
+//   saved_outputs  = {0} if the output's storage outlives our handle on it, else {};
+//   state_bytes    = live once our handles are gone - live before the forward, less the kept
+//                    output, plus x when the graph let it go;
+//   fwd_tmp_bytes  = the larger of (peak during the forward with autograd - live after it)
+//                    and (peak during the forward without autograd - live after it);
+//   bwd_tmp_bytes  = peak during the backward, run from the output's graph edge with a
+//                    gradient the engine alone holds - (live before it + x's gradient).
 // and, with a loss function, for the chain's output x_L (a leaf that requires grad):
 //   loss_tmp_bytes = peak during the loss's forward and backward - (live before it + the
 //                    bytes of x_L's gradient y_L).
@@ -19,6 +21,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Type.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -30,6 +33,7 @@
 
 #include "remat/profiler/generator_state.h"
 #include "remat/profiler/profiler.h"
+#include "remat/profiler/stage_input.h"
 
 namespace remat {
 namespace {
@@ -175,6 +179,12 @@ struct Runner {
   }
 };
 
+bool has_trainable_parameters(const NamedStage& stage) {
+  for (const auto& p : stage.module.ptr()->parameters())
+    if (p.requires_grad()) return true;
+  return false;
+}
+
 bool shares_storage(const torch::Tensor& a, const torch::Tensor& b) {
   return a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
 }
@@ -251,6 +261,9 @@ std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential) {
 
 Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& sample,
                 const ProfileOptions& options) {
+  using detail::run_backward;
+  using detail::stage_input;
+  using detail::StageInput;
   const auto started = Clock::now();
   if (stages.empty()) throw ProfileError("the chain has no stages: nothing to profile");
   if (!sample.defined()) throw ProfileError("the sample input is an undefined tensor");
@@ -282,7 +295,10 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
     result.chain.name = name.str();
   }
   torch::Tensor x = sample.detach().clone();
-  result.chain.set_input(storage_bytes({x}));
+  // The chain's input has a gradient if the sample wants one (plain autograd computes none for
+  // a batch of images, and neither does the runtime).
+  const bool input_grad = sample.requires_grad();
+  result.chain.set_input(storage_bytes({x}), input_grad);
 
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
@@ -290,85 +306,107 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
     const Runner run{named, i};
     Stage stage;
     stage.name = named.name;
-    const torch::Tensor input = x.detach().requires_grad_(true);
+    const bool wants_grad = i > 0 || input_grad;
     synchronize(device);
 
     // Forward without autograd first: x_{i+1} for the next stage, and a check that the stage
-    // leaves its input alone (with autograd, an in-place change of a leaf is refused anyway).
+    // leaves its input alone (with autograd, an in-place change of the input is refused).
     torch::Tensor next;
     std::int64_t nograd_tmp = 0;
     {
       torch::NoGradGuard no_grad;
       PeakScope scope(tracker);
-      next = run(input);
+      next = run(x);
       synchronize(device);
       nograd_tmp = scope.peak_above_start() - scope.live_above_start();
     }
 
-    // Forward with autograd: what it keeps, its transient peak.
-    torch::Tensor out;
-    std::int64_t saved = 0, fwd_tmp = 0;
+    // Forward with autograd, on a copy of the input (its own storage, made before the
+    // measurement) handed over as the runtime hands it (stage_input.h). Then our handles on
+    // the input and the output go: what stays alive is what the stage's graph keeps.
+    StageInput input = stage_input(x.clone(), wants_grad);
+    const std::int64_t in_bytes = storage_bytes({input.tensor});
+    const c10::weak_intrusive_ptr<c10::StorageImpl> in_storage =
+        input.tensor.storage().getWeakStorageImpl();
+    torch::autograd::Edge edge;
+    std::int64_t out_bytes = 0, kept = 0, fwd_tmp = 0;
+    bool out_grad = false, view_of_input = false;
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> out_storage;
+    torch::TensorOptions out_options;
+    std::vector<std::int64_t> out_shape;
     {
       PeakScope scope(tracker);
-      out = run(input);
+      torch::Tensor out = run(input.tensor);
       synchronize(device);
-      saved = scope.live_above_start();
-      fwd_tmp = scope.peak_above_start() - saved;
-    }
-    if (!out.requires_grad())
-      throw ProfileError(describe(i, named.name) +
-                         " returned a tensor that does not require grad: its backward cannot "
-                         "reach its input or parameters (is it detached?)");
-    const bool view_of_input = shares_storage(out, input);
-    const std::int64_t out_bytes = view_of_input
-                                       ? tracker.counted_bytes(out.numel() * out.element_size())
-                                       : storage_bytes({out});
-    // Model v1's measurement: the stage keeps its input (a leaf's AccumulateGrad holds it) and
-    // its output, plus what it allocated besides.
-    const std::string name = stage.name;
-    stage = Stage::keeping_all(name, out_bytes, std::max(saved, out_bytes));
-    stage.fwd_tmp_bytes = std::max<std::int64_t>({0, fwd_tmp, nograd_tmp});
-    result.output_shapes.push_back(out.sizes().vec());
-
-    // Backward. The gradient y_{i+1} is made inside the graph, by a weighted sum of the
-    // output, and nothing else holds it or the output: autograd frees both as soon as they
-    // are used, as it does in a chain (holding them would overstate the transient).
-    {
-      const torch::Tensor weight = torch::ones_like(out, at::MemoryFormat::Contiguous);
-      torch::Tensor loss = (out * weight).sum();
+      fwd_tmp = scope.peak_above_start() - scope.live_above_start();
+      out_grad = out.requires_grad();
+      if (!out_grad && (wants_grad || has_trainable_parameters(named)))
+        throw ProfileError(describe(i, named.name) +
+                           " returned a tensor that does not require grad: its backward cannot "
+                           "reach its input or parameters (is it detached?)");
+      view_of_input = shares_storage(out, input.tensor);
+      out_bytes = view_of_input ? tracker.counted_bytes(out.numel() * out.element_size())
+                                : storage_bytes({out});
+      out_storage = out.storage().getWeakStorageImpl();
+      out_options = out.options();
+      out_shape = out.sizes().vec();
+      if (out_grad) edge = torch::autograd::impl::gradient_edge(out);
       out = torch::Tensor();
+      input.tensor = torch::Tensor();
+      kept = scope.live_above_start();
+    }
+    // A view of the input is the input's storage: it counts as the input, kept or not, and
+    // its output member as new bytes (an overstatement while both are live).
+    const bool keeps_input = in_storage.use_count() > 0;
+    const bool keeps_output = !view_of_input && out_storage->use_count() > 0;
+    stage.outputs = {Member{out_bytes, out_grad}};
+    if (keeps_input) stage.saved_inputs = {0};
+    if (keeps_output) stage.saved_outputs = {0};
+    // kept = (kept output) + state - (the input, if the graph let it go).
+    stage.state_bytes = std::max<std::int64_t>(
+        0, kept - (keeps_output ? out_bytes : 0) + (keeps_input ? 0 : in_bytes));
+    stage.fwd_tmp_bytes = std::max<std::int64_t>({0, fwd_tmp, nograd_tmp});
+    result.output_shapes.push_back(out_shape);
+
+    // Backward, from the output's graph edge, with a gradient y_{i+1} of ones that the engine
+    // alone holds (freed once used, as inside a chain).
+    if (edge.is_valid()) {
+      torch::Tensor grad = torch::ones(out_shape, out_options.requires_grad(false));
       synchronize(device);
       PeakScope scope(tracker);
       try {
-        torch::autograd::backward({loss}, {});
+        run_backward(std::move(edge), std::move(grad));
       } catch (const c10::OutOfMemoryError&) {
         throw;
       } catch (const std::exception& error) {
         throw ProfileError(describe(i, named.name) + ": backward failed: " + error.what());
       }
       synchronize(device);
-      const std::int64_t input_grad = storage_bytes({input.grad()});
-      stage.bwd_tmp_bytes = std::max<std::int64_t>(
-          0, scope.peak_above_start() - out_bytes - input_grad);
+      const std::int64_t input_grad_bytes =
+          input.sink ? storage_bytes({input.sink->gradient}) : 0;
+      stage.bwd_tmp_bytes =
+          std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
     }
-    input.mutable_grad() = torch::Tensor();
+    input.sink.reset();
     if (options.measure_time()) {
-      torch::Tensor kept;
+      const torch::Tensor timing = x.detach().requires_grad_(wants_grad);
+      torch::Tensor kept_out;
       stage.fwd_ms = time_ms(
-          options, device, [] {}, [&] { kept = run(input); });
-      kept = torch::Tensor();
+          options, device, [] {}, [&] { kept_out = run(timing); });
+      kept_out = torch::Tensor();
       {
         torch::NoGradGuard no_grad;
         stage.fwd_nograd_ms = time_ms(
-            options, device, [] {}, [&] { kept = run(input); });
-        kept = torch::Tensor();
+            options, device, [] {}, [&] { kept_out = run(timing); });
+        kept_out = torch::Tensor();
       }
-      torch::Tensor grad_out = torch::ones_like(next, at::MemoryFormat::Contiguous);
-      stage.bwd_ms = time_ms(
-          options, device, [&] { kept = run(input); },
-          [&] { torch::autograd::backward({kept}, {grad_out}); });
-      kept = torch::Tensor();
-      input.mutable_grad() = torch::Tensor();
+      if (out_grad) {
+        torch::Tensor grad_out = torch::ones_like(next, at::MemoryFormat::Contiguous);
+        stage.bwd_ms = time_ms(
+            options, device, [&] { kept_out = run(timing); },
+            [&] { torch::autograd::backward({kept_out}, {grad_out}); });
+        kept_out = torch::Tensor();
+      }
     }
     result.chain.stages.push_back(stage);
     x = next;
@@ -403,4 +441,34 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
   return result;
 }
 
+namespace detail {
+
+namespace {
+// The root of a stage's backward: hands over the gradient it holds, once, to the output's
+// grad_fn. The engine starts it with an empty seed (what it is given as root inputs stays
+// referenced by the caller until the backward ends: zero bytes, not the gradient).
+struct GradientSource : torch::autograd::Node {
+  GradientSource(torch::autograd::Edge next, torch::Tensor gradient)
+      : torch::autograd::Node(torch::autograd::edge_list{std::move(next)}),
+        gradient_(std::move(gradient)) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&&) override {
+    torch::autograd::variable_list out{std::move(gradient_)};
+    gradient_ = torch::Tensor();
+    return out;
+  }
+  std::string name() const override { return "remat::GradientSource"; }
+  torch::Tensor gradient_;
+};
+}  // namespace
+
+void run_backward(torch::autograd::Edge edge, torch::Tensor gradient) {
+  const torch::Tensor seed = torch::empty({0}, gradient.options().requires_grad(false));
+  auto source = std::make_shared<GradientSource>(std::move(edge), std::move(gradient));
+  source->add_input_metadata(seed);
+  torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::Edge(std::move(source), 0)}, {seed}, /*keep_graph=*/false,
+      /*create_graph=*/false, /*accumulate_grad=*/true);
+}
+
+}  // namespace detail
 }  // namespace remat

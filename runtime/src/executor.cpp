@@ -17,26 +17,6 @@ namespace {
 // (a CPU generator state is 5 KB per stage that draws random numbers).
 HostCopy host_generator_state(c10::Device device) { return HostCopy(generator_state(device)); }
 
-// Feeds a gradient into a graph without anyone else holding it: forward returns a scalar
-// zero that depends on `output`; backward hands over `gradient` as output's gradient and
-// forgets it. Calling backward on that scalar, after dropping our own handles on the output
-// and its gradient, lets autograd free both as soon as the graph has used them, as it does
-// in plain training (holding them would keep up to 2 x out_bytes more during B_i, beyond what
-// the profiler measured).
-struct InjectGradient : torch::autograd::Function<InjectGradient> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                torch::Tensor output, torch::Tensor gradient) {
-    ctx->saved_data["gradient"] = std::move(gradient);
-    return {torch::zeros({}, output.options().requires_grad(false))};
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list) {
-    torch::Tensor gradient = ctx->saved_data["gradient"].toTensor();
-    ctx->saved_data.erase("gradient");
-    return {gradient, torch::Tensor()};
-  }
-};
-
 [[noreturn]] void bug(const std::string& what) {
   throw std::logic_error("remat runtime: " + what + " (this is a bug in remat; please report it)");
 }
@@ -48,10 +28,10 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Sequence& sequen
     : stages_(stages), sequence_(sequence), device_(device),
       length_(static_cast<int>(stages.size())) {
   const auto n = static_cast<std::size_t>(length_) + 1;
+  lifetimes_ = value_lifetimes(sequence, length_);
   x_.resize(n);
-  checkpoint_.assign(n, false);
-  fe_in_.resize(n);
-  fe_out_.resize(n);
+  fe_edge_.resize(n);
+  fe_sink_.resize(n);
   y_.resize(n);
   ran_.assign(n, false);
   cpu_rng_.resize(n);
@@ -73,8 +53,14 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Sequence& sequen
 torch::Tensor Executor::input_of(int i) const {
   const auto ui = static_cast<std::size_t>(i);
   if (x_[ui].defined()) return x_[ui];
-  if (i > 0 && fe_out_[ui - 1].defined()) return fe_out_[ui - 1].detach();
   bug("the input of stage " + std::to_string(i) + " is not in memory");
+}
+
+void Executor::drop_values(std::size_t index) {
+  const Op& op = sequence_[index];
+  const auto input = static_cast<std::size_t>(op.kind == OpKind::kLoss ? length_ : op.stage);
+  if (input > 0 && !lifetimes_.keep_input[index]) x_[input].reset();
+  if (op.is_forward() && !lifetimes_.keep_output[index]) x_[input + 1].reset();
 }
 
 torch::Tensor Executor::call(int i, const torch::Tensor& x) {
@@ -137,20 +123,27 @@ void Executor::restore_buffers(int i) {
   restore_after_backward_[ui] = false;
 }
 
-void Executor::run(const Op& op) {
+void Executor::run(std::size_t index) {
+  const Op& op = sequence_[index];
   const int i = op.stage;
   const auto ui = static_cast<std::size_t>(i);
   switch (op.kind) {
     case OpKind::kForwardGrad: {
       before_forward(i);
       torch::AutoGradMode grad(true);
-      // The chain's input gets a gradient only if the caller's input wants one (plain
-      // autograd skips the first stage's input gradient otherwise, and so do we).
-      torch::Tensor in = input_of(i).detach();
-      if (i > 0 || input_requires_grad_) in.requires_grad_(true);
+      // The stage's input: the value's storage under a new tensor whose grad_fn is a sink for
+      // its gradient. Not a leaf: a leaf's gradient accumulator would keep the input alive
+      // for as long as the graph, whether its backward needs it or not. The chain's input
+      // gets a gradient only if the caller's input wants one (plain autograd skips the first
+      // stage's input gradient otherwise, and so do we).
+      StageInput input = stage_input(input_of(i), i > 0 || input_requires_grad_);
+      fe_sink_[ui] = std::move(input.sink);
+      torch::Tensor in = std::move(input.tensor);
       torch::Tensor out = call(i, in);
-      fe_in_[ui] = std::move(in);
-      fe_out_[ui] = std::move(out);
+      in.reset();
+      if (out.requires_grad()) fe_edge_[ui] = torch::autograd::impl::gradient_edge(out);
+      x_[ui + 1] = out.detach();
+      out.reset();
       after_forward(i, true);
       break;
     }
@@ -163,59 +156,31 @@ void Executor::run(const Op& op) {
         out = call(i, input_of(i));
       }
       x_[ui + 1] = std::move(out);
-      if (op.kind == OpKind::kForwardCheckpoint)
-        checkpoint_[ui] = true;
-      else if (!checkpoint_[ui] && i != 0)
-        x_[ui].reset();
       after_forward(i, false);
       break;
     }
     case OpKind::kLoss: {
       const auto ul = static_cast<std::size_t>(length_);
-      if (x_[ul].defined()) {
-        output_ = x_[ul];
-        x_[ul].reset();
-      } else if (fe_out_[ul - 1].defined()) {
-        output_ = fe_out_[ul - 1].detach();
-      } else {
-        bug("the chain's output is not in memory at the loss");
-      }
+      if (!x_[ul].defined()) bug("the chain's output is not in memory at the loss");
+      output_ = x_[ul];
       break;
     }
     case OpKind::kBackward: {
-      torch::Tensor& out = fe_out_[ui];
-      torch::Tensor& in = fe_in_[ui];
-      if (!out.defined() || !y_[ui + 1].defined())
-        bug("B_" + std::to_string(i) + " without its forward or its output's gradient");
-      if (!out.requires_grad()) {  // nothing in stage i needs a gradient (first stage only)
-        out.reset();
-        in.reset();
-        y_[ui + 1].reset();
-        x_[ui].reset();
-        if (restore_after_backward_[ui]) restore_buffers(i);
-        break;
-      }
-      torch::Tensor root;
-      {
-        torch::AutoGradMode grad(true);
-        root = InjectGradient::apply(std::move(out), std::move(y_[ui + 1]))[0];
-      }
-      out.reset();
+      if (!y_[ui + 1].defined()) bug("B_" + std::to_string(i) + " without its output's gradient");
+      torch::autograd::Edge edge = std::move(fe_edge_[ui]);
+      std::shared_ptr<GradientSink> sink = std::move(fe_sink_[ui]);
+      fe_edge_[ui] = torch::autograd::Edge();
+      if (edge.is_valid()) detail::run_backward(std::move(edge), std::move(y_[ui + 1]));
       y_[ui + 1].reset();
-      // Grad mode off, as in any backward: with it on, AccumulateGrad would copy the input's
-      // gradient instead of taking the buffer autograd produced.
-      torch::autograd::backward({root});
-      root.reset();
-      if (in.requires_grad()) {
-        y_[ui] = in.grad();
-        in.mutable_grad().reset();
+      if (sink) {
+        y_[ui] = std::move(sink->gradient);
+        sink.reset();
       }
-      in.reset();
-      x_[ui].reset();
       if (restore_after_backward_[ui]) restore_buffers(i);
       break;
     }
   }
+  drop_values(index);
 }
 
 void Executor::abandon() noexcept {
@@ -229,8 +194,10 @@ void Executor::abandon() noexcept {
   }
   caller_cpu_rng_ = HostCopy();
   caller_cuda_rng_ = HostCopy();
-  for (auto* tensors : {&x_, &fe_in_, &fe_out_, &y_})
+  for (auto* tensors : {&x_, &y_})
     for (torch::Tensor& t : *tensors) t = torch::Tensor();
+  for (auto& edge : fe_edge_) edge = torch::autograd::Edge();
+  for (auto& sink : fe_sink_) sink.reset();
   output_ = torch::Tensor();
 }
 
@@ -240,8 +207,7 @@ torch::Tensor Executor::run_forward(const torch::Tensor& input) {
   try {
     input_requires_grad_ = input.requires_grad();
     x_[0] = input.detach();
-    for (std::size_t k = 0; k < loss_index_; ++k) run(sequence_[k]);
-    run(sequence_[loss_index_]);
+    for (std::size_t k = 0; k <= loss_index_; ++k) run(k);
   } catch (...) {
     abandon();
     throw;
@@ -256,7 +222,7 @@ torch::Tensor Executor::run_backward(torch::Tensor grad_output) {
   if (device_.is_cuda()) device_guard.reset_device(device_);
   try {
     y_[static_cast<std::size_t>(length_)] = std::move(grad_output);
-    for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(sequence_[k]);
+    for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(k);
   } catch (...) {
     abandon();
     throw;

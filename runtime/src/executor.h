@@ -5,11 +5,15 @@
 // the executor's GPU as the current device; when either throws, the step is abandoned.
 #include <torch/types.h>
 
+#include <memory>
+
 #include <cstring>
 #include <vector>
 
 #include "remat/profiler/profiler.h"
+#include "remat/profiler/stage_input.h"
 #include "remat/solver/sequence.h"
+#include "remat/solver/simulator.h"
 
 namespace remat::detail {
 
@@ -49,7 +53,9 @@ class Executor {
  private:
   torch::Tensor input_of(int i) const;
   torch::Tensor call(int i, const torch::Tensor& x);
-  void run(const Op& op);
+  // Runs operation `index` of the sequence, then drops the values no later forward reads.
+  void run(std::size_t index);
+  void drop_values(std::size_t index);
   // Before a forward of stage i: the first one saves the generator states; later ones set
   // them to the saved ones and snapshot the stage's buffers. After it: restore the caller's
   // generator states, and the buffers unless autograd saved them (then after B_i).
@@ -67,11 +73,15 @@ class Executor {
   int length_;
   std::size_t loss_index_ = 0;
   bool input_requires_grad_ = false;
-  // x_[k]: activation x_k held without autograd (the input, a checkpoint, an Fn/CF output).
+  // When to drop the handles on activation values (the simulator's rule).
+  ValueLifetimes lifetimes_;
+  // x_[k]: our handle on activation x_k, held while a later forward reads it.
   std::vector<torch::Tensor> x_;
-  std::vector<bool> checkpoint_;
-  // Stage i run with autograd: its input leaf and output (xbar_{i+1}).
-  std::vector<torch::Tensor> fe_in_, fe_out_;
+  // Stage i run with autograd: the graph edge of its output (not the output: a graph keeps
+  // what its backward needs, we keep nothing) and the node that receives its input's
+  // gradient (null when the input needs none).
+  std::vector<torch::autograd::Edge> fe_edge_;
+  std::vector<std::shared_ptr<GradientSink>> fe_sink_;
   // y_[k]: gradient of x_k.
   std::vector<torch::Tensor> y_;
   torch::Tensor output_;  // x_L as returned to the caller

@@ -64,18 +64,11 @@ class Memory {
 
 constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
 
-// Which activation values the runtime still needs after each operation. The runtime holds x_k
-// (its handles on the members) from the operation that produces it until the last operation
-// that reads it before it is produced again: forwards of stage k read x_k, the loss reads x_L.
-// keep_input[p] / keep_output[p]: after operation p, whether x_i (its input) / x_{i+1} (its
-// output) is still needed.
-struct Liveness {
-  std::vector<bool> keep_input, keep_output;
-};
+}  // namespace
 
-Liveness liveness(const Sequence& sequence, int length) {
+ValueLifetimes value_lifetimes(const Sequence& sequence, int length) {
   const std::size_t n = sequence.size();
-  Liveness out{std::vector<bool>(n, false), std::vector<bool>(n, false)};
+  ValueLifetimes out{std::vector<bool>(n, false), std::vector<bool>(n, false)};
   std::vector<std::size_t> next_read(static_cast<std::size_t>(length) + 2, kNever);
   std::vector<std::size_t> next_produce(static_cast<std::size_t>(length) + 2, kNever);
   auto needed = [&](int k) {
@@ -97,8 +90,6 @@ Liveness liveness(const Sequence& sequence, int length) {
   }
   return out;
 }
-
-}  // namespace
 
 Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time) {
   const int length = chain.length();
@@ -140,7 +131,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
     value_held[static_cast<std::size_t>(i) + 1] = true;
   };
 
-  const Liveness live_after = liveness(sequence, length);
+  const ValueLifetimes live_after = value_lifetimes(sequence, length);
   Simulation sim;
   sim.peak_bytes = memory.live().total();
   sim.trace.reserve(sequence.size());

@@ -32,14 +32,18 @@ long minor_faults() {
 // Minor page faults of each of `steps` checkpointed training steps after three warm-up steps.
 std::vector<long> faults_of_steps(bool keep, int steps) {
   if (keep) REQUIRE(remat::keep_freed_memory());
+  // One thread: one malloc arena, the same allocations in the same order every run.
+  torch::set_num_threads(1);
   torch::manual_seed(3);
   torch::nn::Sequential net = remat::test::conv_chain(32);
   const torch::Tensor sample = torch::randn({8, 3, 64, 64});  // 4 MiB activations
   remat::Checkpointable chk(net);
   chk->measure(sample);
-  // The least budget: the most recomputation, the most frees and re-allocations.
-  chk->compute_sequence(remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) +
-                        remat::runtime_reserve_bytes(torch::kCPU));
+  // Recompute-all: the most recomputation, the most frees and re-allocations (the budget only
+  // has to admit it).
+  chk->compute_sequence(2 * remat::store_all_peak(chk->chain()) +
+                            remat::runtime_reserve_bytes(torch::kCPU),
+                        remat::Algorithm::kRecomputeAll);
   std::vector<long> faults;
   for (int k = 0; k < 3 + steps; ++k) {
     const long before = minor_faults();
@@ -51,14 +55,19 @@ std::vector<long> faults_of_steps(bool keep, int steps) {
 
 }  // namespace
 
+// Not run by CI: how many pages glibc's defaults fault back in depends on its dynamic mmap
+// threshold and varies from run to run (LibTorch 2.11, one thread, nine recompute-all steps:
+// from 992 to 24,290 on the development machine, one run in twenty under 900). What it
+// justifies is measured in docs/runtime.md; what remat guarantees is the test below.
 TEST_CASE("with glibc's defaults, checkpointed steps fault their activations back in",
-          "[runtime]") {
+          "[.][runtime]") {
 #if !defined(__GLIBC__)
   SKIP("glibc only");
 #endif
   // The situation keep_freed_memory() addresses: thousands of 4 KiB pages a step (LibTorch
-  // 1.13: 3,000-4,000 every step; 2.11: 0-6,000, 7,000-21,000 over nine steps).
+  // 1.13: 3,000-4,000 every step; 2.11: 0-11,000 a step).
   const std::vector<long> faults = faults_of_steps(false, 9);
+  INFO("faults per step: " << testing_join(faults));
   CHECK(std::accumulate(faults.begin(), faults.end(), 0L) > 9 * 100);
 }
 

@@ -236,7 +236,9 @@ TEST_CASE("out of memory abandons the step cleanly; a smaller budget then trains
   const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
   const std::int64_t full = remat::store_all_peak(chain) + kR;
   const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
-  REQUIRE(least < full / 2);
+  // Room between the least budget and store-all (the Conv+BN+ReLU stages' forward transients
+  // set the least: model v2 counts what plain autograd keeps, not much more).
+  REQUIRE(least < full);
   remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
   const torch::Tensor x = sample.clone();
   auto step = [&]() {  // returns "" or the phase that ran out of memory

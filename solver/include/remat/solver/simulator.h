@@ -15,9 +15,10 @@ namespace remat {
 
 /// Live memory split by what it holds.
 struct MemoryBreakdown {
-  /// Activations kept without autograd: x_k (checkpoints, the input, Fn/CF outputs).
+  /// Activation values the runtime holds: x_k (the input, checkpoints, outputs a later forward
+  /// reads) and the context.
   std::int64_t checkpoint_bytes = 0;
-  /// What stages run with autograd keep for their backward: xbar_k.
+  /// What autograd states keep for the backward, not also held as a value.
   std::int64_t saved_bytes = 0;
   /// Gradients y_k.
   std::int64_t gradient_bytes = 0;
@@ -69,6 +70,17 @@ class InvalidSequenceError : public std::invalid_argument {
  private:
   std::size_t op_index_;
 };
+
+/// When the runtime drops its handles on activation values (docs/cost-model.md): it holds x_k
+/// from the operation that makes it until the last operation that reads it before x_k is
+/// made again (forwards of stage k read x_k, the loss reads x_L). For operation p,
+/// keep_input[p] says whether its input (x_i; x_L for the loss) is still needed after it, and
+/// keep_output[p] whether its output x_{i+1} is (forwards only). The caller's x_0 is never
+/// dropped, whatever these say.
+struct ValueLifetimes {
+  std::vector<bool> keep_input, keep_output;
+};
+ValueLifetimes value_lifetimes(const Sequence& sequence, int length);
 
 /// Replays `sequence` on `chain`. Throws InvalidSequenceError (op index and reason) when an
 /// operation's input is absent, a gradient is computed twice or never, or the sequence does

@@ -1,0 +1,51 @@
+#pragma once
+// How the profiler and the runtime hand a stage its input when it runs with autograd: the
+// value's storage under a new tensor whose grad_fn is a sink for the input's gradient. Not a
+// leaf: a leaf's gradient accumulator is part of every graph that uses it and holds the leaf,
+// so the input would stay alive until the stage's backward whether that backward needs it or
+// not. With a sink, the graph keeps the input only if one of its nodes saved it, as inside
+// plain autograd, and the profiler can see which.
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+
+namespace remat::detail {
+
+/// Receives a stage input's gradient when the stage's backward reaches it.
+struct GradientSink : torch::autograd::Node {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    gradient = std::move(grads[0]);
+    return {};
+  }
+  std::string name() const override { return "remat::GradientSink"; }
+  torch::Tensor gradient;
+};
+
+/// A stage input: the tensor to call the stage with, and the sink of its gradient (null when
+/// no gradient is wanted: then the tensor does not require grad).
+struct StageInput {
+  torch::Tensor tensor;
+  std::shared_ptr<GradientSink> sink;
+};
+
+/// `value`'s storage as a stage input, with a gradient sink if `gradient`.
+inline StageInput stage_input(const torch::Tensor& value, bool gradient) {
+  StageInput out{value.detach(), nullptr};
+  if (gradient) {
+    out.sink = std::make_shared<GradientSink>();
+    out.sink->add_input_metadata(out.tensor);
+    torch::autograd::impl::set_gradient_edge(out.tensor, {out.sink, 0});
+  }
+  return out;
+}
+
+/// Runs the backward of a stage from its output's graph edge with the output's gradient,
+/// which is moved in and freed as soon as the first node has used it (a gradient passed to
+/// the engine as a root input would be held by the caller's list until the whole backward
+/// ends). Grad mode off, as in any backward; parameter gradients accumulate.
+void run_backward(torch::autograd::Edge edge, torch::Tensor gradient);
+
+}  // namespace remat::detail
