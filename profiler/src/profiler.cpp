@@ -8,8 +8,8 @@
 //   saved_outputs  = {0} if the output's storage outlives our handle on it, else {};
 //   state_bytes    = live once our handles are gone - live before the forward, less the kept
 //                    output, plus x when the graph let it go;
-//   fwd_tmp_bytes  = the larger of (peak during the forward with autograd - live after it)
-//                    and (peak during the forward without autograd - live after it);
+//   fwd_tmp_bytes  = peak during the forward with autograd - live after it;
+//   fwd_nograd_tmp_bytes = peak during the forward without autograd - live after it;
 //   bwd_tmp_bytes  = peak during the backward, run from the output's graph edge with a
 //                    gradient the engine alone holds - (live before it + x's gradient).
 // and, with a loss function, for the chain's output x_L (a leaf that requires grad):
@@ -365,7 +365,8 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
     // kept = (kept output) + state - (the input, if the graph let it go).
     stage.state_bytes = std::max<std::int64_t>(
         0, kept - (keeps_output ? out_bytes : 0) + (keeps_input ? 0 : in_bytes));
-    stage.fwd_tmp_bytes = std::max<std::int64_t>({0, fwd_tmp, nograd_tmp});
+    stage.fwd_tmp_bytes = std::max<std::int64_t>(0, fwd_tmp);
+    stage.fwd_nograd_tmp_bytes = std::max<std::int64_t>(0, nograd_tmp);
     result.output_shapes.push_back(out_shape);
 
     // Backward, from the output's graph edge, with a gradient y_{i+1} of ones that the engine

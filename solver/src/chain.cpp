@@ -208,7 +208,7 @@ Chain parse_v2(const json& doc, const std::string& source) {
     check_keys(item, source, where,
                {"name", "fwd_ms", "bwd_ms", "outputs", "saved_inputs", "saved_outputs",
                 "state_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"},
-               {"fwd_nograd_ms"});
+               {"fwd_nograd_ms", "fwd_nograd_tmp_bytes"});
     Stage stage;
     stage.name = get_string(item.at("name"), source, where + ".name");
     stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
@@ -221,6 +221,9 @@ Chain parse_v2(const json& doc, const std::string& source) {
     stage.bwd_tmp_bytes = get_bytes(item.at("bwd_tmp_bytes"), source, where + ".bwd_tmp_bytes");
     if (item.contains("fwd_nograd_ms"))
       stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
+    if (item.contains("fwd_nograd_tmp_bytes"))
+      stage.fwd_nograd_tmp_bytes = get_bytes(item.at("fwd_nograd_tmp_bytes"), source,
+                                             where + ".fwd_nograd_tmp_bytes");
     // A carried member is its source: fill in its size and gradient from x_i.
     const std::vector<Member>& input = chain.members(static_cast<int>(i));
     for (std::size_t k = 0; k < stage.outputs.size(); ++k) {
@@ -334,6 +337,8 @@ void Chain::validate(const std::string& source) const {
     check_bytes(stage.state_bytes, where + ".state_bytes");
     check_bytes(stage.fwd_tmp_bytes, where + ".fwd_tmp_bytes");
     check_bytes(stage.bwd_tmp_bytes, where + ".bwd_tmp_bytes");
+    if (stage.fwd_nograd_tmp_bytes)
+      check_bytes(*stage.fwd_nograd_tmp_bytes, where + ".fwd_nograd_tmp_bytes");
     if (stage.outputs.empty())
       fail(source, where + ".outputs", "is empty: a stage's output needs at least one tensor");
     std::vector<bool> carried(input.size(), false);
@@ -446,6 +451,7 @@ std::string chain_to_json(const Chain& chain) {
     item["saved_outputs"] = stage.saved_outputs;
     item["state_bytes"] = stage.state_bytes;
     item["fwd_tmp_bytes"] = stage.fwd_tmp_bytes;
+    if (stage.fwd_nograd_tmp_bytes) item["fwd_nograd_tmp_bytes"] = *stage.fwd_nograd_tmp_bytes;
     item["bwd_tmp_bytes"] = stage.bwd_tmp_bytes;
     stages.push_back(std::move(item));
   }

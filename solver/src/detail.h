@@ -34,7 +34,8 @@ inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 //          holds the input), hf[L] = x[L] (the loss reads its input while it runs);
 //   ht[i]  the same when x_i came from Fe_{i-1} ("taped"): stage i-1 also keeps its kept
 //          outputs, so the members either stage keeps remain;
-//   ft[i], bt[i] forward and backward temporaries (bt[L]: the loss);
+//   ft[i], nt[i], bt[i] temporaries of the forward with and without autograd and of the
+//          backward (bt[L]: the loss);
 //   fw, bw, nf times (forward with autograd, backward, forward without), 0 for the loss.
 // A chain of model v1 (every stage keeps its input and output) has hf = ht = x and
 // gk = the stage's saved_bytes: the reference's `xb`.
@@ -42,7 +43,7 @@ struct UnitChain {
   int length = 0;
   std::vector<std::int64_t> x, g;               // 0..L+1
   std::vector<std::int64_t> sv, gk, hf, ht;     // 0..L
-  std::vector<std::int64_t> ft, bt;             // 0..L
+  std::vector<std::int64_t> ft, nt, bt;         // 0..L
   std::vector<double> fw, bw, nf;               // 0..L
   // Context tensors: held by the caller for the whole step.
   std::int64_t context = 0;

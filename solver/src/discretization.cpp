@@ -85,7 +85,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
         std::max<std::int64_t>({1, chain.input_bytes(), chain.loss_tmp_bytes, chain.context_bytes});
     for (const Stage& stage : chain.stages)
       largest = std::max({largest, stage.out_bytes(), stage.kept_bytes(), stage.fwd_tmp_bytes,
-                          stage.bwd_tmp_bytes});
+                          stage.nograd_tmp_bytes(), stage.bwd_tmp_bytes});
     // No unit below exact_min / slots can work; from `largest` on every size is 0 or 1 unit.
     std::int64_t lo = std::max<std::int64_t>(1, exact_min / slots);
     if (feasible(lo)) {

@@ -18,7 +18,7 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
   c.published_chain_step = published_chain_step;
   c.x.assign(n + 2, 0);
   c.g.assign(n + 2, 0);
-  for (auto* array : {&c.sv, &c.gk, &c.hf, &c.ht, &c.ft, &c.bt}) array->assign(n + 1, 0);
+  for (auto* array : {&c.sv, &c.gk, &c.hf, &c.ht, &c.ft, &c.nt, &c.bt}) array->assign(n + 1, 0);
   c.fw.assign(n + 1, 0.0);
   c.bw.assign(n + 1, 0.0);
   c.nf.assign(n + 1, 0.0);
@@ -49,6 +49,7 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
     c.ht[i] = i == 0 ? c.x[0]
                      : kept(k, &stage.saved_inputs, &chain.stages[i - 1].saved_outputs);
     c.ft[i] = units(stage.fwd_tmp_bytes);
+    c.nt[i] = units(stage.nograd_tmp_bytes());
     c.bt[i] = units(stage.bwd_tmp_bytes);
     c.fw[i] = stage.fwd_ms;
     c.bw[i] = stage.bwd_ms;
@@ -102,7 +103,7 @@ constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 
 }  // namespace
 
-// With lf(i, j) = max(x[i+1] + ft[i], max_{i<k<j} x[k] + x[k+1] + ft[k]) (the forwards of a
+// With lf(i, j) = max(x[i+1] + nt[i], max_{i<k<j} x[k] + x[k+1] + nt[k]) (the forwards of a
 // leaf's CF_i Fn_{i+1} .. Fn_{j-1}), for both states s of a segment start:
 //
 // MinMem(i, i, s) = max(forward_memory(i, i), backward_memory(i, s))
@@ -152,10 +153,10 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
           clamp(std::max(c.forward_memory(i, i), c.backward_memory(i, taped)));
     }
     mm_t[ui * stride_ + ui] = at(i, i, false);
-    std::int64_t lf = c.x[ui + 1] + c.ft[ui];
+    std::int64_t lf = c.x[ui + 1] + c.nt[ui];
     for (int l = i + 1; l <= length; ++l) {
       const auto ul = static_cast<std::size_t>(l);
-      if (l > i + 1) lf = std::max(lf, c.x[ul - 1] + c.x[ul] + c.ft[ul - 1]);
+      if (l > i + 1) lf = std::max(lf, c.x[ul - 1] + c.x[ul] + c.nt[ul - 1]);
       forward[ul] = clamp(lf);  // lf(i, l)
       const T a = clamp(c.x[ui]);
       const T b = clamp(c.x[ui] + c.g[ul + 1]);

@@ -235,11 +235,11 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
   for (int k = 0; k < count; ++k) {
     double sum = 0;
     const auto i = static_cast<std::size_t>(start + k);
-    std::int64_t lf = c.x[i + 1] + c.ft[i];
+    std::int64_t lf = c.x[i + 1] + c.nt[i];
     for (int j = start + k + 1; j <= length; ++j) {
       const auto uj = static_cast<std::size_t>(j);
       sum += c.nf[uj - 1];
-      if (uj > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.ft[uj - 1]);
+      if (uj > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
       prefix[static_cast<std::size_t>(k) * columns + uj] = sum;
       forward[static_cast<std::size_t>(k) * columns + uj] = lf;
     }
@@ -457,12 +457,12 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence
   // The reference keeps the first strict improvement over leaves by increasing j, then the
   // chain step: the first candidate equal to the optimum, in that order.
   double prefix = 0;
-  std::int64_t lf = c.x[ui + 1] + c.ft[ui];
+  std::int64_t lf = c.x[ui + 1] + c.nt[ui];
   const std::int64_t rest = m - c.x[ui];
   for (int j = i + 1; j <= l; ++j) {
     const auto uj = static_cast<std::size_t>(j);
     prefix += c.nf[uj - 1];
-    if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.ft[uj - 1]);
+    if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
     if (rest < 0 || m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
     const double candidate = (prefix + row(j, l).at(rest)) + row(i, j - 1, taped).at(m);
     if (candidate == target) {

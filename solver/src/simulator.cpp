@@ -179,7 +179,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
       case OpKind::kForwardCheckpoint:
         produce(i);
         cost = time.use_nograd_time ? stage->nograd_ms() : stage->fwd_ms;
-        temporary = stage->fwd_tmp_bytes;
+        temporary = stage->nograd_tmp_bytes();
         ++sim.nograd_forwards;
         break;
       case OpKind::kLoss: {

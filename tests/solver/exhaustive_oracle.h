@@ -215,7 +215,7 @@ class ExhaustiveOracle {
       State no_grad = s;
       no_grad.values |= 1u << (i + 1);
       out.push_back({no_grad, fn(i), nograd_ ? st.nograd_ms() : st.fwd_ms,
-                     memory(no_grad) + st.fwd_tmp_bytes});
+                     memory(no_grad) + st.nograd_tmp_bytes()});
       if (!(s.graphs >> i & 1u)) {
         State grad = no_grad;
         grad.graphs |= 1u << i;

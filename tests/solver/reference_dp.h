@@ -175,12 +175,14 @@ class ReferenceDp2 {
       ht_.push_back(i == 0 ? x_[0]
                            : bytes_of(k, s.saved_inputs, chain.stages[i - 1].saved_outputs));
       ft_.push_back(s.fwd_tmp_bytes);
+      nt_.push_back(s.nograd_tmp_bytes());
       bt_.push_back(s.bwd_tmp_bytes);
       fw_.push_back(s.fwd_ms);
       bw_.push_back(s.bwd_ms);
       nf_.push_back(use_nograd ? s.nograd_ms() : s.fwd_ms);
     }
     sv_.push_back(0);  // the loss, pseudo-stage L
+    nt_.push_back(0);
     gk_.push_back(0);
     hf_.push_back(x_[n]);
     ht_.push_back(x_[n]);
@@ -227,12 +229,12 @@ class ReferenceDp2 {
       if (chain_fits(m, i, i, taped)) result = {fw_[a] + bw_[a], -1};
     } else {
       // Leaves: CF_i Fn_{i+1} .. Fn_{j-1} run with x_i and y_{l+1} live.
-      std::int64_t forward = x_[a + 1] + ft_[a];
+      std::int64_t forward = x_[a + 1] + nt_[a];
       double forwards = 0;
       for (int j = i + 1; j <= l; ++j) {
         const auto uj = static_cast<std::size_t>(j);
         forwards += nf_[uj - 1];
-        if (j > i + 1) forward = std::max(forward, x_[uj - 1] + x_[uj] + ft_[uj - 1]);
+        if (j > i + 1) forward = std::max(forward, x_[uj - 1] + x_[uj] + nt_[uj - 1]);
         if (m < x_[a] + g_[static_cast<std::size_t>(l) + 1] + forward) continue;
         const double value =
             (forwards + opt(m - x_[a], j, l, false)) + opt(m, i, j - 1, taped);
@@ -271,7 +273,7 @@ class ReferenceDp2 {
   }
 
   int length_ = 0;
-  std::vector<std::int64_t> x_, g_, sv_, gk_, hf_, ht_, ft_, bt_;
+  std::vector<std::int64_t> x_, g_, sv_, gk_, hf_, ht_, ft_, nt_, bt_;
   std::vector<double> fw_, bw_, nf_;
   std::int64_t context_ = 0;
   std::map<std::tuple<std::int64_t, int, int, bool>, std::pair<double, int>> memo_;

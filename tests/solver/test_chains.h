@@ -92,6 +92,8 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
           spec.max_fwd_tmp_bytes > 0 ? spec.max_fwd_tmp_bytes : spec.max_bytes;
       stage.fwd_tmp_bytes = uniform(0, 2) == 0 ? uniform(0, max_fwd_tmp) : 0;
       stage.bwd_tmp_bytes = uniform(0, 2) == 0 ? uniform(0, spec.max_bytes) : 0;
+      if (spec.partial_keeps && uniform(0, 2) == 0)
+        stage.fwd_nograd_tmp_bytes = uniform(0, max_fwd_tmp);
     }
     if (spec.nograd_times && uniform(0, 1) == 0) stage.fwd_nograd_ms = stage.fwd_ms * 0.5;
     chain.stages.push_back(stage);

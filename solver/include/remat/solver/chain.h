@@ -50,8 +50,11 @@ struct Stage {
   std::vector<int> saved_outputs;
   /// What the backward keeps besides those members: masks, statistics, intermediates.
   std::int64_t state_bytes = 0;
-  /// Transient peak during the forward, above what the model already counts.
+  /// Transient peak during the forward with autograd, above what the model already counts.
   std::int64_t fwd_tmp_bytes = 0;
+  /// Transient peak during a forward without autograd; absent means equal to `fwd_tmp_bytes`.
+  /// (Without autograd, intermediates a backward would keep are transient instead.)
+  std::optional<std::int64_t> fwd_nograd_tmp_bytes;
   /// Transient peak during the backward, above what the model already counts.
   std::int64_t bwd_tmp_bytes = 0;
   /// Forward time without autograd (`Fn`, `CF`); absent means equal to `fwd_ms`.
@@ -59,6 +62,9 @@ struct Stage {
 
   /// The time of a forward without autograd: `fwd_nograd_ms` if given, else `fwd_ms`.
   double nograd_ms() const { return fwd_nograd_ms.value_or(fwd_ms); }
+  /// The transient of a forward without autograd: `fwd_nograd_tmp_bytes` if given, else
+  /// `fwd_tmp_bytes`.
+  std::int64_t nograd_tmp_bytes() const { return fwd_nograd_tmp_bytes.value_or(fwd_tmp_bytes); }
   /// Bytes of the output x_{i+1}, carried members included.
   std::int64_t out_bytes() const;
   /// Bytes the stage's autograd state holds beyond its input: state_bytes plus the saved
