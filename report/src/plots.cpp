@@ -185,7 +185,7 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
            right_half ? "end" : "start", 11, "font-weight=\"bold\"");
   legend(svg, kLeft, height - 14,
          {{kCheckpointColor, "checkpoints (x)"},
-          {kSavedColor, "saved for backward (xbar)"},
+          {kSavedColor, "saved for backward"},
           {kGradientColor, "gradients (y)"},
           {kTemporaryColor, "temporaries"},
           {"#d62728", "budget", LegendEntry::kDashed}});
