@@ -139,10 +139,8 @@ remat::Chain make_chain(int length) {
     const double fwd_tmp = random.uniform(0.0, 1.0);
     const double has_bwd_tmp = random.uniform(0.0, 1.0);
     const double bwd_tmp = random.uniform(0.0, 1.0);
-    if (has_fwd_tmp < 0.2)
-      stage.fwd_tmp_bytes = static_cast<std::int64_t>(out * fwd_tmp);
-    if (has_bwd_tmp < 0.2)
-      stage.bwd_tmp_bytes = static_cast<std::int64_t>(out * bwd_tmp);
+    if (has_fwd_tmp < 0.2) stage.fwd_tmp_bytes = static_cast<std::int64_t>(out * fwd_tmp);
+    if (has_bwd_tmp < 0.2) stage.bwd_tmp_bytes = static_cast<std::int64_t>(out * bwd_tmp);
     stage.fwd_ms = random.uniform(0.1, 5.0);
     stage.bwd_ms = stage.fwd_ms * random.uniform(1.5, 2.5);
     stage.fwd_nograd_ms = stage.fwd_ms * random.uniform(0.9, 1.0);

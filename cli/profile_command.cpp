@@ -31,19 +31,19 @@ void print_table(const Profile& p) {
   fmt::print("chain      {}\n", chain.name);
   fmt::print("profiled   in {:.1f} s\n\n", p.seconds);
   fmt::print("{:>4}  {:<18} {:<16} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "#",
-             "stage", "output", "fwd ms", "nograd ms", "bwd ms", "out", "keeps", "state",
-             "fwd tmp", "bwd tmp");
+             "stage", "output", "fwd ms", "nograd ms", "bwd ms", "out", "keeps", "state", "fwd tmp",
+             "bwd tmp");
   double fwd = 0, bwd = 0;
   for (int i = 0; i < chain.length(); ++i) {
     const Stage& s = chain.stages[static_cast<std::size_t>(i)];
     // Which of its input (i) and output (o) the stage's backward keeps.
-    const std::string keeps = std::string(s.saved_inputs.empty() ? "" : "i") +
-                              (s.saved_outputs.empty() ? "" : "o");
-    fmt::print("{:>4}  {:<18} {:<16} {:>9.3f} {:>9.3f} {:>9.3f} {:>10} {:>6} {:>10} {:>10} {:>10}\n",
-               i, s.name.substr(0, 18), shape_string(p.output_shapes[static_cast<std::size_t>(i)]),
-               s.fwd_ms, s.nograd_ms(), s.bwd_ms, format_bytes(s.out_bytes()),
-               keeps.empty() ? "-" : keeps, format_bytes(s.state_bytes),
-               format_bytes(s.fwd_tmp_bytes), format_bytes(s.bwd_tmp_bytes));
+    const std::string keeps =
+        std::string(s.saved_inputs.empty() ? "" : "i") + (s.saved_outputs.empty() ? "" : "o");
+    fmt::print(
+        "{:>4}  {:<18} {:<16} {:>9.3f} {:>9.3f} {:>9.3f} {:>10} {:>6} {:>10} {:>10} {:>10}\n", i,
+        s.name.substr(0, 18), shape_string(p.output_shapes[static_cast<std::size_t>(i)]), s.fwd_ms,
+        s.nograd_ms(), s.bwd_ms, format_bytes(s.out_bytes()), keeps.empty() ? "-" : keeps,
+        format_bytes(s.state_bytes), format_bytes(s.fwd_tmp_bytes), format_bytes(s.bwd_tmp_bytes));
     fwd += s.fwd_ms;
     bwd += s.bwd_ms;
   }

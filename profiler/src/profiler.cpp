@@ -15,8 +15,10 @@
 // and, with a loss function, for the chain's output x_L (a leaf that requires grad):
 //   loss_tmp_bytes = peak during the loss's forward and backward - (live before it + the
 //                    bytes of x_L's gradient y_L).
-#include <ATen/core/Generator.h>
+#include "remat/profiler/profiler.h"
+
 #include <ATen/Context.h>
+#include <ATen/core/Generator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Type.h>
@@ -32,7 +34,6 @@
 #include <unordered_set>
 
 #include "remat/profiler/generator_state.h"
-#include "remat/profiler/profiler.h"
 #include "remat/profiler/stage_input.h"
 
 namespace remat {
@@ -383,10 +384,8 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
         throw ProfileError(describe(i, named.name) + ": backward failed: " + error.what());
       }
       synchronize(device);
-      const std::int64_t input_grad_bytes =
-          input.sink ? storage_bytes({input.sink->gradient}) : 0;
-      stage.bwd_tmp_bytes =
-          std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
+      const std::int64_t input_grad_bytes = input.sink ? storage_bytes({input.sink->gradient}) : 0;
+      stage.bwd_tmp_bytes = std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
     }
     input.sink.reset();
     if (options.measure_time()) {

@@ -148,8 +148,9 @@ void CheckpointableImpl::check_input(const torch::Tensor& input) const {
                                   "it, then compute_sequence()");
   } else if (counted_bytes(input.device(), static_cast<std::int64_t>(input.nbytes())) >
              chain_->input_bytes()) {
-    throw std::invalid_argument("Checkpointable::forward: the input (" + shape(input.sizes()) + ", " +
-                                std::to_string(input.nbytes()) + " bytes) is larger than the chain's (" +
+    throw std::invalid_argument("Checkpointable::forward: the input (" + shape(input.sizes()) +
+                                ", " + std::to_string(input.nbytes()) +
+                                " bytes) is larger than the chain's (" +
                                 std::to_string(chain_->input_bytes()) +
                                 " bytes); a larger input would not fit the budget: measure() it");
   }

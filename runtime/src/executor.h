@@ -5,9 +5,8 @@
 // the executor's GPU as the current device; when either throws, the step is abandoned.
 #include <torch/types.h>
 
-#include <memory>
-
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "remat/profiler/profiler.h"

@@ -33,8 +33,8 @@ std::string type_name(const json& value) {
 
 // Reads one object's keys: every required key present, no key outside `allowed`.
 void check_keys(const json& object, const std::string& source, const std::string& where,
-                const std::vector<std::string>& required,
-                const std::vector<std::string>& optional, const char* what = nullptr) {
+                const std::vector<std::string>& required, const std::vector<std::string>& optional,
+                const char* what = nullptr) {
   std::set<std::string> allowed(required.begin(), required.end());
   allowed.insert(optional.begin(), optional.end());
   for (const auto& key : required) {
@@ -45,7 +45,10 @@ void check_keys(const json& object, const std::string& source, const std::string
       std::string list;
       for (const auto& key : allowed) list += (list.empty() ? "" : ", ") + key;
       fail(source, where.empty() ? item.key() : where + "." + item.key(),
-           str_cat("is not a field of ", what ? what : where.empty() ? "a chain" : "a stage",
+           str_cat("is not a field of ",
+                   what            ? what
+                   : where.empty() ? "a chain"
+                                   : "a stage",
                    " (expected: ", list, ")"));
     }
   }
@@ -104,7 +107,8 @@ std::vector<int> get_indices(const json& value, const std::string& source,
     const std::string at = str_cat(where, "[", k, "]");
     if (!item.is_number_integer() || item.get<std::int64_t>() < 0 ||
         item.get<std::int64_t>() > 1000000)
-      fail(source, at, str_cat("must be a member index (a whole number from 0), got ", item.dump()));
+      fail(source, at,
+           str_cat("must be a member index (a whole number from 0), got ", item.dump()));
     out.push_back(static_cast<int>(item.get<std::int64_t>()));
   }
   return out;
@@ -173,8 +177,8 @@ Chain parse_v1(const json& doc, const std::string& source) {
       fail(source, where + ".saved_bytes",
            str_cat("(", saved, ") is smaller than out_bytes (", out,
                    "): saved_bytes counts the output too"));
-    Stage stage = Stage::keeping_all(get_string(item.at("name"), source, where + ".name"), out,
-                                     saved);
+    Stage stage =
+        Stage::keeping_all(get_string(item.at("name"), source, where + ".name"), out, saved);
     stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
     stage.bwd_ms = get_ms(item.at("bwd_ms"), source, where + ".bwd_ms");
     stage.fwd_tmp_bytes = get_bytes(item.at("fwd_tmp_bytes"), source, where + ".fwd_tmp_bytes");
@@ -222,8 +226,8 @@ Chain parse_v2(const json& doc, const std::string& source) {
     if (item.contains("fwd_nograd_ms"))
       stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
     if (item.contains("fwd_nograd_tmp_bytes"))
-      stage.fwd_nograd_tmp_bytes = get_bytes(item.at("fwd_nograd_tmp_bytes"), source,
-                                             where + ".fwd_nograd_tmp_bytes");
+      stage.fwd_nograd_tmp_bytes =
+          get_bytes(item.at("fwd_nograd_tmp_bytes"), source, where + ".fwd_nograd_tmp_bytes");
     // A carried member is its source: fill in its size and gradient from x_i.
     const std::vector<Member>& input = chain.members(static_cast<int>(i));
     for (std::size_t k = 0; k < stage.outputs.size(); ++k) {

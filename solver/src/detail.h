@@ -41,10 +41,10 @@ inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // gk = the stage's saved_bytes: the reference's `xb`.
 struct UnitChain {
   int length = 0;
-  std::vector<std::int64_t> x, g;               // 0..L+1
-  std::vector<std::int64_t> sv, gk, hf, ht;     // 0..L
-  std::vector<std::int64_t> ft, nt, bt;         // 0..L
-  std::vector<double> fw, bw, nf;               // 0..L
+  std::vector<std::int64_t> x, g;            // 0..L+1
+  std::vector<std::int64_t> sv, gk, hf, ht;  // 0..L
+  std::vector<std::int64_t> ft, nt, bt;      // 0..L
+  std::vector<double> fw, bw, nf;            // 0..L
   // Context tensors: held by the caller for the whole step.
   std::int64_t context = 0;
   // Check the chain step as the published recurrence does (docs/algorithms.md).
@@ -101,8 +101,8 @@ class MinMemoryTable {
   template <class T>
   void build(const UnitChain& chain, std::int64_t limit);
   std::size_t stride_;
-  std::vector<std::int64_t> mm_;      // fresh: mm_[i * stride + l]
-  std::vector<std::int64_t> taped_;   // taped (empty when no segment start has two states)
+  std::vector<std::int64_t> mm_;     // fresh: mm_[i * stride + l]
+  std::vector<std::int64_t> taped_;  // taped (empty when no segment start has two states)
 };
 
 // Whether the chain fits in `capacity_units` (x_0 and the context included).

@@ -44,10 +44,9 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
     // A stage that keeps its whole output holds it with its state from Fe_i to B_i: round
     // the two together, as the reference rounds its xbar (gk = xb, sv = xb - x).
     c.sv[i] = stage.saved_outputs.size() == stage.outputs.size() ? c.gk[i] - c.x[i + 1]
-                                                                  : units(stage.state_bytes);
+                                                                 : units(stage.state_bytes);
     c.hf[i] = i == 0 ? c.x[0] : kept(k, &stage.saved_inputs, nullptr);
-    c.ht[i] = i == 0 ? c.x[0]
-                     : kept(k, &stage.saved_inputs, &chain.stages[i - 1].saved_outputs);
+    c.ht[i] = i == 0 ? c.x[0] : kept(k, &stage.saved_inputs, &chain.stages[i - 1].saved_outputs);
     c.ft[i] = units(stage.fwd_tmp_bytes);
     c.nt[i] = units(stage.nograd_tmp_bytes());
     c.bt[i] = units(stage.bwd_tmp_bytes);
@@ -109,7 +108,8 @@ constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 // MinMem(i, i, s) = max(forward_memory(i, i), backward_memory(i, s))
 // MinMem(i, l, s) = min( min_{i<j<=l} max(x[i] + g[l+1] + lf(i, j), x[i] + MinMem(j, l, fresh),
 //                                         MinMem(i, j-1, s)),
-//                        max(chain_step_memory(i, l, s), chain_shift(i, s) + MinMem(i+1, l, taped)) )
+//                        max(chain_step_memory(i, l, s), chain_shift(i, s) + MinMem(i+1, l, taped))
+//                        )
 //
 // (the published recurrence also bounds every row below by x[i] + g[l+1] + lf(i, l)): the
 // conditions under which the dynamic program's row (i, l) is finite.
@@ -149,8 +149,7 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
     const int states = c.two_states(i) ? 2 : 1;
     for (int s = 0; s < states; ++s) {
       const bool taped = s == 1;
-      at(i, i, taped) =
-          clamp(std::max(c.forward_memory(i, i), c.backward_memory(i, taped)));
+      at(i, i, taped) = clamp(std::max(c.forward_memory(i, i), c.backward_memory(i, taped)));
     }
     mm_t[ui * stride_ + ui] = at(i, i, false);
     std::int64_t lf = c.x[ui + 1] + c.nt[ui];
@@ -163,8 +162,9 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
       for (int s = 0; s < states; ++s) {
         const bool taped = s == 1;
         const std::vector<T>& rows = table(taped && c.two_states(i));
-        const std::int64_t leaf = min_of_max(a, &mm_t[ul * stride_ + ui + 1],
-                                             &rows[ui * stride_ + ui], b, &forward[ui + 1], ul - ui);
+        const std::int64_t leaf =
+            min_of_max(a, &mm_t[ul * stride_ + ui + 1], &rows[ui * stride_ + ui], b,
+                       &forward[ui + 1], ul - ui);
         const std::int64_t chain_step =
             std::max(c.chain_step_memory(i, l, taped),
                      c.chain_shift(i, taped) + std::int64_t{at(i + 1, l, true)});

@@ -314,8 +314,8 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
             if (!p.active) continue;
             const Row& left = row(i, j - 1, s == 1);
             if (!left.empty())
-              add_leaf(c.x[static_cast<std::size_t>(i)], forward_lo(i, j, l), prefix_of(i, j),
-                       left, right, p);
+              add_leaf(c.x[static_cast<std::size_t>(i)], forward_lo(i, j, l), prefix_of(i, j), left,
+                       right, p);
           }
         }
       }
@@ -476,8 +476,7 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence
   const std::int64_t after = m - c.chain_shift(i, taped);
   const bool chain_ok = after >= 0 && m >= c.chain_step_memory(i, l, taped);
   REMAT_INTERNAL_ASSERT(chain_ok && (c.fw[ui] + c.bw[ui]) + row(i + 1, l, true).at(after) == target,
-                        "no choice reaches Opt(", i, ", ", l, ", ", m, taped ? ", taped" : "",
-                        ")");
+                        "no choice reaches Opt(", i, ", ", l, ", ", m, taped ? ", taped" : "", ")");
   out.push_back(fe(i));
   rebuild(i + 1, l, after, true, out);
   out.push_back(bwd(i));

@@ -120,10 +120,10 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
     const Stage& stage = chain.stages[static_cast<std::size_t>(i)];
     std::vector<int> ids;
     for (const Member& member : stage.outputs) {
-      const int id = member.carried()
-                         ? value[static_cast<std::size_t>(i)]
-                                [static_cast<std::size_t>(member.carried_from)]
-                         : memory.make(member.bytes);
+      const int id =
+          member.carried()
+              ? value[static_cast<std::size_t>(i)][static_cast<std::size_t>(member.carried_from)]
+              : memory.make(member.bytes);
       memory.hold(id, Memory::kValue);
       ids.push_back(id);
     }

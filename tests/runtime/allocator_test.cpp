@@ -41,9 +41,9 @@ std::vector<long> faults_of_steps(bool keep, int steps) {
   chk->measure(sample);
   // Recompute-all: the most recomputation, the most frees and re-allocations (the budget only
   // has to admit it).
-  chk->compute_sequence(2 * remat::store_all_peak(chk->chain()) +
-                            remat::runtime_reserve_bytes(torch::kCPU),
-                        remat::Algorithm::kRecomputeAll);
+  chk->compute_sequence(
+      2 * remat::store_all_peak(chk->chain()) + remat::runtime_reserve_bytes(torch::kCPU),
+      remat::Algorithm::kRecomputeAll);
   std::vector<long> faults;
   for (int k = 0; k < 3 + steps; ++k) {
     const long before = minor_faults();

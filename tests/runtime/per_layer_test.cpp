@@ -2,7 +2,6 @@
 // Checkpointable measures plain autograd's own peak on the same network, and optimal schedules
 // measure their prediction, with every layer a stage.
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "profiler/test_nets.h"
@@ -112,8 +111,8 @@ TEST_CASE("one layer per stage: store-all peaks as plain autograd, schedules as 
         torch::NoGradGuard no_grad;
         weight = torch::ones_like(net->forward(c.sample));
       }
-      const std::int64_t plain = step_peak([&](const torch::Tensor& x) { return net->forward(x); },
-                                           c.sample, weight);
+      const std::int64_t plain =
+          step_peak([&](const torch::Tensor& x) { return net->forward(x); }, c.sample, weight);
       remat::Checkpointable chk(net);
       chk->measure(c.sample, remat::ProfileOptions().measure_time(false));
       const remat::Chain& chain = chk->chain();
@@ -138,7 +137,8 @@ TEST_CASE("one layer per stage: store-all peaks as plain autograd, schedules as 
         const std::int64_t measured =
             step_peak([&](const torch::Tensor& x) { return chk->forward(x); }, c.sample, weight);
         INFO("budget " << budget << ": predicted " << s.peak_bytes << ", measured " << measured
-                       << "\n" << remat::collapsed_string(s.sequence));
+                       << "\n"
+                       << remat::collapsed_string(s.sequence));
         CHECK(measured <= budget + kR);
         CHECK(measured == s.peak_bytes + kLossScalars);
       }

@@ -59,8 +59,7 @@ std::string error_of(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("a version 1 chain is read field by field, as stages that keep everything",
-          "[solver]") {
+TEST_CASE("a version 1 chain is read field by field, as stages that keep everything", "[solver]") {
   const Chain chain = parse_chain(kValid, "c.json");
   REQUIRE(chain.name == "two");
   REQUIRE(chain.length() == 2);
@@ -141,12 +140,13 @@ TEST_CASE("version 2 chain files are rejected with the stage, the member and the
              Contains("context_bytes (-1) must not be negative"));
   CHECK_THAT(error2("\"state_bytes\": 64", "\"state_bytes\": 6.5"),
              Contains("stages[1].state_bytes (6.5) must be a whole number of bytes"));
-  CHECK_THAT(error2("\"inputs\": [{\"bytes\": 100, \"grad\": false}, {\"bytes\": 8, \"grad\": false}]",
-                    "\"inputs\": []"),
-             Contains("c.json: inputs is empty"));
-  CHECK_THAT(error2("\"inputs\": [{\"bytes\": 100, \"grad\": false},",
-                    "\"inputs\": [{\"carry\": 0},"),
-             Contains("c.json: inputs[0].carry is not allowed: the input x_0 has no stage"));
+  CHECK_THAT(
+      error2("\"inputs\": [{\"bytes\": 100, \"grad\": false}, {\"bytes\": 8, \"grad\": false}]",
+             "\"inputs\": []"),
+      Contains("c.json: inputs is empty"));
+  CHECK_THAT(
+      error2("\"inputs\": [{\"bytes\": 100, \"grad\": false},", "\"inputs\": [{\"carry\": 0},"),
+      Contains("c.json: inputs[0].carry is not allowed: the input x_0 has no stage"));
   CHECK_THAT(error2("\"state_bytes\": 64,", ""), Contains("stages[1].state_bytes is missing"));
   CHECK_THAT(error2("\"state_bytes\": 64,", "\"state_bytes\": 64, \"saved_bytes\": 1,"),
              Contains("stages[1].saved_bytes is not a field of a stage"));

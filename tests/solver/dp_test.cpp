@@ -46,9 +46,9 @@ TEST_CASE("persistent DP equals the top-down recurrence at every memory", "[solv
       ++feasible;
       REQUIRE(same_value(table.value(0, chain.length(), capacity), expected));
       const Sequence sequence = table.rebuild(capacity);
-      REQUIRE(collapsed_string(sequence) ==
-              collapsed_string(spec.partial_keeps ? reference2.sequence(capacity)
-                                                  : reference.sequence(capacity)));
+      REQUIRE(collapsed_string(sequence) == collapsed_string(spec.partial_keeps
+                                                                 ? reference2.sequence(capacity)
+                                                                 : reference.sequence(capacity)));
       if (!spec.partial_keeps)
         REQUIRE(collapsed_string(sequence) == collapsed_string(reference2.sequence(capacity)));
       const Simulation sim = simulate(chain, sequence, TimeModel{nograd});
@@ -99,9 +99,9 @@ TEST_CASE("persistent DP on long chains equals the top-down recurrence", "[solve
       REQUIRE(!std::isinf(expected));
       REQUIRE(same_value(one.value(0, chain.length(), capacity), expected));
       const Sequence sequence = two.rebuild(capacity);
-      REQUIRE(collapsed_string(sequence) ==
-              collapsed_string(spec.partial_keeps ? reference2.sequence(capacity)
-                                                  : reference.sequence(capacity)));
+      REQUIRE(collapsed_string(sequence) == collapsed_string(spec.partial_keeps
+                                                                 ? reference2.sequence(capacity)
+                                                                 : reference.sequence(capacity)));
       const Simulation sim = simulate(chain, sequence, TimeModel{nograd});
       REQUIRE(sim.peak_bytes <= capacity);
       REQUIRE(same_value(sim.makespan_ms, expected));

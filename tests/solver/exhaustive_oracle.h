@@ -13,13 +13,13 @@
 // alive (an autograd state keeps it): with it, each storage has at most one copy, and a state is
 // a set of holders. No algorithm of remat produces such a recomputation.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <queue>
 #include <stdexcept>
-#include <algorithm>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -37,7 +37,8 @@ class ExhaustiveOracle {
       : chain_(chain), length_(chain.length()), nograd_(use_nograd_time) {
     // The storage of each member: a carried member is its source's storage.
     roots_.resize(static_cast<std::size_t>(length_) + 1);
-    for (std::size_t m = 0; m < chain.inputs.size(); ++m) roots_[0].push_back(new_root(chain.inputs[m]));
+    for (std::size_t m = 0; m < chain.inputs.size(); ++m)
+      roots_[0].push_back(new_root(chain.inputs[m]));
     for (int i = 0; i < length_; ++i) {
       const Stage& stage = chain.stages[static_cast<std::size_t>(i)];
       for (const Member& member : stage.outputs)
@@ -59,11 +60,11 @@ class ExhaustiveOracle {
       const Op& op = sequence[p];
       bool found = false;
       for (const Move& move : moves(s)) {
-        const bool same = move.op.kind == OpKind::kForwardNoGrad
-                              ? (op.kind == OpKind::kForwardNoGrad ||
-                                 op.kind == OpKind::kForwardCheckpoint) &&
-                                    op.stage == move.op.stage
-                              : move.op == op && move.op.stage == op.stage;
+        const bool same =
+            move.op.kind == OpKind::kForwardNoGrad
+                ? (op.kind == OpKind::kForwardNoGrad || op.kind == OpKind::kForwardCheckpoint) &&
+                      op.stage == move.op.stage
+                : move.op == op && move.op.stage == op.stage;
         if (!same || move.op.stage < 0) continue;
         s = move.to;
         peak = std::max(peak, move.memory);
@@ -184,7 +185,8 @@ class ExhaustiveOracle {
   bool copy_alive(const State& s, int k) const {
     std::vector<bool> fresh(sizes_.size(), false);
     for (std::size_t m = 0; m < roots(k).size(); ++m)
-      if (chain_.members(k)[m].carried_from < 0) fresh[static_cast<std::size_t>(roots(k)[m])] = true;
+      if (chain_.members(k)[m].carried_from < 0)
+        fresh[static_cast<std::size_t>(roots(k)[m])] = true;
     for (int b = 0; b <= length_; ++b)
       if (s.values >> b & 1u)
         for (const int r : roots(b))
@@ -208,9 +210,9 @@ class ExhaustiveOracle {
         out.push_back({to, kDrop, 0, memory(to)});
       }
     for (int i = 0; i < length_; ++i) {
-      if (!(s.values >> i & 1u)) continue;                    // input not held
-      if (s.frontier >= 0 && i >= s.frontier) continue;       // already backpropagated
-      if (copy_alive(s, i + 1)) continue;                      // one copy at a time
+      if (!(s.values >> i & 1u)) continue;               // input not held
+      if (s.frontier >= 0 && i >= s.frontier) continue;  // already backpropagated
+      if (copy_alive(s, i + 1)) continue;                // one copy at a time
       const Stage& st = stage(i);
       State no_grad = s;
       no_grad.values |= 1u << (i + 1);
@@ -233,8 +235,8 @@ class ExhaustiveOracle {
       during.frontier = i;
       State to = during;
       to.graphs &= ~(1u << i);
-      out.push_back({to, bwd(i), stage(i).bwd_ms,
-                     memory(during, s.frontier) + stage(i).bwd_tmp_bytes});
+      out.push_back(
+          {to, bwd(i), stage(i).bwd_ms, memory(during, s.frontier) + stage(i).bwd_tmp_bytes});
     }
     return out;
   }

@@ -2,9 +2,8 @@
 // (exhaustive_oracle.h) on small chains of both cost models: every storage counted once,
 // stages that keep only part of their input and output, members without gradient, and
 // carried members (where the dynamic program is allowed to be conservative, never to overrun).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <utility>
@@ -39,8 +38,8 @@ struct Checked {
   int chains = 0;
   int sequences = 0;
   int budgets = 0;
-  int conservative = 0;   // budgets where the DP was slower than the nested optimum (carried)
-  int beaten = 0;         // budgets where a sequence outside the nested form was faster
+  int conservative = 0;    // budgets where the DP was slower than the nested optimum (carried)
+  int beaten = 0;          // budgets where a sequence outside the nested form was faster
   double worst_ratio = 1;  // largest nested optimum / global optimum
 };
 
@@ -145,8 +144,8 @@ TEST_CASE("with carried members the DP never overruns and is never faster than p
           "[solver][oracle]") {
   Checked checked;
   for (std::uint64_t seed = 0; seed < 300; ++seed)
-    check_chain(test::random_chain(5000 + seed, spec_of(seed % 2 == 0 ? 5 : 4, true, true)),
-                false, seed % 3 == 0, checked);
+    check_chain(test::random_chain(5000 + seed, spec_of(seed % 2 == 0 ? 5 : 4, true, true)), false,
+                seed % 3 == 0, checked);
   CHECK(checked.chains == 300);
   CHECK(checked.budgets > 2000);
   // The DP counts a carried member once per activation it is in: it must be conservative
@@ -162,10 +161,11 @@ TEST_CASE("how far the nested optimum is from the global one", "[.gap]") {
     for (std::uint64_t seed = 0; seed < 400; ++seed)
       check_chain(test::random_chain(20000 + seed, spec_of(5, partial, false)), true, true,
                   checked);
-    std::printf("%s: %d chains, %d budgets, a faster non-nested schedule at %d (%.1f%%), "
-                "nested optimum at most %.3f x the global one\n",
-                partial ? "model v2" : "model v1", checked.chains, checked.budgets,
-                checked.beaten, 100.0 * checked.beaten / checked.budgets, checked.worst_ratio);
+    std::printf(
+        "%s: %d chains, %d budgets, a faster non-nested schedule at %d (%.1f%%), "
+        "nested optimum at most %.3f x the global one\n",
+        partial ? "model v2" : "model v1", checked.chains, checked.budgets, checked.beaten,
+        100.0 * checked.beaten / checked.budgets, checked.worst_ratio);
   }
 }
 

@@ -1,9 +1,9 @@
 #pragma once
 // An independent, straightforwardly written top-down memoized implementation of the
-// persistent dynamic program, from rotor's recurrence as docs/algorithms.md writes it (model v1 only), for the tests.
-// It works in units of `unit` bytes (sizes rounded up) and can run the reference's recurrence
-// as published (`corrected = false`) or with remat's exact chain step (Fe_i checked with
-// y_{l+1} live rather than y_{i+1}, see docs/algorithms.md).
+// persistent dynamic program, from rotor's recurrence as docs/algorithms.md writes it (model v1
+// only), for the tests. It works in units of `unit` bytes (sizes rounded up) and can run the
+// reference's recurrence as published (`corrected = false`) or with remat's exact chain step (Fe_i
+// checked with y_{l+1} live rather than y_{i+1}, see docs/algorithms.md).
 
 #include <algorithm>
 #include <cstdint>
@@ -236,8 +236,7 @@ class ReferenceDp2 {
         forwards += nf_[uj - 1];
         if (j > i + 1) forward = std::max(forward, x_[uj - 1] + x_[uj] + nt_[uj - 1]);
         if (m < x_[a] + g_[static_cast<std::size_t>(l) + 1] + forward) continue;
-        const double value =
-            (forwards + opt(m - x_[a], j, l, false)) + opt(m, i, j - 1, taped);
+        const double value = (forwards + opt(m - x_[a], j, l, false)) + opt(m, i, j - 1, taped);
         if (value < result.first) result = {value, j};
       }
       if (chain_fits(m, i, l, taped)) {

@@ -101,12 +101,13 @@ TEST_CASE("what frees what", "[solver]") {
   // (nothing makes x_1 again in between), so it is held across the whole first sweep.
   const Simulation kept =
       simulate(chain, parse_sequence("CF_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_2 B_2 Fe_1 B_1 Fe_0 B_0", 4));
-  const Simulation dropped = simulate(
-      chain, parse_sequence("CF_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0 Fe_1 Fe_2 B_2 B_1 B_0", 4));
+  const Simulation dropped =
+      simulate(chain, parse_sequence("CF_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0 Fe_1 Fe_2 B_2 B_1 B_0", 4));
   CHECK(kept.trace[2].live_after_bytes == 400);     // x_0, x_1, x_3 and ... x_2 dropped
   CHECK(dropped.trace[2].live_after_bytes == 200);  // x_0 and x_3: x_1 is made again by Fe_0
   // The input x_0 belongs to the caller: nothing frees it.
-  const Simulation input = simulate(chain, parse_sequence("Fn_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0..2 B_2..0", 4));
+  const Simulation input =
+      simulate(chain, parse_sequence("Fn_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0..2 B_2..0", 4));
   CHECK(input.trace.back().live_after_bytes == 200);  // x_0 and y_0
 }
 

@@ -49,7 +49,8 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
   if (spec.partial_keeps) {
     chain.inputs.clear();
     const auto members = uniform(1, 2);
-    for (std::int64_t k = 0; k < members; ++k) chain.inputs.push_back(Member{bytes(), uniform(0, 2) != 0});
+    for (std::int64_t k = 0; k < members; ++k)
+      chain.inputs.push_back(Member{bytes(), uniform(0, 2) != 0});
   } else {
     chain.set_input(uniform(0, spec.max_bytes));
   }
@@ -66,7 +67,8 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
         const bool grad = i + 1 == length || uniform(0, 3) != 0;
         stage.outputs.push_back(Member{bytes(), grad});
         if (spec.carried && uniform(0, 1) == 0) {
-          const auto from = static_cast<std::size_t>(uniform(0, static_cast<std::int64_t>(input.size()) - 1));
+          const auto from =
+              static_cast<std::size_t>(uniform(0, static_cast<std::int64_t>(input.size()) - 1));
           if (!carried[from]) {
             carried[from] = true;
             Member member = input[from];
@@ -82,7 +84,8 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
       stage.state_bytes = uniform(0, 2) == 0 ? 0 : uniform(0, 2 * spec.max_bytes);
     } else {
       const std::int64_t out = bytes();
-      stage = Stage::keeping_all("", out, out + (uniform(0, 2) == 0 ? 0 : uniform(0, 2 * spec.max_bytes)));
+      stage = Stage::keeping_all("", out,
+                                 out + (uniform(0, 2) == 0 ? 0 : uniform(0, 2 * spec.max_bytes)));
     }
     stage.name = "s" + std::to_string(i);
     stage.fwd_ms = fwd_ms;
