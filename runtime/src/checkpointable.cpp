@@ -137,6 +137,15 @@ void CheckpointableImpl::check_input(const torch::Tensor& input) const {
     for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? "x" : "") + std::to_string(sizes[i]);
     return out;
   };
+  // The chain says whether its input has a gradient (the sample measured had one or not); one
+  // computed here and not counted could take the step over the budget.
+  if (input.requires_grad() && chain_->gradient_bytes(0) == 0)
+    throw std::invalid_argument(
+        "Checkpointable::forward: the input requires grad but the chain was measured with an "
+        "input that does not (its gradient, " +
+        std::to_string(counted_bytes(input.device(), static_cast<std::int64_t>(input.nbytes()))) +
+        " bytes, is not in the budget): measure() a sample that requires grad, or pass "
+        "input.detach()");
   if (!measured_sizes_.empty()) {
     bool fits = input.dim() == static_cast<std::int64_t>(measured_sizes_.size());
     for (std::size_t d = 0; fits && d < measured_sizes_.size(); ++d)

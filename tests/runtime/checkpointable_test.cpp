@@ -67,8 +67,11 @@ TEST_CASE("checkpointed training equals plain training, bit for bit", "[runtime]
                                  sample, 2, 5);
 
   nn::Sequential probe = fresh(make);
+  // Measured with an input that wants its gradient, as train() trains.
   const remat::Chain chain =
-      remat::profile(probe, sample, remat::ProfileOptions().measure_time(false)).chain;
+      remat::profile(probe, sample.clone().requires_grad_(true),
+                     remat::ProfileOptions().measure_time(false))
+          .chain;
   const std::int64_t full = remat::store_all_peak(chain);
   const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0));
   struct Case {
@@ -106,6 +109,11 @@ TEST_CASE("the input may or may not require grad; eval and no-grad run the plain
   // Input without grad: parameters still get their gradients.
   torch::Tensor out = chk->forward(sample);
   CHECK(out.requires_grad());
+  // An input that wants its gradient, when the chain was measured without one: refused, since
+  // that gradient is not in the budget.
+  CHECK_THROWS_WITH(chk->forward(sample.clone().requires_grad_(true)),
+                    Catch::Contains("the input requires grad but the chain was measured with an "
+                                    "input that does not (its gradient, 3456 bytes"));
   out.sum().backward();
   for (const auto& p : net->parameters()) CHECK(p.grad().defined());
   // Eval mode: the plain network, output without a remat node.
@@ -180,7 +188,7 @@ TEST_CASE("measured peak stays within the budget and close to the prediction", "
     nn::Sequential net = remat::test::conv_chain(n.channels, 10, n.dropout);
     const torch::Tensor sample = torch::randn({n.batch, 3, n.size, n.size});
     remat::Checkpointable chk(net);
-    chk->measure(sample, remat::ProfileOptions().measure_time(false));
+    chk->measure(sample.clone().requires_grad_(true), remat::ProfileOptions().measure_time(false));
     for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
     torch::Tensor weight;
     {
@@ -323,7 +331,7 @@ OnCuda measured_on_cuda(int channels, int batch) {
   net->to(cuda);
   const torch::Tensor sample = torch::randn({batch, 3, 64, 64}).to(cuda);
   remat::Checkpointable chk(net);
-  chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  chk->measure(sample.clone().requires_grad_(true), remat::ProfileOptions().measure_time(false));
   for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
   return {net, chk, sample};
 }
