@@ -169,7 +169,6 @@ void Executor::run(std::size_t index) {
       if (!y_[ui + 1].defined()) bug("B_" + std::to_string(i) + " without its output's gradient");
       torch::autograd::Edge edge = std::move(fe_edge_[ui]);
       std::shared_ptr<GradientSink> sink = std::move(fe_sink_[ui]);
-      fe_edge_[ui] = torch::autograd::Edge();
       if (edge.is_valid()) detail::run_backward(std::move(edge), std::move(y_[ui + 1]));
       y_[ui + 1].reset();
       if (sink) {

@@ -153,6 +153,34 @@ std::vector<Member> get_members(const json& value, const std::string& source,
   return out;
 }
 
+// The document's array of stages.
+const json& stages_array(const json& doc, const std::string& source) {
+  const json& stages = doc.at("stages");
+  if (!stages.is_array())
+    fail(source, "stages", str_cat("must be an array of stages, got ", type_name(stages)));
+  return stages;
+}
+
+// Stage `where` of a document: an object with `required` fields and maybe `optional` ones.
+const json& stage_object(const json& item, const std::string& source, const std::string& where,
+                         const std::vector<std::string>& required,
+                         const std::vector<std::string>& optional) {
+  if (!item.is_object()) fail(source, where, str_cat("must be an object, got ", type_name(item)));
+  check_keys(item, source, where, required, optional);
+  return item;
+}
+
+// The fields both versions give every stage: its times and temporaries.
+void read_times_and_temporaries(const json& item, const std::string& source,
+                                const std::string& where, Stage& stage) {
+  stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
+  stage.bwd_ms = get_ms(item.at("bwd_ms"), source, where + ".bwd_ms");
+  stage.fwd_tmp_bytes = get_bytes(item.at("fwd_tmp_bytes"), source, where + ".fwd_tmp_bytes");
+  stage.bwd_tmp_bytes = get_bytes(item.at("bwd_tmp_bytes"), source, where + ".bwd_tmp_bytes");
+  if (item.contains("fwd_nograd_ms"))
+    stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
+}
+
 Chain parse_v1(const json& doc, const std::string& source) {
   check_keys(doc, source, "", {"format", "name", "input_bytes", "stages"}, {"loss_tmp_bytes"});
   Chain chain;
@@ -160,15 +188,11 @@ Chain parse_v1(const json& doc, const std::string& source) {
   chain.set_input(get_bytes(doc.at("input_bytes"), source, "input_bytes"));
   if (doc.contains("loss_tmp_bytes"))
     chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
-  const json& stages = doc.at("stages");
-  if (!stages.is_array())
-    fail(source, "stages", str_cat("must be an array of stages, got ", type_name(stages)));
+  const json& stages = stages_array(doc, source);
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    const json& item = stages[i];
     const std::string where = stage_where(i);
-    if (!item.is_object()) fail(source, where, str_cat("must be an object, got ", type_name(item)));
-    check_keys(
-        item, source, where,
+    const json& item = stage_object(
+        stages[i], source, where,
         {"name", "fwd_ms", "bwd_ms", "out_bytes", "saved_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"},
         {"fwd_nograd_ms"});
     const std::int64_t out = get_bytes(item.at("out_bytes"), source, where + ".out_bytes");
@@ -179,12 +203,7 @@ Chain parse_v1(const json& doc, const std::string& source) {
                    "): saved_bytes counts the output too"));
     Stage stage =
         Stage::keeping_all(get_string(item.at("name"), source, where + ".name"), out, saved);
-    stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
-    stage.bwd_ms = get_ms(item.at("bwd_ms"), source, where + ".bwd_ms");
-    stage.fwd_tmp_bytes = get_bytes(item.at("fwd_tmp_bytes"), source, where + ".fwd_tmp_bytes");
-    stage.bwd_tmp_bytes = get_bytes(item.at("bwd_tmp_bytes"), source, where + ".bwd_tmp_bytes");
-    if (item.contains("fwd_nograd_ms"))
-      stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
+    read_times_and_temporaries(item, source, where, stage);
     chain.stages.push_back(std::move(stage));
   }
   return chain;
@@ -202,29 +221,21 @@ Chain parse_v2(const json& doc, const std::string& source) {
     chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
   if (doc.contains("context_bytes"))
     chain.context_bytes = get_bytes(doc.at("context_bytes"), source, "context_bytes");
-  const json& stages = doc.at("stages");
-  if (!stages.is_array())
-    fail(source, "stages", str_cat("must be an array of stages, got ", type_name(stages)));
+  const json& stages = stages_array(doc, source);
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    const json& item = stages[i];
     const std::string where = stage_where(i);
-    if (!item.is_object()) fail(source, where, str_cat("must be an object, got ", type_name(item)));
-    check_keys(item, source, where,
-               {"name", "fwd_ms", "bwd_ms", "outputs", "saved_inputs", "saved_outputs",
-                "state_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"},
-               {"fwd_nograd_ms", "fwd_nograd_tmp_bytes"});
+    const json& item = stage_object(stages[i], source, where,
+                                    {"name", "fwd_ms", "bwd_ms", "outputs", "saved_inputs",
+                                     "saved_outputs", "state_bytes", "fwd_tmp_bytes",
+                                     "bwd_tmp_bytes"},
+                                    {"fwd_nograd_ms", "fwd_nograd_tmp_bytes"});
     Stage stage;
     stage.name = get_string(item.at("name"), source, where + ".name");
-    stage.fwd_ms = get_ms(item.at("fwd_ms"), source, where + ".fwd_ms");
-    stage.bwd_ms = get_ms(item.at("bwd_ms"), source, where + ".bwd_ms");
+    read_times_and_temporaries(item, source, where, stage);
     stage.outputs = get_members(item.at("outputs"), source, where + ".outputs", true);
     stage.saved_inputs = get_indices(item.at("saved_inputs"), source, where + ".saved_inputs");
     stage.saved_outputs = get_indices(item.at("saved_outputs"), source, where + ".saved_outputs");
     stage.state_bytes = get_bytes(item.at("state_bytes"), source, where + ".state_bytes");
-    stage.fwd_tmp_bytes = get_bytes(item.at("fwd_tmp_bytes"), source, where + ".fwd_tmp_bytes");
-    stage.bwd_tmp_bytes = get_bytes(item.at("bwd_tmp_bytes"), source, where + ".bwd_tmp_bytes");
-    if (item.contains("fwd_nograd_ms"))
-      stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
     if (item.contains("fwd_nograd_tmp_bytes"))
       stage.fwd_nograd_tmp_bytes =
           get_bytes(item.at("fwd_nograd_tmp_bytes"), source, where + ".fwd_nograd_tmp_bytes");

@@ -98,22 +98,22 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
   Memory memory;
   memory.add_fixed(chain.context_bytes);
   // value[k]: the storages of the held x_k, one per member (empty: not held).
-  // graph[i]: the storages stage i's autograd state holds (its state is the first).
-  // gradient[k]: the storages of y_k, one per member, -1 for members without a gradient.
+  // graph[i]: the storages stage i's autograd state holds (its state first; empty: no state).
+  // gradient[k]: the storages of y_k, one per member, -1 for members without a gradient
+  // (empty: y_k not held).
   std::vector<std::vector<int>> value(boundaries), graph(boundaries - 1), gradient(boundaries);
-  std::vector<bool> graph_live(boundaries - 1, false), backpropagated(boundaries - 1, false);
-  std::vector<bool> value_held(boundaries, false), gradient_held(boundaries, false);
+  std::vector<bool> backpropagated(boundaries - 1, false);
   for (const Member& member : chain.inputs) {
     value[0].push_back(memory.make(member.bytes));
     memory.hold(value[0].back(), Memory::kValue);
   }
-  value_held[0] = true;  // the caller's input: held for the whole step
+  // The caller's input x_0 is held for the whole step.
+  auto value_held = [&](std::size_t k) { return k == 0 || !value[k].empty(); };
   auto drop_value = [&](int k) {
     const auto uk = static_cast<std::size_t>(k);
-    if (k == 0 || !value_held[uk]) return;
+    if (k == 0) return;
     for (const int id : value[uk]) memory.release(id, Memory::kValue);
     value[uk].clear();
-    value_held[uk] = false;
   };
   // x_{i+1} from x_i: new storages for new members, x_i's for carried ones.
   auto produce = [&](int i) {
@@ -128,7 +128,6 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
       ids.push_back(id);
     }
     value[static_cast<std::size_t>(i) + 1] = std::move(ids);
-    value_held[static_cast<std::size_t>(i) + 1] = true;
   };
 
   const ValueLifetimes live_after = value_lifetimes(sequence, length);
@@ -148,7 +147,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
       reject(detail::str_cat("stage ", i, " is outside the chain's stages 0..", length - 1));
     const auto ui = static_cast<std::size_t>(i);
     if (op.is_forward()) {
-      if (!value_held[ui]) reject(detail::str_cat("its input x_", i, " is not in memory"));
+      if (!value_held(ui)) reject(detail::str_cat("its input x_", i, " is not in memory"));
       if (backpropagated[ui]) reject(detail::str_cat("stage ", i, " was already backpropagated"));
     }
 
@@ -159,7 +158,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
     const Stage* stage = op.kind == OpKind::kLoss ? nullptr : &chain.stages[ui];
     switch (op.kind) {
       case OpKind::kForwardGrad: {
-        if (graph_live[ui])
+        if (!graph[ui].empty())
           reject(detail::str_cat("stage ", i, " already holds its autograd state"));
         produce(i);
         std::vector<int>& held = graph[ui];
@@ -169,7 +168,6 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
         for (const int k : stage->saved_outputs)
           held.push_back(value[ui + 1][static_cast<std::size_t>(k)]);
         for (const int id : held) memory.hold(id, Memory::kGraph);
-        graph_live[ui] = true;
         cost = stage->fwd_ms;
         temporary = stage->fwd_tmp_bytes;
         ++sim.grad_forwards;
@@ -184,21 +182,20 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
         break;
       case OpKind::kLoss: {
         const auto ul = static_cast<std::size_t>(length);
-        if (!value_held[ul]) reject(detail::str_cat("the output x_", length, " is not in memory"));
-        if (gradient_held[ul] || backpropagated[ul - 1]) reject("the loss was already computed");
+        if (!value_held(ul)) reject(detail::str_cat("the output x_", length, " is not in memory"));
+        if (!gradient[ul].empty() || backpropagated[ul - 1]) reject("the loss was already computed");
         for (const Member& member : chain.members(length)) {
           gradient[ul].push_back(member.grad ? memory.make(member.bytes) : -1);
           if (member.grad) memory.hold(gradient[ul].back(), Memory::kGradient);
         }
-        gradient_held[ul] = true;
         temporary = chain.loss_tmp_bytes;
         break;
       }
       case OpKind::kBackward: {
         if (backpropagated[ui]) reject(detail::str_cat("gradient y_", i, " computed twice"));
-        if (!gradient_held[ui + 1])
+        if (gradient[ui + 1].empty())
           reject(detail::str_cat("gradient y_", i + 1, " is not in memory"));
-        if (!graph_live[ui])
+        if (graph[ui].empty())
           reject(detail::str_cat("stage ", i, " holds no autograd state (run Fe_", i, " first)"));
         // y_i: a carried member's gradient is the one y_{i+1} holds for it, passed on (the
         // stage adds its own contribution into it, in place); the others are new.
@@ -215,7 +212,6 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
           memory.hold(ids[k], Memory::kGradient);
         }
         gradient[ui] = std::move(ids);
-        gradient_held[ui] = true;
         cost = stage->bwd_ms;
         temporary = stage->bwd_tmp_bytes;
         break;
@@ -233,11 +229,9 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
     } else {
       for (const int id : graph[ui]) memory.release(id, Memory::kGraph);
       graph[ui].clear();
-      graph_live[ui] = false;
       for (const int id : gradient[ui + 1])
         if (id >= 0) memory.release(id, Memory::kGradient);
       gradient[ui + 1].clear();
-      gradient_held[ui + 1] = false;
       backpropagated[ui] = true;
     }
     record.start_ms = now;
