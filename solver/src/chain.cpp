@@ -224,11 +224,11 @@ Chain parse_v2(const json& doc, const std::string& source) {
   const json& stages = stages_array(doc, source);
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const std::string where = stage_where(i);
-    const json& item = stage_object(stages[i], source, where,
-                                    {"name", "fwd_ms", "bwd_ms", "outputs", "saved_inputs",
-                                     "saved_outputs", "state_bytes", "fwd_tmp_bytes",
-                                     "bwd_tmp_bytes"},
-                                    {"fwd_nograd_ms", "fwd_nograd_tmp_bytes"});
+    const json& item =
+        stage_object(stages[i], source, where,
+                     {"name", "fwd_ms", "bwd_ms", "outputs", "saved_inputs", "saved_outputs",
+                      "state_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"},
+                     {"fwd_nograd_ms", "fwd_nograd_tmp_bytes"});
     Stage stage;
     stage.name = get_string(item.at("name"), source, where + ".name");
     read_times_and_temporaries(item, source, where, stage);

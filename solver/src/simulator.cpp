@@ -183,7 +183,8 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
       case OpKind::kLoss: {
         const auto ul = static_cast<std::size_t>(length);
         if (!value_held(ul)) reject(detail::str_cat("the output x_", length, " is not in memory"));
-        if (!gradient[ul].empty() || backpropagated[ul - 1]) reject("the loss was already computed");
+        if (!gradient[ul].empty() || backpropagated[ul - 1])
+          reject("the loss was already computed");
         for (const Member& member : chain.members(length)) {
           gradient[ul].push_back(member.grad ? memory.make(member.bytes) : -1);
           if (member.grad) memory.hold(gradient[ul].back(), Memory::kGradient);
