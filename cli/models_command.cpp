@@ -84,7 +84,7 @@ int show_model(const ModelsArgs& args, Format format) {
   std::int64_t total = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     try {
-      x = stages[i].module.forward<torch::Tensor>(x);
+      x = stages[i].module->forward({x}, {}).front();
     } catch (const c10::Error& error) {
       throw std::invalid_argument(fmt::format("{} stage {} ({}) fails on input {}: {}",
                                               in.info->name, i, stages[i].name,
@@ -92,7 +92,7 @@ int show_model(const ModelsArgs& args, Format format) {
                                               error.what_without_backtrace()));
     }
     const auto bytes = static_cast<std::int64_t>(x.nbytes());
-    const std::int64_t params = models::parameter_count(*stages[i].module.ptr());
+    const std::int64_t params = models::parameter_count(*stages[i].module->nn_module());
     total += bytes;
     if (format == Format::kJson)
       rows.push_back({{"name", stages[i].name}, {"output_shape", x.sizes().vec()},

@@ -41,8 +41,8 @@ void print_table(const Profile& p) {
         std::string(s.saved_inputs.empty() ? "" : "i") + (s.saved_outputs.empty() ? "" : "o");
     fmt::print(
         "{:>4}  {:<18} {:<16} {:>9.3f} {:>9.3f} {:>9.3f} {:>10} {:>6} {:>10} {:>10} {:>10}\n", i,
-        s.name.substr(0, 18), shape_string(p.output_shapes[static_cast<std::size_t>(i)]), s.fwd_ms,
-        s.nograd_ms(), s.bwd_ms, format_bytes(s.out_bytes()), keeps.empty() ? "-" : keeps,
+        s.name.substr(0, 18), shape_string(p.output_shapes[static_cast<std::size_t>(i)].front()),
+        s.fwd_ms, s.nograd_ms(), s.bwd_ms, format_bytes(s.out_bytes()), keeps.empty() ? "-" : keeps,
         format_bytes(s.state_bytes), format_bytes(s.fwd_tmp_bytes), format_bytes(s.bwd_tmp_bytes));
     fwd += s.fwd_ms;
     bwd += s.bwd_ms;

@@ -6,6 +6,7 @@
 #include "remat/report.h"
 #include "remat/solver.h"
 #if REMAT_WITH_TORCH
+#include "remat/core.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"

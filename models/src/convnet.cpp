@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "remat/profiler/block.h"
+#include "remat/core/block.h"
 
 namespace remat::models {
 

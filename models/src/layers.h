@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "remat/profiler/block.h"
+#include "remat/core/block.h"
 
 namespace remat::models::detail {
 

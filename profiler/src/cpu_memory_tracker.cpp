@@ -69,8 +69,12 @@ void release(void* data) {
   g_inner->raw_deallocate(base);
 }
 
+thread_local bool t_uncounted = false;
+
 c10::DataPtr allocate_tracked(std::size_t n) {
-  const std::int64_t counted = counted_bytes(c10::Device(c10::kCPU), static_cast<std::int64_t>(n));
+  // Uncounted: the header says 0, so that the release subtracts nothing either.
+  const std::int64_t counted =
+      t_uncounted ? 0 : counted_bytes(c10::Device(c10::kCPU), static_cast<std::int64_t>(n));
   const std::int64_t limit = g_limit.load(std::memory_order_relaxed);
   TORCH_CHECK_WITH(OutOfMemoryError, g_counter.add(counted, limit),
                    "CPU out of memory: tried to allocate ", mib(counted), " with ",
@@ -148,6 +152,11 @@ void set_cpu_limit(std::int64_t bytes) {
 }
 
 }  // namespace detail
+
+UncountedCpuAllocations::UncountedCpuAllocations() : previous_(detail::t_uncounted) {
+  detail::t_uncounted = true;
+}
+UncountedCpuAllocations::~UncountedCpuAllocations() { detail::t_uncounted = previous_; }
 
 std::int64_t counted_bytes(c10::Device device, std::int64_t nbytes) {
   if (nbytes <= 0) return 0;

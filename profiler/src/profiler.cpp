@@ -33,8 +33,8 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "remat/profiler/generator_state.h"
-#include "remat/profiler/stage_input.h"
+#include "remat/core/generator_state.h"
+#include "remat/core/stage_input.h"
 
 namespace remat {
 namespace {
@@ -49,20 +49,17 @@ std::string describe(int index, const std::string& name) {
 class ModelState {
  public:
   ModelState(const std::vector<NamedStage>& stages, c10::Device device) : device_(device) {
-    std::unordered_set<const torch::nn::Module*> seen;
-    for (const NamedStage& stage : stages) {
-      for (const auto& module : stage.module.ptr()->modules(/*include_self=*/true)) {
-        if (!seen.insert(module.get()).second) continue;
-        modules_.push_back({module, module->is_training()});
-      }
-    }
+    std::unordered_set<const void*> seen;
     torch::NoGradGuard no_grad;
-    for (const auto& entry : modules_) {
-      for (auto& p : entry.module->parameters(/*recurse=*/false)) {
+    for (const NamedStage& stage : stages) {
+      modes_.push_back({stage.module, stage.module->training_modes()});
+      for (auto& p : stage.module->parameters()) {
+        if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
         const torch::Tensor& grad = p.grad();
         grads_.push_back({p, grad.defined() ? std::optional<torch::Tensor>(grad.clone()) : std::nullopt});
       }
-      for (auto& b : entry.module->buffers(/*recurse=*/false)) buffers_.push_back({b, b.clone()});
+      for (auto& b : stage.module->buffers())
+        if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back({b, b.clone()});
     }
     cpu_rng_ = generator_state(c10::Device(c10::kCPU));
     if (device.is_cuda()) cuda_rng_ = generator_state(device);
@@ -89,9 +86,7 @@ class ModelState {
           entry.param.mutable_grad() = torch::Tensor();
       }
       for (auto& entry : buffers_) entry.buffer.copy_(entry.saved);
-      // train() recurses into children; modules_ is in pre-order (parents first), so each
-      // module ends with its own recorded flag.
-      for (auto& entry : modules_) entry.module->train(entry.training);
+      for (auto& entry : modes_) entry.module->set_training_modes(entry.modes);
       set_generator_state(c10::Device(c10::kCPU), cpu_rng_);
       if (device_.is_cuda()) set_generator_state(device_, cuda_rng_);
     } catch (...) {
@@ -100,9 +95,9 @@ class ModelState {
   }
 
  private:
-  struct ModuleEntry {
-    std::shared_ptr<torch::nn::Module> module;
-    bool training;
+  struct ModeEntry {
+    std::shared_ptr<StageModule> module;
+    std::vector<bool> modes;
   };
   struct GradEntry {
     torch::Tensor param;
@@ -112,7 +107,7 @@ class ModelState {
     torch::Tensor buffer, saved;
   };
   c10::Device device_;
-  std::vector<ModuleEntry> modules_;
+  std::vector<ModeEntry> modes_;
   std::vector<GradEntry> grads_;
   std::vector<BufferEntry> buffers_;
   torch::Tensor cpu_rng_, cuda_rng_;
@@ -150,38 +145,48 @@ double time_ms(const ProfileOptions& options, c10::Device device, const Setup& s
   return median(samples);
 }
 
+std::string member_name(const Tensors& members, std::size_t k) {
+  return members.size() == 1 ? std::string() : " member " + std::to_string(k);
+}
+
+// Runs a stage, checking what it returns and that it leaves its inputs and the context alone.
 struct Runner {
   const NamedStage& stage;
   int index;
+  const Tensors& context;
 
-  torch::Tensor operator()(const torch::Tensor& x) const {
-    const auto version = x._version();
-    std::optional<torch::nn::AnyValue> value;
+  Tensors operator()(const Tensors& x) const {
+    std::vector<std::uint32_t> versions;
+    for (const auto* list : {&x, &context})
+      for (const torch::Tensor& t : *list) versions.push_back(t._version());
+    Tensors out;
     try {
-      // any_forward is not const, although it does not change the holder.
-      value.emplace(const_cast<torch::nn::AnyModule&>(stage.module).any_forward(x));
+      out = stage.module->forward(x, context);
     } catch (const c10::OutOfMemoryError&) {
       throw;  // not the stage's fault: the caller may retry with less
     } catch (const std::exception& error) {
       throw ProfileError(describe(index, stage.name) + ": forward failed: " + error.what());
     }
-    if (x._version() != version)
-      throw ProfileError(describe(index, stage.name) +
-                         " modified its input in place; a stage must not (fold the in-place "
-                         "operation into the stage before it, or make it out of place)");
-    torch::Tensor* out = value->try_get<torch::Tensor>();
-    if (out == nullptr)
-      throw ProfileError(describe(index, stage.name) + " returned " +
-                         c10::demangle(value->type_info().name()) +
-                         ", not one tensor: every stage must map one tensor to one tensor");
-    if (!out->defined())
-      throw ProfileError(describe(index, stage.name) + " returned an undefined tensor");
-    return *out;
+    std::size_t v = 0;
+    for (const auto* list : {&x, &context})
+      for (std::size_t k = 0; k < list->size(); ++k)
+        if ((*list)[k]._version() != versions[v++])
+          throw ProfileError(
+              describe(index, stage.name) + " modified its " +
+              (list == &x ? "input" + member_name(x, k) : "context tensor " + std::to_string(k)) +
+              " in place; a stage must not (fold the in-place operation into the "
+              "stage before it, or make it out of place)");
+    if (out.empty()) throw ProfileError(describe(index, stage.name) + " returned no tensors");
+    for (std::size_t o = 0; o < out.size(); ++o)
+      if (!out[o].defined())
+        throw ProfileError(describe(index, stage.name) + " returned an undefined tensor" +
+                           member_name(out, o));
+    return out;
   }
 };
 
 bool has_trainable_parameters(const NamedStage& stage) {
-  for (const auto& p : stage.module.ptr()->parameters())
+  for (const auto& p : stage.module->parameters())
     if (p.requires_grad()) return true;
   return false;
 }
@@ -190,39 +195,42 @@ bool shares_storage(const torch::Tensor& a, const torch::Tensor& b) {
   return a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
 }
 
+// The input member that output `out` is, returned as it came (carried), or -1.
+int carried_from(const Tensors& inputs, const torch::Tensor& out) {
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    if (out.is_same(inputs[k])) return static_cast<int>(k);
+  return -1;
+}
+
+// Which input member each output member carries (-1: a new tensor); a member carried twice is
+// refused (one storage, but two gradients to add).
+std::vector<int> carried_members(const NamedStage& stage, int index, const Tensors& inputs,
+                                 const Tensors& outputs) {
+  std::vector<int> carried;
+  for (const torch::Tensor& out : outputs) {
+    const int k = carried_from(inputs, out);
+    if (k >= 0 && std::find(carried.begin(), carried.end(), k) != carried.end())
+      throw ProfileError(describe(index, stage.name) + " returned its input" +
+                         member_name(inputs, static_cast<std::size_t>(k)) +
+                         " twice; return it once (or a copy)");
+    carried.push_back(k);
+  }
+  return carried;
+}
+
 void check_device(const NamedStage& stage, int index, c10::Device device) {
-  for (const auto& p : stage.module.ptr()->parameters())
+  for (const auto& p : stage.module->parameters())
     if (p.device() != device)
       throw ProfileError(describe(index, stage.name) + " has parameters on " + p.device().str() +
                          " but the sample is on " + device.str() +
                          ": move the model or the sample so that they agree");
-  for (const auto& b : stage.module.ptr()->buffers())
+  for (const auto& b : stage.module->buffers())
     if (b.device() != device)
       throw ProfileError(describe(index, stage.name) + " has buffers on " + b.device().str() +
                          " but the sample is on " + device.str());
 }
 
 }  // namespace
-
-namespace {
-at::Generator default_generator(c10::Device device) {
-  // A tensor's device always has an index; a bare "cuda" means the first GPU here.
-  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
-  return at::globalContext().defaultGenerator(device);
-}
-}  // namespace
-
-torch::Tensor generator_state(c10::Device device) {
-  at::Generator gen = default_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_generator_state(c10::Device device, const torch::Tensor& state) {
-  at::Generator gen = default_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   std::unordered_set<const void*> seen;
@@ -235,46 +243,36 @@ std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   return total;
 }
 
-// "torch::nn::Conv2dImpl" -> "Conv2d", "(anonymous namespace)::PairImpl" -> "Pair".
-std::string short_type_name(std::string name) {
-  for (const std::string prefix : {"(anonymous namespace)::", "torch::nn::", "remat::"}) {
-    for (auto at = name.find(prefix); at != std::string::npos; at = name.find(prefix))
-      name.erase(at, prefix.size());
-  }
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
-  return name;
-}
-
-std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential) {
-  std::vector<NamedStage> out;
-  const auto children = sequential->named_children();
-  int index = 0;
-  for (const auto& module : *sequential) {
-    // A child's own name ("conv1") when it has one, else its index and type ("3:Conv2d").
-    const std::string& key = children[static_cast<std::size_t>(index)].key();
-    const bool numbered = key.find_first_not_of("0123456789") == std::string::npos;
-    out.push_back({numbered ? std::to_string(index) + ":" + short_type_name(module.ptr()->name()) : key,
-                   module});
-    ++index;
-  }
-  return out;
-}
-
-Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& sample,
-                const ProfileOptions& options) {
+Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                const Tensors& context, const ProfileOptions& options) {
   using detail::run_backward;
   using detail::stage_input;
   using detail::StageInput;
   const auto started = Clock::now();
   if (stages.empty()) throw ProfileError("the chain has no stages: nothing to profile");
-  if (!sample.defined()) throw ProfileError("the sample input is an undefined tensor");
-  if (!sample.is_floating_point())
-    throw ProfileError("the sample input has dtype " + std::string(c10::toString(sample.scalar_type())) +
-                       "; a floating-point input is needed to compute its gradient");
-  const c10::Device device = sample.device();
+  if (inputs.empty()) throw ProfileError("the sample has no input tensors");
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    if (!inputs[k].defined())
+      throw ProfileError("the sample input" + member_name(inputs, k) + " is an undefined tensor");
+  const c10::Device device = inputs.front().device();
+  for (const auto* list : {&inputs, &context}) {
+    for (std::size_t k = 0; k < list->size(); ++k) {
+      const torch::Tensor& t = (*list)[k];
+      const std::string what = list == &inputs ? "the sample input" + member_name(inputs, k)
+                                               : "context tensor " + std::to_string(k);
+      if (!t.defined()) throw ProfileError(what + " is an undefined tensor");
+      if (t.device() != device)
+        throw ProfileError(what + " is on " + t.device().str() + " but the sample input is on " +
+                           device.str() + ": every tensor of a step must be on one device");
+      if (list == &context && t.requires_grad())
+        throw ProfileError(what +
+                           " requires grad; context tensors have no gradient (pass it detached, "
+                           "or make it an input member)");
+    }
+  }
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    if (stages[i].module.is_empty())
-      throw ProfileError(describe(static_cast<int>(i), stages[i].name) + " is an empty module");
+    if (!stages[i].module)
+      throw ProfileError(describe(static_cast<int>(i), stages[i].name) + " has no module (null)");
     check_device(stages[i], static_cast<int>(i), device);
   }
   MemoryTracker& tracker = MemoryTracker::for_device(device);
@@ -284,35 +282,42 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
   if (device.is_cuda()) device_guard.reset_device(device);
 
   ModelState state(stages, device);
-  for (const NamedStage& stage : stages) stage.module.ptr()->train(true);
+  for (const NamedStage& stage : stages) stage.module->train(true);
   state.allocate_grads();
 
   Profile result;
   result.chain.name = options.name();
   if (result.chain.name.empty()) {
     std::ostringstream name;
-    name << length << " stages, input " << sample.sizes() << " " << sample.scalar_type() << " "
-         << device;
+    name << length << " stages, input ";
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      name << (k ? " + " : "") << inputs[k].sizes() << " " << inputs[k].scalar_type();
+    name << " " << device;
     result.chain.name = name.str();
   }
-  torch::Tensor x = sample.detach().clone();
-  // The chain's input has a gradient if the sample wants one (plain autograd computes none for
-  // a batch of images, and neither does the runtime).
-  const bool input_grad = sample.requires_grad();
-  result.chain.set_input(storage_bytes({x}), input_grad);
+  // A member of the chain's input has a gradient if the sample's wants one (plain autograd
+  // computes none for a batch of images, and neither does the runtime).
+  Tensors x;
+  for (const torch::Tensor& input : inputs) {
+    x.push_back(input.detach().clone());
+    result.chain.inputs.push_back(Member{storage_bytes({x.back()}), input.requires_grad()});
+  }
+  result.chain.context_bytes = storage_bytes(context);
 
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
     if (options.progress()) options.progress()(i, length, named.name);
-    const Runner run{named, i};
+    const Runner run{named, i, context};
+    const std::vector<Member> in_members = result.chain.members(i);
+    bool wants_grad = false;
+    for (const Member& m : in_members) wants_grad = wants_grad || m.grad;
     Stage stage;
     stage.name = named.name;
-    const bool wants_grad = i > 0 || input_grad;
     synchronize(device);
 
     // Forward without autograd first: x_{i+1} for the next stage, and a check that the stage
     // leaves its input alone (with autograd, an in-place change of the input is refused).
-    torch::Tensor next;
+    Tensors next;
     std::int64_t nograd_tmp = 0;
     {
       torch::NoGradGuard no_grad;
@@ -321,103 +326,172 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
       synchronize(device);
       nograd_tmp = scope.peak_above_start() - scope.live_above_start();
     }
+    const std::vector<int> carried = carried_members(named, i, x, next);
 
-    // Forward with autograd, on a copy of the input (its own storage, made before the
-    // measurement) handed over as the runtime hands it (stage_input.h). Then our handles on
-    // the input and the output go: what stays alive is what the stage's graph keeps.
-    StageInput input = stage_input(x.clone(), wants_grad);
-    const std::int64_t in_bytes = storage_bytes({input.tensor});
-    const c10::weak_intrusive_ptr<c10::StorageImpl> in_storage =
-        input.tensor.storage().getWeakStorageImpl();
-    torch::autograd::Edge edge;
-    std::int64_t out_bytes = 0, kept = 0, fwd_tmp = 0;
-    bool out_grad = false, view_of_input = false;
-    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> out_storage;
-    torch::TensorOptions out_options;
-    std::vector<std::int64_t> out_shape;
+    // Forward with autograd, on copies of the input members (their own storages, made before
+    // the measurement) handed over as the runtime hands them (stage_input.h). Then our handles
+    // on the inputs and the outputs go: what stays alive is what the stage's graph keeps.
+    const std::size_t n_in = x.size(), n_out = next.size();
+    Tensors handed;
+    std::vector<std::shared_ptr<detail::GradientSink>> sinks;
+    std::vector<std::int64_t> in_bytes;
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> in_storage;
+    for (std::size_t k = 0; k < n_in; ++k) {
+      StageInput input = stage_input(x[k].clone(), in_members[k].grad);
+      in_bytes.push_back(storage_bytes({input.tensor}));
+      in_storage.push_back(input.tensor.storage().getWeakStorageImpl());
+      handed.push_back(std::move(input.tensor));
+      sinks.push_back(std::move(input.sink));
+    }
+    std::vector<torch::autograd::Edge> edges(n_out);
+    std::vector<std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>>> out_storage(n_out);
+    std::vector<torch::TensorOptions> out_options(n_out);
+    std::vector<std::vector<std::int64_t>> out_shapes(n_out);
+    std::int64_t kept = 0, fwd_tmp = 0;
     {
       PeakScope scope(tracker);
-      torch::Tensor out = run(input.tensor);
+      Tensors out = run(handed);
       synchronize(device);
       fwd_tmp = scope.peak_above_start() - scope.live_above_start();
-      out_grad = out.requires_grad();
-      if (!out_grad && (wants_grad || has_trainable_parameters(named)))
+      if (out.size() != n_out || carried_members(named, i, handed, out) != carried)
         throw ProfileError(describe(i, named.name) +
-                           " returned a tensor that does not require grad: its backward cannot "
-                           "reach its input or parameters (is it detached?)");
-      view_of_input = shares_storage(out, input.tensor);
-      out_bytes = view_of_input ? tracker.counted_bytes(out.numel() * out.element_size())
-                                : storage_bytes({out});
-      out_storage = out.storage().getWeakStorageImpl();
-      out_options = out.options();
-      out_shape = out.sizes().vec();
-      if (out_grad) edge = torch::autograd::impl::gradient_edge(out);
-      out = torch::Tensor();
-      input.tensor = torch::Tensor();
+                           " returns a different list of tensors with autograd than without");
+      bool any_grad = false;
+      for (std::size_t o = 0; o < n_out; ++o) {
+        out_shapes[o] = out[o].sizes().vec();
+        out_options[o] = out[o].options();
+        if (carried[o] >= 0) {
+          const Member& source = in_members[static_cast<std::size_t>(carried[o])];
+          stage.outputs.push_back(Member{source.bytes, source.grad, carried[o]});
+          any_grad = any_grad || source.grad;
+          continue;
+        }
+        // A view of an input member or a storage shared by several outputs counts its own
+        // elements as new bytes (an overstatement while the shared storage is live).
+        bool shared = false;
+        for (const torch::Tensor& t : handed) shared = shared || shares_storage(out[o], t);
+        for (std::size_t p = 0; p < n_out; ++p)
+          shared = shared || (p != o && carried[p] < 0 && shares_storage(out[o], out[p]));
+        const std::int64_t bytes =
+            shared ? tracker.counted_bytes(out[o].numel() *
+                                           static_cast<std::int64_t>(out[o].element_size()))
+                   : storage_bytes({out[o]});
+        stage.outputs.push_back(Member{bytes, out[o].requires_grad()});
+        any_grad = any_grad || out[o].requires_grad();
+        bool view_of_input = false;
+        for (const torch::Tensor& t : handed)
+          view_of_input = view_of_input || shares_storage(out[o], t);
+        if (!view_of_input) out_storage[o] = out[o].storage().getWeakStorageImpl();
+        if (out[o].requires_grad()) edges[o] = torch::autograd::impl::gradient_edge(out[o]);
+      }
+      if (!any_grad && (wants_grad || has_trainable_parameters(named)))
+        throw ProfileError(describe(i, named.name) +
+                           " returned no tensor that requires grad: its backward cannot reach its "
+                           "input or parameters (is its output detached?)");
+      out.clear();
+      handed.clear();
       kept = scope.live_above_start();
     }
-    // A view of the input is the input's storage: it counts as the input, kept or not, and
-    // its output member as new bytes (an overstatement while both are live).
-    const bool keeps_input = in_storage.use_count() > 0;
-    const bool keeps_output = !view_of_input && out_storage->use_count() > 0;
-    stage.outputs = {Member{out_bytes, out_grad}};
-    if (keeps_input) stage.saved_inputs = {0};
-    if (keeps_output) stage.saved_outputs = {0};
-    // kept = (kept output) + state - (the input, if the graph let it go).
-    stage.state_bytes = std::max<std::int64_t>(
-        0, kept - (keeps_output ? out_bytes : 0) + (keeps_input ? 0 : in_bytes));
+    // kept = (kept outputs) + state - (the inputs the graph let go).
+    std::int64_t state_bytes = kept;
+    for (std::size_t k = 0; k < n_in; ++k) {
+      if (in_storage[k].use_count() > 0)
+        stage.saved_inputs.push_back(static_cast<int>(k));
+      else
+        state_bytes += in_bytes[k];
+    }
+    for (std::size_t o = 0; o < n_out; ++o) {
+      if (out_storage[o] && out_storage[o]->use_count() > 0) {
+        stage.saved_outputs.push_back(static_cast<int>(o));
+        state_bytes -= stage.outputs[o].bytes;
+      }
+    }
+    stage.state_bytes = std::max<std::int64_t>(0, state_bytes);
     stage.fwd_tmp_bytes = std::max<std::int64_t>(0, fwd_tmp);
     stage.fwd_nograd_tmp_bytes = std::max<std::int64_t>(0, nograd_tmp);
-    result.output_shapes.push_back(out_shape);
+    result.output_shapes.push_back(out_shapes);
 
-    // Backward, from the output's graph edge, with a gradient y_{i+1} of ones that the engine
-    // alone holds (freed once used, as inside a chain).
-    if (edge.is_valid()) {
-      torch::Tensor grad = torch::ones(out_shape, out_options.requires_grad(false));
+    // Backward, from the graph edges of the new output members, with gradients of ones that
+    // the engine alone holds (freed once used, as inside a chain). Carried members' gradients
+    // are passed on without the graph. The gradient a carried member also gets from inside
+    // the stage is added into the passed one, in place, and counts as temporary.
+    std::vector<torch::autograd::Edge> roots;
+    Tensors root_grads;
+    for (std::size_t o = 0; o < n_out; ++o) {
+      if (!edges[o].is_valid()) continue;
+      roots.push_back(std::move(edges[o]));
+      root_grads.push_back(torch::ones(out_shapes[o], out_options[o].requires_grad(false)));
+    }
+    if (!roots.empty()) {
       synchronize(device);
       PeakScope scope(tracker);
       try {
-        run_backward(std::move(edge), std::move(grad));
+        run_backward(std::move(roots), std::move(root_grads));
       } catch (const c10::OutOfMemoryError&) {
         throw;
       } catch (const std::exception& error) {
         throw ProfileError(describe(i, named.name) + ": backward failed: " + error.what());
       }
+      // As the runtime does, member by member: a carried member's own gradient is added into
+      // the passed one (in place) and goes; another member's is kept in its own storage.
+      std::int64_t input_grad_bytes = 0;
+      for (std::size_t k = 0; k < n_in; ++k) {
+        if (!sinks[k]) continue;
+        torch::Tensor& gradient = sinks[k]->gradient;
+        if (std::find(carried.begin(), carried.end(), static_cast<int>(k)) != carried.end()) {
+          gradient = torch::Tensor();
+        } else {
+          gradient = detail::compact_gradient(std::move(gradient));
+          input_grad_bytes += storage_bytes({gradient});
+        }
+      }
       synchronize(device);
-      const std::int64_t input_grad_bytes = input.sink ? storage_bytes({input.sink->gradient}) : 0;
       stage.bwd_tmp_bytes = std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
     }
-    input.sink.reset();
+    sinks.clear();
     if (options.measure_time()) {
-      const torch::Tensor timing = x.detach().requires_grad_(wants_grad);
-      torch::Tensor kept_out;
+      Tensors timing;
+      for (std::size_t k = 0; k < n_in; ++k)
+        timing.push_back(x[k].detach().requires_grad_(in_members[k].grad));
+      Tensors kept_out;
       stage.fwd_ms = time_ms(
           options, device, [] {}, [&] { kept_out = run(timing); });
-      kept_out = torch::Tensor();
+      kept_out.clear();
       {
         torch::NoGradGuard no_grad;
         stage.fwd_nograd_ms = time_ms(
             options, device, [] {}, [&] { kept_out = run(timing); });
-        kept_out = torch::Tensor();
+        kept_out.clear();
       }
-      if (out_grad) {
-        torch::Tensor grad_out = torch::ones_like(next, at::MemoryFormat::Contiguous);
+      Tensors grads_out;
+      for (std::size_t o = 0; o < n_out; ++o)
+        if (carried[o] < 0 && stage.outputs[o].grad)
+          grads_out.push_back(torch::ones_like(next[o], at::MemoryFormat::Contiguous));
+      if (!grads_out.empty()) {
         stage.bwd_ms = time_ms(
             options, device, [&] { kept_out = run(timing); },
-            [&] { torch::autograd::backward({kept_out}, {grad_out}); });
-        kept_out = torch::Tensor();
+            [&] {
+              Tensors roots_out;
+              for (std::size_t o = 0; o < n_out; ++o)
+                if (carried[o] < 0 && stage.outputs[o].grad) roots_out.push_back(kept_out[o]);
+              torch::autograd::backward(roots_out, grads_out);
+            });
+        kept_out.clear();
       }
     }
     result.chain.stages.push_back(stage);
-    x = next;
+    x = std::move(next);
   }
   if (options.loss()) {
-    const torch::Tensor output = x.detach().requires_grad_(true);
-    x = torch::Tensor();
+    const std::vector<Member>& members = result.chain.members(length);
+    Tensors outputs;
+    for (std::size_t k = 0; k < x.size(); ++k)
+      outputs.push_back(x[k].detach().requires_grad_(members[k].grad));
+    x.clear();
     synchronize(device);
     PeakScope scope(tracker);
     try {
-      torch::Tensor value = options.loss()(output);
+      torch::Tensor value = options.loss()(outputs);
       if (!value.defined() || value.numel() != 1)
         throw ProfileError("the loss function returned " +
                            (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
@@ -432,8 +506,10 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
       throw ProfileError(std::string("the loss function failed on the chain's output: ") + error.what());
     }
     synchronize(device);
+    std::int64_t gradient_bytes = 0;
+    for (const torch::Tensor& out : outputs) gradient_bytes += storage_bytes({out.grad()});
     result.chain.loss_tmp_bytes =
-        std::max<std::int64_t>(0, scope.peak_above_start() - storage_bytes({output.grad()}));
+        std::max<std::int64_t>(0, scope.peak_above_start() - gradient_bytes);
   }
   if (options.progress()) options.progress()(length, length, "");
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -441,34 +517,4 @@ Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& samp
   return result;
 }
 
-namespace detail {
-
-namespace {
-// The root of a stage's backward: hands over the gradient it holds, once, to the output's
-// grad_fn. The engine starts it with an empty seed (what it is given as root inputs stays
-// referenced by the caller until the backward ends: zero bytes, not the gradient).
-struct GradientSource : torch::autograd::Node {
-  GradientSource(torch::autograd::Edge next, torch::Tensor gradient)
-      : torch::autograd::Node(torch::autograd::edge_list{std::move(next)}),
-        gradient_(std::move(gradient)) {}
-  torch::autograd::variable_list apply(torch::autograd::variable_list&&) override {
-    torch::autograd::variable_list out{std::move(gradient_)};
-    gradient_ = torch::Tensor();
-    return out;
-  }
-  std::string name() const override { return "remat::GradientSource"; }
-  torch::Tensor gradient_;
-};
-}  // namespace
-
-void run_backward(torch::autograd::Edge edge, torch::Tensor gradient) {
-  const torch::Tensor seed = torch::empty({0}, gradient.options().requires_grad(false));
-  auto source = std::make_shared<GradientSource>(std::move(edge), std::move(gradient));
-  source->add_input_metadata(seed);
-  torch::autograd::Engine::get_default_engine().execute(
-      {torch::autograd::Edge(std::move(source), 0)}, {seed}, /*keep_graph=*/false,
-      /*create_graph=*/false, /*accumulate_grad=*/true);
-}
-
-}  // namespace detail
 }  // namespace remat

@@ -3,7 +3,9 @@
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <cctype>
 #include <ostream>
+#include <set>
 #include <stdexcept>
 
 #include "executor.h"
@@ -20,10 +22,12 @@ using torch::autograd::variable_list;
 // a graph dropped without backward frees it with the node.
 class ScheduleBackward : public torch::autograd::Node {
  public:
-  ScheduleBackward(std::shared_ptr<detail::Executor> executor, bool input_requires_grad,
-                   const torch::Tensor& output)
-      : executor_(std::move(executor)), input_requires_grad_(input_requires_grad),
-        output_sizes_(output.sizes().vec()), output_options_(output.options()) {}
+  // `graded[m]`: whether output member m is one of the node's inputs (requires grad), in order.
+  ScheduleBackward(std::shared_ptr<detail::Executor> executor,
+                   std::vector<bool> input_requires_grad, std::vector<bool> graded)
+      : executor_(std::move(executor)),
+        input_requires_grad_(std::move(input_requires_grad)),
+        graded_(std::move(graded)) {}
   std::string name() const override { return "remat::ScheduleBackward"; }
 
   variable_list apply(variable_list&& grads) override {
@@ -31,22 +35,41 @@ class ScheduleBackward : public torch::autograd::Node {
       throw std::runtime_error(
           "remat: the backward of this step's schedule already ran; a checkpointed forward can "
           "be backpropagated once (retain_graph is not supported)");
-    torch::Tensor grad = std::move(grads[0]);
+    // y_L: one gradient per output member (undefined for members without one, or that the
+    // loss does not reach).
+    Tensors y_out(graded_.size());
+    std::size_t next = 0;
+    for (std::size_t m = 0; m < graded_.size(); ++m)
+      if (graded_[m]) y_out[m] = std::move(grads[next++]);
     grads.clear();
-    if (!grad.defined()) grad = torch::zeros(output_sizes_, output_options_);
     std::shared_ptr<detail::Executor> executor = std::move(executor_);
-    torch::Tensor y0 = executor->run_backward(std::move(grad));
+    Tensors y0 = executor->run_backward(std::move(y_out));
     executor.reset();
-    if (!input_requires_grad_) y0 = torch::Tensor();
-    return {y0};
+    for (std::size_t k = 0; k < y0.size(); ++k)
+      if (!input_requires_grad_[k]) y0[k] = torch::Tensor();
+    return y0;
   }
 
  private:
   std::shared_ptr<detail::Executor> executor_;
-  bool input_requires_grad_;
-  std::vector<std::int64_t> output_sizes_;
-  torch::TensorOptions output_options_;
+  std::vector<bool> input_requires_grad_;
+  std::vector<bool> graded_;
 };
+
+// A module name LibTorch accepts: no dots, not empty.
+std::string registration_name(const std::string& name, std::size_t index) {
+  std::string out;
+  for (const char c : name) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out.front())))
+    out = "stage" + std::to_string(index) + "_" + out;
+  return out;
+}
+
+std::string shape_string(c10::IntArrayRef sizes) {
+  std::string out;
+  for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? "x" : "") + std::to_string(sizes[i]);
+  return out.empty() ? "a scalar" : out;
+}
 
 }  // namespace
 
@@ -58,6 +81,38 @@ CheckpointableImpl::CheckpointableImpl(torch::nn::Sequential net) : net_(std::mo
   if (!net_) throw std::invalid_argument("Checkpointable: the network is empty (a null Sequential)");
   register_module("net", net_);
   stages_ = stages_of(net_);
+}
+
+CheckpointableImpl::CheckpointableImpl(std::vector<NamedStage> stages)
+    : net_(nullptr), stages_(std::move(stages)) {
+  if (stages_.empty()) throw std::invalid_argument("Checkpointable: no stages");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    const NamedStage& stage = stages_[i];
+    if (!stage.module)
+      throw std::invalid_argument("Checkpointable: stage " + std::to_string(i) + " (" + stage.name +
+                                  ") has no module (null)");
+    std::string name = registration_name(stage.name, i);
+    if (!names.insert(name).second) name += "_" + std::to_string(i);
+    names.insert(name);
+    if (auto module = stage.module->nn_module()) {
+      register_module(name, module);
+      continue;
+    }
+    // Parameters and buffers shared with an earlier stage are registered once.
+    std::size_t k = 0;
+    for (const torch::Tensor& p : stage.module->parameters()) {
+      bool seen = false;
+      for (const auto& q : this->parameters()) seen = seen || q.is_same(p);
+      if (!seen) register_parameter(name + "_" + std::to_string(k++), p, p.requires_grad());
+    }
+    k = 0;
+    for (const torch::Tensor& b : stage.module->buffers()) {
+      bool seen = false;
+      for (const auto& q : this->buffers()) seen = seen || q.is_same(b);
+      if (!seen) register_buffer(name + "_buffer" + std::to_string(k++), b);
+    }
+  }
 }
 
 CheckpointableImpl::CheckpointableImpl(torch::nn::Sequential net, const torch::Tensor& sample)
@@ -72,9 +127,19 @@ CheckpointableImpl::CheckpointableImpl(torch::nn::Sequential net, const torch::T
 }
 
 const Chain& CheckpointableImpl::measure(const torch::Tensor& sample, const ProfileOptions& options) {
-  chain_ = profile(stages_, sample, options).chain;
-  measured_sizes_ = sample.sizes().vec();
-  measured_device_ = sample.device();
+  return measure(Tensors{sample}, Tensors{}, options);
+}
+
+const Chain& CheckpointableImpl::measure(const Tensors& inputs, const Tensors& context,
+                                         const ProfileOptions& options) {
+  chain_ = profile(stages_, inputs, context, options).chain;
+  measured_inputs_.clear();
+  measured_context_.clear();
+  for (const torch::Tensor& t : inputs)
+    measured_inputs_.push_back({t.sizes().vec(), t.scalar_type(), t.device()});
+  for (const torch::Tensor& t : context)
+    measured_context_.push_back({t.sizes().vec(), t.scalar_type(), t.device()});
+  measured_device_ = inputs.front().device();
   solution_.reset();
   return *chain_;
 }
@@ -86,7 +151,8 @@ void CheckpointableImpl::set_chain(Chain chain) {
                                 std::to_string(chain.length()) + " stages but the network " +
                                 std::to_string(stages_.size()));
   chain_ = std::move(chain);
-  measured_sizes_.clear();
+  measured_inputs_.clear();
+  measured_context_.clear();
   measured_device_.reset();
   solution_.reset();
 }
@@ -117,7 +183,7 @@ const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options
 
 c10::Device CheckpointableImpl::device() const {
   if (measured_device_) return *measured_device_;
-  for (const auto& p : net_->parameters()) return p.device();
+  for (const auto& p : parameters()) return p.device();
   return c10::Device(c10::kCPU);
 }
 
@@ -131,59 +197,112 @@ const Solution& CheckpointableImpl::solution() const {
   return *solution_;
 }
 
-void CheckpointableImpl::check_input(const torch::Tensor& input) const {
-  const auto shape = [](c10::IntArrayRef sizes) {
-    std::string out;
-    for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? "x" : "") + std::to_string(sizes[i]);
-    return out;
-  };
-  // The chain says whether its input has a gradient (the sample measured had one or not); one
-  // computed here and not counted could take the step over the budget.
-  if (input.requires_grad() && chain_->gradient_bytes(0) == 0)
-    throw std::invalid_argument(
-        "Checkpointable::forward: the input requires grad but the chain was measured with an "
-        "input that does not (its gradient, " +
-        std::to_string(counted_bytes(input.device(), static_cast<std::int64_t>(input.nbytes()))) +
-        " bytes, is not in the budget): measure() a sample that requires grad, or pass "
-        "input.detach()");
-  if (!measured_sizes_.empty()) {
-    bool fits = input.dim() == static_cast<std::int64_t>(measured_sizes_.size());
-    for (std::size_t d = 0; fits && d < measured_sizes_.size(); ++d)
-      fits = input.size(static_cast<std::int64_t>(d)) <= measured_sizes_[d];
-    if (!fits)
-      throw std::invalid_argument("Checkpointable::forward: the input is " + shape(input.sizes()) +
-                                  " but the schedule was computed for " + shape(measured_sizes_) +
-                                  "; a larger input would not fit the budget: call measure() with "
-                                  "it, then compute_sequence()");
-  } else if (counted_bytes(input.device(), static_cast<std::int64_t>(input.nbytes())) >
-             chain_->input_bytes()) {
-    throw std::invalid_argument("Checkpointable::forward: the input (" + shape(input.sizes()) +
-                                ", " + std::to_string(input.nbytes()) +
-                                " bytes) is larger than the chain's (" +
-                                std::to_string(chain_->input_bytes()) +
-                                " bytes); a larger input would not fit the budget: measure() it");
+void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& context) const {
+  const std::vector<Member>& members = chain_->inputs;
+  if (inputs.size() != members.size())
+    throw std::invalid_argument("Checkpointable::forward: " + std::to_string(inputs.size()) +
+                                " input tensors, but the chain's input has " +
+                                std::to_string(members.size()) + " members");
+  const bool measured = !measured_inputs_.empty();
+  if (measured && context.size() != measured_context_.size())
+    throw std::invalid_argument("Checkpointable::forward: " + std::to_string(context.size()) +
+                                " context tensors, but measure() was given " +
+                                std::to_string(measured_context_.size()));
+  for (const auto* list : {&inputs, &context}) {
+    for (std::size_t k = 0; k < list->size(); ++k) {
+      const torch::Tensor& t = (*list)[k];
+      const std::string what = list == &inputs
+                                   ? (inputs.size() == 1 ? std::string("the input")
+                                                         : "input member " + std::to_string(k))
+                                   : "context tensor " + std::to_string(k);
+      if (!t.defined())
+        throw std::invalid_argument("Checkpointable::forward: " + what + " is an undefined tensor");
+      // The chain says whether each member has a gradient (the sample measured had one or
+      // not); one computed here and not counted could take the step over the budget.
+      if (list == &inputs && t.requires_grad() && !members[k].grad)
+        throw std::invalid_argument(
+            "Checkpointable::forward: " + what +
+            " requires grad but the chain was measured with an "
+            "input that does not (its gradient, " +
+            std::to_string(counted_bytes(t.device(), static_cast<std::int64_t>(t.nbytes()))) +
+            " bytes, is not in the budget): measure() a sample that requires grad, or pass it "
+            "detached");
+      if (list == &context && t.requires_grad())
+        throw std::invalid_argument("Checkpointable::forward: " + what +
+                                    " requires grad; context tensors have no gradient");
+      if (measured) {
+        const Signature& sig = (list == &inputs ? measured_inputs_ : measured_context_)[k];
+        if (t.scalar_type() != sig.dtype || t.device() != sig.device)
+          throw std::invalid_argument("Checkpointable::forward: " + what + " is " +
+                                      c10::toString(t.scalar_type()) + " on " + t.device().str() +
+                                      " but the chain was measured with " +
+                                      c10::toString(sig.dtype) + " on " + sig.device.str() +
+                                      ": its bytes would not be the schedule's; measure() again");
+        bool fits = t.dim() == static_cast<std::int64_t>(sig.sizes.size());
+        for (std::size_t d = 0; fits && d < sig.sizes.size(); ++d)
+          fits = t.size(static_cast<std::int64_t>(d)) <= sig.sizes[d];
+        if (!fits)
+          throw std::invalid_argument(
+              "Checkpointable::forward: " + what + " is " + shape_string(t.sizes()) +
+              " but the schedule was computed for " + shape_string(sig.sizes) +
+              "; a larger input would not fit the budget: call measure() with "
+              "it, then compute_sequence()");
+      } else if (list == &inputs && counted_bytes(t.device(), static_cast<std::int64_t>(
+                                                                  t.nbytes())) > members[k].bytes) {
+        throw std::invalid_argument(
+            "Checkpointable::forward: " + what + " (" + shape_string(t.sizes()) + ", " +
+            std::to_string(t.nbytes()) + " bytes) is larger than the chain's (" +
+            std::to_string(members[k].bytes) +
+            " bytes); a larger input would not fit the budget: measure() it");
+      }
+    }
   }
 }
 
+Tensors CheckpointableImpl::run_plain(const Tensors& inputs, const Tensors& context) {
+  Tensors x = inputs;
+  for (const NamedStage& stage : stages_) x = stage.module->forward(x, context);
+  return x;
+}
+
 torch::Tensor CheckpointableImpl::forward(torch::Tensor input) {
-  if (!is_training() || !torch::GradMode::is_enabled()) return net_->forward(input);
+  Tensors out = forward(Tensors{std::move(input)}, Tensors{});
+  if (out.size() != 1)
+    throw std::invalid_argument("Checkpointable::forward: the chain's output has " +
+                                std::to_string(out.size()) +
+                                " members; call forward(inputs, context) to get them all");
+  return out.front();
+}
+
+Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& context) {
+  if (!is_training() || !torch::GradMode::is_enabled()) return run_plain(inputs, context);
   if (!solution_)
     throw std::logic_error(
         "Checkpointable::forward in training mode needs a sequence: call compute_sequence(budget) "
         "first (or use eval mode / torch::NoGradGuard for inference)");
-  check_input(input);
-  auto executor = std::make_shared<detail::Executor>(stages_, solution_->sequence, input.device());
-  torch::Tensor output;
+  check_inputs(inputs, context);
+  auto executor = std::make_shared<detail::Executor>(stages_, *chain_, solution_->sequence,
+                                                     inputs.front().device());
+  Tensors outputs;
   {
     torch::NoGradGuard no_grad;  // the forward phase records its own graphs where it needs them
-    output = executor->run_forward(input);
+    outputs = executor->run_forward(inputs, context);
   }
+  std::vector<bool> input_requires_grad, graded;
+  for (const torch::Tensor& t : inputs) input_requires_grad.push_back(t.requires_grad());
+  const std::vector<Member>& out_members = chain_->members(chain_->length());
+  for (std::size_t m = 0; m < outputs.size(); ++m) graded.push_back(out_members[m].grad);
   std::shared_ptr<ScheduleBackward> node(
-      new ScheduleBackward(std::move(executor), input.requires_grad(), output),
+      new ScheduleBackward(std::move(executor), std::move(input_requires_grad), graded),
       torch::autograd::deleteNode);
-  node->set_next_edges(torch::autograd::collect_next_edges(input));
-  torch::autograd::create_gradient_edge(output, std::move(node));
-  return output;
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  std::uint32_t nr = 0;
+  for (std::size_t m = 0; m < outputs.size(); ++m) {
+    if (!graded[m]) continue;
+    nr = node->add_input_metadata(outputs[m]);
+    torch::autograd::impl::set_gradient_edge(outputs[m], {node, nr});
+  }
+  return outputs;
 }
 
 void CheckpointableImpl::pretty_print(std::ostream& stream) const {

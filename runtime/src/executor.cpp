@@ -7,7 +7,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "remat/profiler/generator_state.h"
+#include "remat/core/generator_state.h"
+#include "remat/profiler/memory_tracker.h"
 
 namespace remat::detail {
 namespace {
@@ -15,7 +16,10 @@ namespace {
 // Generator states and buffer snapshots are kept in host memory outside LibTorch's
 // allocators: they are bookkeeping, not activations, and must not count against the budget
 // (a CPU generator state is 5 KB per stage that draws random numbers).
-HostCopy host_generator_state(c10::Device device) { return HostCopy(generator_state(device)); }
+HostCopy host_generator_state(c10::Device device) {
+  UncountedCpuAllocations uncounted;  // the state tensor LibTorch makes on the way
+  return HostCopy(generator_state(device));
+}
 
 [[noreturn]] void bug(const std::string& what) {
   throw std::logic_error("remat runtime: " + what + " (this is a bug in remat; please report it)");
@@ -23,11 +27,15 @@ HostCopy host_generator_state(c10::Device device) { return HostCopy(generator_st
 
 }  // namespace
 
-Executor::Executor(const std::vector<NamedStage>& stages, const Sequence& sequence,
-                   c10::Device device)
-    : stages_(stages), sequence_(sequence), device_(device),
+Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
+                   const Sequence& sequence, c10::Device device)
+    : stages_(stages),
+      sequence_(sequence),
+      device_(device),
       length_(static_cast<int>(stages.size())) {
+  if (chain.length() != length_) bug("the chain and the network differ in length");
   const auto n = static_cast<std::size_t>(length_) + 1;
+  for (int k = 0; k <= length_; ++k) members_.push_back(chain.members(k));
   lifetimes_ = value_lifetimes(sequence, length_);
   x_.resize(n);
   fe_edge_.resize(n);
@@ -50,23 +58,44 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Sequence& sequen
   if (loss_index_ == sequence.size()) bug("the sequence has no loss operation");
 }
 
-torch::Tensor Executor::input_of(int i) const {
+const Tensors& Executor::input_of(int i) const {
   const auto ui = static_cast<std::size_t>(i);
-  if (x_[ui].defined()) return x_[ui];
+  if (!x_[ui].empty()) return x_[ui];
   bug("the input of stage " + std::to_string(i) + " is not in memory");
 }
 
 void Executor::drop_values(std::size_t index) {
   const Op& op = sequence_[index];
   const auto input = static_cast<std::size_t>(op.kind == OpKind::kLoss ? length_ : op.stage);
-  if (input > 0 && !lifetimes_.keep_input[index]) x_[input].reset();
-  if (op.is_forward() && !lifetimes_.keep_output[index]) x_[input + 1].reset();
+  if (input > 0 && !lifetimes_.keep_input[index]) x_[input].clear();
+  if (op.is_forward() && !lifetimes_.keep_output[index]) x_[input + 1].clear();
 }
 
-torch::Tensor Executor::call(int i, const torch::Tensor& x) {
-  // AnyModule::forward is not const; the holder is not changed.
-  auto& module = const_cast<torch::nn::AnyModule&>(stages_[static_cast<std::size_t>(i)].module);
-  return module.forward<torch::Tensor>(x);
+Tensors Executor::call(int i, const Tensors& x) {
+  const auto ui = static_cast<std::size_t>(i);
+  const NamedStage& stage = stages_[ui];
+  Tensors out = stage.module->forward(x, context_);
+  // The schedule was computed for the members the chain describes: a stage that returns
+  // others would run outside the budget (or lose a gradient).
+  const std::vector<Member>& members = members_[ui + 1];
+  const auto refuse = [&](const std::string& what) {
+    throw std::invalid_argument("remat runtime: stage " + std::to_string(i) + " (" + stage.name +
+                                ") " + what +
+                                " than its chain says: was the chain measured on "
+                                "this network?");
+  };
+  if (out.size() != members.size())
+    refuse("returned " + std::to_string(out.size()) + " tensors, " +
+           std::to_string(members.size()) + " expected; other members");
+  for (std::size_t o = 0; o < out.size(); ++o) {
+    const int k = members[o].carried_from;
+    if (!out[o].defined())
+      refuse("returned an undefined tensor as member " + std::to_string(o) + ", other members");
+    if (k >= 0 && !out[o].is_same(x[static_cast<std::size_t>(k)]))
+      refuse("did not pass input member " + std::to_string(k) + " on as member " +
+             std::to_string(o) + ": other members");
+  }
+  return out;
 }
 
 void Executor::before_forward(int i) {
@@ -88,7 +117,7 @@ void Executor::before_forward(int i) {
   }
   if (buffer_snapshot_[ui].empty()) {
     torch::NoGradGuard no_grad;
-    for (const auto& b : stages_[ui].module.ptr()->buffers()) buffer_snapshot_[ui].emplace_back(b);
+    for (const auto& b : stages_[ui].module->buffers()) buffer_snapshot_[ui].emplace_back(b);
   }
 }
 
@@ -117,7 +146,7 @@ void Executor::restore_buffers(int i) {
   const auto ui = static_cast<std::size_t>(i);
   if (buffer_snapshot_[ui].empty()) return;
   torch::NoGradGuard no_grad;
-  const auto buffers = stages_[ui].module.ptr()->buffers();
+  const auto buffers = stages_[ui].module->buffers();
   for (std::size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(buffer_snapshot_[ui][k].tensor());
   buffer_snapshot_[ui].clear();
   restore_after_backward_[ui] = false;
@@ -131,26 +160,45 @@ void Executor::run(std::size_t index) {
     case OpKind::kForwardGrad: {
       before_forward(i);
       torch::AutoGradMode grad(true);
-      // The stage's input: the value's storage under a new tensor whose grad_fn is a sink for
-      // its gradient. Not a leaf: a leaf's gradient accumulator would keep the input alive
-      // for as long as the graph, whether its backward needs it or not. The chain's input
-      // gets a gradient only if the caller's input wants one (plain autograd skips the first
-      // stage's input gradient otherwise, and so do we).
-      StageInput input = stage_input(input_of(i), i > 0 || input_requires_grad_);
-      fe_sink_[ui] = std::move(input.sink);
-      torch::Tensor in = std::move(input.tensor);
-      torch::Tensor out = call(i, in);
-      in.reset();
-      if (out.requires_grad()) fe_edge_[ui] = torch::autograd::impl::gradient_edge(out);
-      x_[ui + 1] = out.detach();
-      out.reset();
+      // The stage's input members: each value's storage under a new tensor whose grad_fn is a
+      // sink for its gradient. Not a leaf: a leaf's gradient accumulator would keep the input
+      // alive for as long as the graph, whether its backward needs it or not. A member gets a
+      // gradient only if the chain says so (for x_0: if the caller's input wants one; plain
+      // autograd skips the first stage's input gradient otherwise, and so do we).
+      const Tensors& values = input_of(i);
+      const std::vector<Member>& in_members = members_[ui];
+      Tensors in;
+      fe_sink_[ui].clear();
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        const bool gradient = i > 0 ? in_members[k].grad : input_requires_grad_[k];
+        StageInput input = stage_input(values[k], gradient);
+        in.push_back(std::move(input.tensor));
+        fe_sink_[ui].push_back(std::move(input.sink));
+      }
+      Tensors out = call(i, in);
+      in.clear();
+      const std::vector<Member>& out_members = members_[ui + 1];
+      Tensors next(out.size());
+      fe_edge_[ui].assign(out.size(), torch::autograd::Edge());
+      for (std::size_t o = 0; o < out.size(); ++o) {
+        const int k = out_members[o].carried_from;
+        if (k >= 0) {
+          next[o] =
+              values[static_cast<std::size_t>(k)];  // the same value: its gradient is passed on
+          continue;
+        }
+        if (out[o].requires_grad()) fe_edge_[ui][o] = torch::autograd::impl::gradient_edge(out[o]);
+        next[o] = out[o].detach();
+      }
+      out.clear();
+      x_[ui + 1] = std::move(next);
       after_forward(i, true);
       break;
     }
     case OpKind::kForwardNoGrad:
     case OpKind::kForwardCheckpoint: {
       before_forward(i);
-      torch::Tensor out;
+      Tensors out;
       {
         torch::NoGradGuard no_grad;
         out = call(i, input_of(i));
@@ -161,25 +209,67 @@ void Executor::run(std::size_t index) {
     }
     case OpKind::kLoss: {
       const auto ul = static_cast<std::size_t>(length_);
-      if (!x_[ul].defined()) bug("the chain's output is not in memory at the loss");
-      output_ = x_[ul];
+      if (x_[ul].empty()) bug("the chain's output is not in memory at the loss");
+      // New tensors on the same storages: the caller's graph attaches to them, not to values
+      // that a later forward may read.
+      output_.clear();
+      for (const torch::Tensor& t : x_[ul]) output_.push_back(t.detach());
       break;
     }
-    case OpKind::kBackward: {
-      if (!y_[ui + 1].defined()) bug("B_" + std::to_string(i) + " without its output's gradient");
-      torch::autograd::Edge edge = std::move(fe_edge_[ui]);
-      std::shared_ptr<GradientSink> sink = std::move(fe_sink_[ui]);
-      if (edge.is_valid()) detail::run_backward(std::move(edge), std::move(y_[ui + 1]));
-      y_[ui + 1].reset();
-      if (sink) {
-        y_[ui] = std::move(sink->gradient);
-        sink.reset();
-      }
-      if (restore_after_backward_[ui]) restore_buffers(i);
+    case OpKind::kBackward:
+      backward(i);
       break;
-    }
   }
   drop_values(index);
+}
+
+void Executor::backward(int i) {
+  const auto ui = static_cast<std::size_t>(i);
+  Tensors& grad_out = y_[ui + 1];
+  if (grad_out.empty()) bug("B_" + std::to_string(i) + " without its output's gradient");
+  std::vector<torch::autograd::Edge> edges = std::move(fe_edge_[ui]);
+  std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[ui]);
+  fe_edge_[ui].clear();
+  fe_sink_[ui].clear();
+  const std::vector<Member>& out_members = members_[ui + 1];
+  // Carried members' gradients are passed on; the others go into the stage's graph, which
+  // frees each once used.
+  Tensors carried(members_[ui].size());
+  std::vector<torch::autograd::Edge> roots;
+  Tensors root_grads;
+  for (std::size_t o = 0; o < out_members.size(); ++o) {
+    const int k = out_members[o].carried_from;
+    if (k >= 0) {
+      carried[static_cast<std::size_t>(k)] = std::move(grad_out[o]);
+    } else if (o < edges.size() && edges[o].is_valid() && grad_out[o].defined()) {
+      roots.push_back(std::move(edges[o]));
+      root_grads.push_back(std::move(grad_out[o]));
+    }
+  }
+  grad_out.clear();
+  edges.clear();  // a graph no gradient reaches is freed here
+  detail::run_backward(std::move(roots), std::move(root_grads));
+  Tensors grad_in(members_[ui].size());
+  for (std::size_t k = 0; k < grad_in.size(); ++k) {
+    torch::Tensor own =
+        k < sinks.size() && sinks[k] ? std::move(sinks[k]->gradient) : torch::Tensor();
+    torch::Tensor& passed = carried[k];
+    if (passed.defined() && own.defined()) {
+      // The stage's own contribution goes into the passed gradient, in place when nothing else
+      // holds it (a gradient the caller's loss made may be an expanded view: then a new sum).
+      torch::NoGradGuard no_grad;
+      if (passed.use_count() == 1 && passed.storage().use_count() == 1 &&
+          passed.is_non_overlapping_and_dense())
+        passed.add_(own);
+      else
+        passed = passed + own;
+      own.reset();
+    }
+    grad_in[k] = passed.defined() ? std::move(passed) : compact_gradient(std::move(own));
+  }
+  sinks.clear();
+  y_[ui] = std::move(grad_in);
+  if (restore_after_backward_[ui]) restore_buffers(i);
 }
 
 void Executor::abandon() noexcept {
@@ -194,41 +284,48 @@ void Executor::abandon() noexcept {
   caller_cpu_rng_ = HostCopy();
   caller_cuda_rng_ = HostCopy();
   for (auto* tensors : {&x_, &y_})
-    for (torch::Tensor& t : *tensors) t = torch::Tensor();
-  for (auto& edge : fe_edge_) edge = torch::autograd::Edge();
-  for (auto& sink : fe_sink_) sink.reset();
-  output_ = torch::Tensor();
+    for (Tensors& t : *tensors) t.clear();
+  for (auto& edges : fe_edge_) edges.clear();
+  for (auto& sinks : fe_sink_) sinks.clear();
+  context_.clear();
+  output_.clear();
 }
 
-torch::Tensor Executor::run_forward(const torch::Tensor& input) {
+Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
   c10::OptionalDeviceGuard device_guard;
   if (device_.is_cuda()) device_guard.reset_device(device_);
   try {
-    input_requires_grad_ = input.requires_grad();
-    x_[0] = input.detach();
+    input_requires_grad_.clear();
+    Tensors values;
+    for (const torch::Tensor& input : inputs) {
+      input_requires_grad_.push_back(input.requires_grad());
+      values.push_back(input.detach());
+    }
+    x_[0] = std::move(values);
+    context_ = context;
     for (std::size_t k = 0; k <= loss_index_; ++k) run(k);
   } catch (...) {
     abandon();
     throw;
   }
-  torch::Tensor out = output_;
-  output_ = torch::Tensor();
-  return out;
+  return std::move(output_);
 }
 
-torch::Tensor Executor::run_backward(torch::Tensor grad_output) {
+Tensors Executor::run_backward(Tensors grad_outputs) {
   c10::OptionalDeviceGuard device_guard;
   if (device_.is_cuda()) device_guard.reset_device(device_);
+  Tensors y0;
   try {
-    y_[static_cast<std::size_t>(length_)] = std::move(grad_output);
+    y_[static_cast<std::size_t>(length_)] = std::move(grad_outputs);
     for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(k);
+    y0 = std::move(y_[0]);
   } catch (...) {
     abandon();
     throw;
   }
-  torch::Tensor y0 = y_[0];
-  y_[0] = torch::Tensor();
-  x_[0] = torch::Tensor();
+  y_[0].clear();
+  x_[0].clear();
+  context_.clear();
   return y0;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Executes a schedule (internal). run_forward() performs the operations before the loss and
-// returns x_L; run_backward() performs the rest, given y_L, and returns y_0. Run once each:
+// returns the members of x_L; run_backward() performs the rest, given y_L, and returns y_0
+// (one gradient per member, undefined where there is none). Run once each:
 // the graph node that owns the executor lets go of it when its backward starts. Both run with
 // the executor's GPU as the current device; when either throws, the step is abandoned.
 #include <torch/types.h>
@@ -9,8 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "remat/profiler/profiler.h"
-#include "remat/profiler/stage_input.h"
+#include "remat/core/stage.h"
+#include "remat/core/stage_input.h"
+#include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/simulator.h"
 
@@ -45,13 +47,16 @@ class HostCopy {
 
 class Executor {
  public:
-  Executor(const std::vector<NamedStage>& stages, const Sequence& sequence, c10::Device device);
-  torch::Tensor run_forward(const torch::Tensor& input);
-  torch::Tensor run_backward(torch::Tensor grad_output);
+  /// `chain` says which members have gradients and which are carried; the stages must return
+  /// what it says (a stage that does not is refused with std::invalid_argument).
+  Executor(const std::vector<NamedStage>& stages, const Chain& chain, const Sequence& sequence,
+           c10::Device device);
+  Tensors run_forward(const Tensors& inputs, const Tensors& context);
+  Tensors run_backward(Tensors grad_outputs);
 
  private:
-  torch::Tensor input_of(int i) const;
-  torch::Tensor call(int i, const torch::Tensor& x);
+  const Tensors& input_of(int i) const;
+  Tensors call(int i, const Tensors& x);
   // Runs operation `index` of the sequence, then drops the values no later forward reads.
   void run(std::size_t index);
   void drop_values(std::size_t index);
@@ -61,29 +66,33 @@ class Executor {
   void before_forward(int i);
   void after_forward(int i, bool keeps_graph);
   void restore_buffers(int i);
+  void backward(int i);
   // After a failure (out of memory) in either phase: restores what a recomputation in flight
   // changed (the caller's generator states, pending buffer snapshots) and frees every tensor.
   void abandon() noexcept;
 
   // Copies: the module may get a new sequence between this step's forward and backward.
   std::vector<NamedStage> stages_;
+  std::vector<std::vector<Member>> members_;  // members_[k]: the members of x_k
   Sequence sequence_;
   c10::Device device_;
   int length_;
   std::size_t loss_index_ = 0;
-  bool input_requires_grad_ = false;
+  // Which members of x_0 the caller wants gradients of.
+  std::vector<bool> input_requires_grad_;
+  Tensors context_;
   // When to drop the handles on activation values (the simulator's rule).
   ValueLifetimes lifetimes_;
-  // x_[k]: our handle on activation x_k, held while a later forward reads it.
-  std::vector<torch::Tensor> x_;
-  // Stage i run with autograd: the graph edge of its output (not the output: a graph keeps
-  // what its backward needs, we keep nothing) and the node that receives its input's
-  // gradient (null when the input needs none).
-  std::vector<torch::autograd::Edge> fe_edge_;
-  std::vector<std::shared_ptr<GradientSink>> fe_sink_;
-  // y_[k]: gradient of x_k.
-  std::vector<torch::Tensor> y_;
-  torch::Tensor output_;  // x_L as returned to the caller
+  // x_[k]: our handles on the members of activation x_k, held while a later forward reads it.
+  std::vector<Tensors> x_;
+  // Stage i run with autograd: the graph edges of its new output members (not the outputs: a
+  // graph keeps what its backward needs, we keep nothing) and the nodes that receive its input
+  // members' gradients (null for a member that needs none).
+  std::vector<std::vector<torch::autograd::Edge>> fe_edge_;
+  std::vector<std::vector<std::shared_ptr<GradientSink>>> fe_sink_;
+  // y_[k]: gradients of x_k's members (undefined: none).
+  std::vector<Tensors> y_;
+  Tensors output_;  // x_L as returned to the caller
   std::vector<bool> ran_;
   std::vector<HostCopy> cpu_rng_, cuda_rng_;
   HostCopy caller_cpu_rng_, caller_cuda_rng_;

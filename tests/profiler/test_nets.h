@@ -3,7 +3,7 @@
 // ReLU, pooling, Linear, Dropout), a batch of a few samples.
 #include <torch/torch.h>
 
-#include "remat/profiler/block.h"
+#include "remat/core/block.h"
 #include "remat/profiler/memory_tracker.h"
 
 namespace remat::test {

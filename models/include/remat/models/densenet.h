@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "remat/solver/solver.h"  // REMAT_ARG
+#include "remat/solver/arg.h"  // REMAT_ARG
 
 namespace remat::models {
 

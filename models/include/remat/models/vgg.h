@@ -6,7 +6,7 @@
 
 #include <torch/nn/modules/container/sequential.h>
 
-#include "remat/solver/solver.h"  // REMAT_ARG
+#include "remat/solver/arg.h"  // REMAT_ARG
 
 namespace remat::models {
 

@@ -68,6 +68,20 @@ void limit_device_memory(c10::Device device, std::int64_t bytes);
 /// nothing to wait for). Time measurements are taken between two synchronizations.
 void synchronize(c10::Device device);
 
+/// While alive, the CPU allocations of this thread are neither counted by the CPU tracker nor
+/// limited: for the runtime's bookkeeping in host memory (a CPU generator's 5 KB state read to
+/// be replayed), which is not activation memory.
+class UncountedCpuAllocations {
+ public:
+  UncountedCpuAllocations();
+  ~UncountedCpuAllocations();
+  UncountedCpuAllocations(const UncountedCpuAllocations&) = delete;
+  UncountedCpuAllocations& operator=(const UncountedCpuAllocations&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// Resets a tracker's peak on construction; peak_above_start() is then the largest growth
 /// of live memory since, for measuring one operation.
 class PeakScope {

@@ -9,25 +9,31 @@
 //                                     remat::ProfileOptions().repeat(5));
 //   remat::save_chain(p.chain, "chain.json");
 //
+// Any stages (remat/core/stage.h) whose activations are tuples, with context tensors:
+//
+//   remat::profile(stages, {ids}, {mask}, options);
+//
 // Profiling leaves the model as it found it: parameters, gradients (absent ones stay
 // absent), buffers (BatchNorm running statistics, num_batches_tracked), train/eval modes
 // and the CPU (and CUDA) random generator states. Parameter gradients are allocated before
 // anything is measured, so they never count as activation memory.
 
-#include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "remat/core/stage.h"
 #include "remat/profiler/memory_tracker.h"
+#include "remat/solver/arg.h"
 #include "remat/solver/chain.h"
-#include "remat/solver/solver.h"  // REMAT_ARG
 
 namespace remat {
 
@@ -36,8 +42,28 @@ namespace remat {
 using ProgressCallback = std::function<void(int stage, int stages, const std::string& name)>;
 
 /// The loss of the chain's output: a tensor with one element (cross-entropy against the batch's
-/// labels, say).
-using LossFunction = std::function<torch::Tensor(const torch::Tensor& output)>;
+/// labels, say). A function of all the output's members (`const remat::Tensors&`), or of one
+/// tensor (`const torch::Tensor&`), which is then given the first member.
+class LossFunction {
+ public:
+  LossFunction() = default;
+  LossFunction(std::nullptr_t) {}  // NOLINT(google-explicit-constructor): no loss
+  template <class F,
+            std::enable_if_t<std::is_invocable_r_v<torch::Tensor, F&, const Tensors&>, int> = 0>
+  LossFunction(F f) : function_(std::move(f)) {}  // NOLINT(google-explicit-constructor)
+  template <class F,
+            std::enable_if_t<!std::is_invocable_r_v<torch::Tensor, F&, const Tensors&> &&
+                                 std::is_invocable_r_v<torch::Tensor, F&, const torch::Tensor&>,
+                             int> = 0>
+  LossFunction(F f)  // NOLINT(google-explicit-constructor)
+      : function_(
+            [g = std::move(f)](const Tensors& outputs) mutable { return g(outputs.front()); }) {}
+  explicit operator bool() const { return static_cast<bool>(function_); }
+  torch::Tensor operator()(const Tensors& outputs) const { return function_(outputs); }
+
+ private:
+  std::function<torch::Tensor(const Tensors&)> function_;
+};
 
 struct ProfileOptions {
   /// Timed repetitions per quantity; the median is kept.
@@ -58,38 +84,35 @@ struct ProfileOptions {
   REMAT_ARG(LossFunction, loss) = nullptr;
 };
 
-/// One stage to profile: a name for reports and a module mapping one tensor to one tensor.
-struct NamedStage {
-  std::string name;
-  torch::nn::AnyModule module;
-};
-
 struct Profile {
   Chain chain;
-  /// Shape of each stage's output, for reports.
-  std::vector<std::vector<std::int64_t>> output_shapes;
+  /// The shapes of each stage's output members, for reports.
+  std::vector<std::vector<std::vector<std::int64_t>>> output_shapes;
   /// Wall time of the whole profile.
   double seconds = 0;
 };
 
-/// Bad input: a stage that does not map one tensor to one tensor, modifies its input in
-/// place, fails, or lives on another device than the sample; an empty chain.
+/// Bad input: a stage that returns no tensors or undefined ones, modifies its input or the
+/// context in place, fails, or lives on another device than the sample; an empty chain;
+/// a context tensor that requires grad.
 class ProfileError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
 
-/// The stages of a Sequential, named as its children ("conv1"), or by index and type when
-/// they are numbered ("3:Conv2d").
-std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential);
-
-/// Profiles `stages` on `sample` (on the sample's device). Throws ProfileError for bad input;
-/// the model is restored in every case.
-Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& sample,
-                const ProfileOptions& options = ProfileOptions());
+/// Profiles `stages` on the sample input members `inputs` and the step's `context` tensors
+/// (all on one device, where the stages run). A member of the chain's input has a gradient if
+/// its sample requires grad. Throws ProfileError for bad input; the model is restored in every
+/// case.
+Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                const Tensors& context, const ProfileOptions& options = ProfileOptions());
+inline Profile profile(const std::vector<NamedStage>& stages, const torch::Tensor& sample,
+                       const ProfileOptions& options = ProfileOptions()) {
+  return profile(stages, Tensors{sample}, Tensors{}, options);
+}
 inline Profile profile(const torch::nn::Sequential& sequential, const torch::Tensor& sample,
                        const ProfileOptions& options = ProfileOptions()) {
-  return profile(stages_of(sequential), sample, options);
+  return profile(stages_of(sequential), Tensors{sample}, Tensors{}, options);
 }
 
 /// Bytes of the storages of `tensors` as their devices' trackers count them (counted_bytes),

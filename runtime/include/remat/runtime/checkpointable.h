@@ -9,6 +9,14 @@
 //   torch::Tensor loss = torch::nll_loss(chk->forward(input), target);  // forward phase
 //   loss.backward();                             // recomputation and backward happen here
 //
+// Any stages (remat/core/stage.h: C++ modules, callables, TorchScript), activations that are
+// tuples, and context tensors given once per step:
+//
+//   remat::Checkpointable chk(stages);           // std::vector<remat::NamedStage>
+//   chk->measure({ids}, {mask});
+//   chk->compute_sequence(budget);
+//   remat::Tensors out = chk->forward({ids}, {mask});
+//
 // In training mode with autograd enabled, forward() executes the operations of the schedule
 // up to the loss and returns the chain's output, connected to autograd; the backward of any
 // loss computed from it executes the rest (recomputations and backwards), accumulating the
@@ -30,6 +38,7 @@
 #include <optional>
 #include <vector>
 
+#include "remat/core/stage.h"
 #include "remat/profiler/profiler.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/solver.h"
@@ -48,16 +57,23 @@ std::int64_t runtime_reserve_bytes(c10::Device device);
 
 class CheckpointableImpl : public torch::nn::Module {
  public:
-  /// Wraps `net`, whose elements are the stages of the chain.
+  /// Wraps `net`, whose elements are the stages of the chain (registered as "net").
   explicit CheckpointableImpl(torch::nn::Sequential net);
+  /// Wraps `stages`: C++ modules are registered under their stage's name, the parameters and
+  /// buffers of the others one by one ("<stage>_<k>").
+  explicit CheckpointableImpl(std::vector<NamedStage> stages);
   /// Wraps `net` and measures it on `sample`.
   CheckpointableImpl(torch::nn::Sequential net, const torch::Tensor& sample);
   /// Wraps `net`, measures it on `sample` and computes the optimal sequence for `budget_bytes`.
   CheckpointableImpl(torch::nn::Sequential net, const torch::Tensor& sample,
                      std::int64_t budget_bytes);
 
-  /// Profiles the chain on `sample` (remat::profile) and keeps the result as chain().
+  /// Profiles the chain on `sample` (remat::profile) and keeps the result as chain(). Records
+  /// the sample's shapes, dtypes and device: forward() refuses others (and larger shapes).
   const Chain& measure(const torch::Tensor& sample,
+                       const ProfileOptions& options = ProfileOptions());
+  /// The same for input members and context tensors.
+  const Chain& measure(const Tensors& inputs, const Tensors& context,
                        const ProfileOptions& options = ProfileOptions());
   /// Uses a chain measured earlier (e.g. loaded with remat::load_chain) instead of measuring;
   /// it must have one stage per element of the network.
@@ -86,20 +102,34 @@ class CheckpointableImpl : public torch::nn::Module {
   /// the measured sample, so an input larger than it in any dimension (or, for a chain given
   /// by set_chain, in bytes) is refused with std::invalid_argument (call measure() with such
   /// an input to get a schedule for it); one no larger in every dimension (the last, smaller
-  /// batch of an epoch) runs the same schedule, in less memory.
+  /// batch of an epoch) runs the same schedule, in less memory. An input of another dtype or
+  /// device than the sample's is refused (the schedule's bytes were measured for those).
   torch::Tensor forward(torch::Tensor input);
-  /// The wrapped network.
+  /// The same for a chain whose activations are tuples, with the step's context tensors;
+  /// returns the members of the chain's output. A member of the input that requires grad gets
+  /// its gradient.
+  Tensors forward(const Tensors& inputs, const Tensors& context = {});
+  /// The wrapped network (null when constructed from stages).
   torch::nn::Sequential& network() { return net_; }
+  const std::vector<NamedStage>& stages() const { return stages_; }
 
   void pretty_print(std::ostream& stream) const override;
 
  private:
-  void check_input(const torch::Tensor& input) const;
+  // What measure() saw of one tensor.
+  struct Signature {
+    std::vector<std::int64_t> sizes;
+    c10::ScalarType dtype;
+    c10::Device device;
+  };
+  void check_inputs(const Tensors& inputs, const Tensors& context) const;
+  Tensors run_plain(const Tensors& inputs, const Tensors& context);
 
   torch::nn::Sequential net_;
   std::vector<NamedStage> stages_;
   std::optional<Chain> chain_;
-  std::vector<std::int64_t> measured_sizes_;  // the sample's sizes; empty after set_chain
+  // The sample's input members and context; empty after set_chain.
+  std::vector<Signature> measured_inputs_, measured_context_;
   std::optional<c10::Device> measured_device_;  // the sample's device; none after set_chain
   std::optional<Solution> solution_;
 };

@@ -8,23 +8,12 @@
 #include <string_view>
 #include <vector>
 
+#include "remat/solver/arg.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/simulator.h"
 
 namespace remat {
-
-/// Declares an option with a chained setter and a getter, like PyTorch's TORCH_ARG.
-#define REMAT_ARG(T, name)                                        \
- public:                                                          \
-  inline auto name(const T& new_value)->decltype(*this) {         \
-    this->name##_ = new_value;                                    \
-    return *this;                                                 \
-  }                                                               \
-  inline const T& name() const noexcept { return this->name##_; } \
-                                                                  \
- private:                                                         \
-  T name##_
 
 enum class Algorithm { kOptimal, kStoreAll, kRecomputeAll, kPeriodic, kRevolve };
 

@@ -4,13 +4,15 @@
 // leaf: a leaf's gradient accumulator is part of every graph that uses it and holds the leaf,
 // so the input would stay alive until the stage's backward whether that backward needs it or
 // not. With a sink, the graph keeps the input only if one of its nodes saved it, as inside
-// plain autograd, and the profiler can see which.
+// plain autograd, and the profiler can see which. An activation of several members gets one
+// such input (and one sink) per member that has a gradient.
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/types.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace remat::detail {
 
@@ -42,10 +44,23 @@ inline StageInput stage_input(const torch::Tensor& value, bool gradient) {
   return out;
 }
 
-/// Runs the backward of a stage from its output's graph edge with the output's gradient,
-/// which is moved in and freed as soon as the first node has used it (a gradient passed to
-/// the engine as a root input would be held by the caller's list until the whole backward
-/// ends). Grad mode off, as in any backward; parameter gradients accumulate.
-void run_backward(torch::autograd::Edge edge, torch::Tensor gradient);
+/// A stage input's gradient as the runtime keeps it: its own storage. A backward may return a
+/// view of a larger gradient (the slice of a concatenation's gradient that belongs to one of
+/// its inputs), which would hold the whole storage for as long as the gradient lives; such a
+/// view is copied (the copy's moment is part of the stage's backward memory).
+inline torch::Tensor compact_gradient(torch::Tensor gradient) {
+  if (gradient.defined() &&
+      gradient.storage().nbytes() >
+          static_cast<std::size_t>(gradient.numel()) * gradient.element_size())
+    return gradient.clone();
+  return gradient;
+}
+
+/// Runs the backward of a stage from the graph edges of its output members with their
+/// gradients (one per edge, all defined), which are moved in and freed as soon as the first
+/// node has used them (a gradient passed to the engine as a root input would be held by the
+/// caller's list until the whole backward ends). Grad mode off, as in any backward; parameter
+/// gradients accumulate. Nothing to do for no edges.
+void run_backward(std::vector<torch::autograd::Edge> edges, std::vector<torch::Tensor> gradients);
 
 }  // namespace remat::detail

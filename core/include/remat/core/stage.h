@@ -1,0 +1,128 @@
+#pragma once
+// remat's stages: what the profiler measures and the runtime executes, whatever they are made
+// of. A stage has a name, parameters and buffers, a training mode, and maps the members of its
+// input activation x_i (a list of tensors) and the step's context tensors to the members of
+// its output activation x_{i+1}:
+//
+//   std::vector<remat::NamedStage> stages = remat::stages_of(sequential);  // its children
+//   stages.push_back({"head", remat::callable_stage(
+//       [&](const remat::Tensors& x, const remat::Tensors&) { return remat::Tensors{fc(x[0])}; },
+//       fc->parameters())});
+//   stages.push_back({"block", remat::script_stage(torch::jit::load("block.pt"))});  //
+//   script_stage.h
+//
+// Members may be of any dtype (integer token ids, boolean masks): those that do not require
+// grad have no gradient. An output member that *is* one of the input tensors, returned as it
+// came (not a view or a copy), is carried: the same storage, its gradient passed back
+// unchanged; that is how a skip connection travels over several stages. The context (an
+// attention mask, position ids) is given once per step and seen by every stage that takes it;
+// it has no gradient.
+//
+// The profiler and the runtime use nothing else of a stage, so that every kind of stage (C++
+// modules, callables, TorchScript here; Python modules in the Python package) is measured and
+// executed by the same code.
+
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace remat {
+
+/// The members of an activation, or the context tensors.
+using Tensors = std::vector<torch::Tensor>;
+
+/// What a stage computes. Implementations must keep forward() free of side effects other than
+/// on their own buffers (BatchNorm's running statistics) and the random generators: the runtime
+/// may run it again and restores both.
+class StageModule {
+ public:
+  virtual ~StageModule() = default;
+  /// x_{i+1} from x_i and the context (the context only if takes_context()).
+  virtual Tensors forward(const Tensors& inputs, const Tensors& context) = 0;
+  /// Whether forward() is given the context tensors.
+  virtual bool takes_context() const = 0;
+  /// Every parameter and buffer, once each.
+  virtual std::vector<torch::Tensor> parameters() const = 0;
+  virtual std::vector<torch::Tensor> buffers() const = 0;
+  /// The training flag of each module inside (the stage's own first), and setting them back
+  /// from such a list; train() sets them all.
+  virtual std::vector<bool> training_modes() const = 0;
+  virtual void set_training_modes(const std::vector<bool>& modes) = 0;
+  virtual void train(bool on) = 0;
+  /// The module the stage is, for registration in a parent module (C++ modules); null for
+  /// the others, whose parameters and buffers are registered one by one.
+  virtual std::shared_ptr<torch::nn::Module> nn_module() const { return nullptr; }
+  /// "Conv2d", "callable", "TorchScript <qualified class name>".
+  virtual std::string type_name() const = 0;
+};
+
+/// A C++ module as a stage. Its forward() is called with the input members and then, when
+/// `takes_context`, the context tensors, each as one torch::Tensor argument (at most 8 in all);
+/// it returns one tensor, a std::vector<torch::Tensor>, or a std::tuple of two or three tensors.
+std::shared_ptr<StageModule> module_stage(torch::nn::AnyModule module, bool takes_context = false);
+
+/// The signature of a callable stage.
+using StageFunction = std::function<Tensors(const Tensors& inputs, const Tensors& context)>;
+
+/// A C++ callable as a stage, with the parameters and buffers it uses (the runtime snapshots
+/// the buffers to update them once per step; the optimizer needs the parameters). It has a
+/// training flag of its own, which it can read through the returned object's is_training().
+class CallableStage : public StageModule {
+ public:
+  CallableStage(StageFunction function, std::vector<torch::Tensor> parameters,
+                std::vector<torch::Tensor> buffers, bool takes_context);
+  Tensors forward(const Tensors& inputs, const Tensors& context) override;
+  bool takes_context() const override { return takes_context_; }
+  std::vector<torch::Tensor> parameters() const override { return parameters_; }
+  std::vector<torch::Tensor> buffers() const override { return buffers_; }
+  std::vector<bool> training_modes() const override { return {training_}; }
+  void set_training_modes(const std::vector<bool>& modes) override;
+  void train(bool on) override { training_ = on; }
+  bool is_training() const { return training_; }
+  std::string type_name() const override { return "callable"; }
+
+ private:
+  StageFunction function_;
+  std::vector<torch::Tensor> parameters_, buffers_;
+  bool takes_context_;
+  bool training_ = true;
+};
+
+std::shared_ptr<CallableStage> callable_stage(StageFunction function,
+                                              std::vector<torch::Tensor> parameters = {},
+                                              std::vector<torch::Tensor> buffers = {},
+                                              bool takes_context = false);
+
+/// One stage of a chain: a name for reports and error messages, and what it computes.
+struct NamedStage {
+  NamedStage() = default;
+  NamedStage(std::string stage_name, std::shared_ptr<StageModule> stage_module)
+      : name(std::move(stage_name)), module(std::move(stage_module)) {}
+  /// A C++ module that takes no context.
+  NamedStage(std::string stage_name, torch::nn::AnyModule stage_module)
+      : name(std::move(stage_name)), module(module_stage(std::move(stage_module))) {}
+
+  std::string name;
+  std::shared_ptr<StageModule> module;
+};
+
+/// The stages of a Sequential, named as its children ("conv1"), or by index and type when they
+/// are numbered ("3:Conv2d"); none takes the context.
+std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential);
+
+/// "torch::nn::Conv2dImpl" -> "Conv2d", "(anonymous namespace)::PairImpl" -> "Pair".
+std::string short_type_name(std::string name);
+
+/// Thrown by a stage's forward for a result that is not a list of tensors; the profiler and
+/// the runtime name the stage.
+class StageError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+}  // namespace remat
