@@ -85,6 +85,7 @@ consumer() {  # consumer <build dir> [CMAKE_PREFIX_PATH entries...]
   cmake --build "$build/package-test" | tail -n 20
   "$build/package-test/consumer"
   "$build/package-test/consumer_torch"
+  "$build/package-test/readme_example"
 }
 step "a project that uses find_package(remat), against PyTorch 2.x"
 consumer build "$torch_prefix"

@@ -65,6 +65,11 @@ std::string registration_name(const std::string& name, std::size_t index) {
   return out;
 }
 
+// "1 member", "2 members".
+std::string count(std::size_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string shape_string(c10::IntArrayRef sizes) {
   std::string out;
   for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? "x" : "") + std::to_string(sizes[i]);
@@ -200,14 +205,13 @@ const Solution& CheckpointableImpl::solution() const {
 void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& context) const {
   const std::vector<Member>& members = chain_->inputs;
   if (inputs.size() != members.size())
-    throw std::invalid_argument("Checkpointable::forward: " + std::to_string(inputs.size()) +
-                                " input tensors, but the chain's input has " +
-                                std::to_string(members.size()) + " members");
+    throw std::invalid_argument("Checkpointable::forward: " + count(inputs.size(), "input tensor") +
+                                ", but the chain's input has " + count(members.size(), "member"));
   const bool measured = !measured_inputs_.empty();
   if (measured && context.size() != measured_context_.size())
-    throw std::invalid_argument("Checkpointable::forward: " + std::to_string(context.size()) +
-                                " context tensors, but measure() was given " +
-                                std::to_string(measured_context_.size()));
+    throw std::invalid_argument(
+        "Checkpointable::forward: " + count(context.size(), "context tensor") +
+        ", but measure() was given " + std::to_string(measured_context_.size()));
   for (const auto* list : {&inputs, &context}) {
     for (std::size_t k = 0; k < list->size(); ++k) {
       const torch::Tensor& t = (*list)[k];

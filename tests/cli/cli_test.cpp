@@ -1094,6 +1094,14 @@ TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA",
                                   {"REMAT_DEVICE_MEMORY_LIMIT=lots"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("REMAT_DEVICE_MEMORY_LIMIT") && Catch::Contains("lots"));
+  // The same model's chain at another batch: its sizes are not this batch's, refused.
+  const RunResult other_batch =
+      run_remat({"train", "--model", "convnet", "--batch", "4", "--image", "64", "--classes", "10",
+                 "--chain", chain, "--budget", "100%"});
+  INFO(describe(other_batch));
+  CHECK(other_batch.exit_code == 2);
+  CHECK_THAT(other_batch.err, Catch::Contains("profiled for another batch") &&
+                                  Catch::Contains(std::to_string(input_bytes) + " bytes"));
 }
 
 TEST_CASE("train on CUDA runs within its budget, and out of memory is exit 4", "[cli][cuda]") {

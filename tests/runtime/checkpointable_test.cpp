@@ -137,6 +137,18 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0));
   CHECK_THROWS_WITH(chk->compute_sequence(least), Catch::Contains(std::to_string(least + remat::runtime_reserve_bytes(torch::kCPU))));
   CHECK_NOTHROW(chk->compute_sequence(least + remat::runtime_reserve_bytes(torch::kCPU)));
+  // A model converted to double after measure() would run over the budget: refused, naming
+  // both dtypes; so are other devices and input counts.
+  net->to(torch::kDouble);
+  CHECK_THROWS_WITH(
+      chk->forward(torch::randn({2, 3, 8, 8}, torch::kDouble)),
+      Catch::Contains("the input is Double on cpu but the chain was measured with Float on cpu"));
+  net->to(torch::kFloat);
+  CHECK_THROWS_WITH(chk->forward(remat::Tensors{torch::randn({2, 3, 8, 8}), torch::randn({2})}),
+                    Catch::Contains("2 input tensors, but the chain's input has 1 member"));
+  CHECK_THROWS_WITH(
+      chk->forward(remat::Tensors{torch::randn({2, 3, 8, 8})}, remat::Tensors{torch::ones({2})}),
+      Catch::Contains("1 context tensor, but measure() was given 0"));
   remat::Chain wrong = chk->chain();
   wrong.stages.pop_back();
   CHECK_THROWS_WITH(chk->set_chain(wrong), Catch::Contains("stages but the network"));

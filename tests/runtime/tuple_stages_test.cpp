@@ -354,11 +354,13 @@ TEST_CASE("tuple stages: store-all peaks as plain autograd, schedules within the
                       << store_all);
       // The caller's loss holds scalars that the chain does not count (its value and backward's
       // seed: 8 bytes), and the loss measured by the profiler a few that the step does not
-      // hold at its peak: the prediction is within 32 bytes above.
+      // hold at its peak. The model runs the loss as one operation holding x_L while it makes
+      // y_L; where autograd lets x_L go first (LibTorch 1.13's transformer here), the
+      // prediction is above by x_L.
       constexpr std::int64_t kLossScalars = 8;
       CHECK(store_all == plain);
       CHECK(store_all <= full + kLossScalars);
-      CHECK(store_all >= full - 32);
+      CHECK(full - store_all <= chain.activation_bytes(chain.length()) + 32);
 
       const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0));
       for (const std::int64_t budget : {least, (least + full) / 2, (least + 3 * full) / 4}) {
