@@ -92,20 +92,20 @@ Action add_train_command(CLI::App& app) {
       bar.finish(chain.length());
     } else {
       chain = load_chain(args->chain_file);
-      // A chain measured at another batch, image size or dtype has other sizes throughout: its
-      // schedule would not fit the budget.
-      const std::int64_t input_bytes =
-          counted_bytes(in.device, static_cast<std::int64_t>(sample.nbytes()));
-      if (chain.input_bytes() != input_bytes)
-        throw std::invalid_argument(fmt::format(
-            "--chain {}: the chain's input is {} bytes, but {} takes {} ({} bytes): it was "
-            "profiled for another batch, image size or device; profile this one "
-            "(remat profile --model {} --batch {} ...)",
-            args->chain_file, chain.input_bytes(), in.label(args->batch),
-            shape_string(sample.sizes().vec()), input_bytes, in.info->name, args->batch));
     }
     Checkpointable chk(net);
     chk->set_chain(chain);  // refuses a chain of another length
+    // A chain measured at another batch, image size or dtype has other sizes throughout: its
+    // schedule would not fit the budget.
+    const std::int64_t input_bytes =
+        counted_bytes(in.device, static_cast<std::int64_t>(sample.nbytes()));
+    if (chain.input_bytes() != input_bytes)
+      throw std::invalid_argument(fmt::format(
+          "--chain {}: the chain's input is {} bytes, but {} takes {} ({} bytes): it was "
+          "profiled for another batch, image size or device; profile this one "
+          "(remat profile --model {} --batch {} ...)",
+          args->chain_file, chain.input_bytes(), in.label(args->batch),
+          shape_string(sample.sizes().vec()), input_bytes, in.info->name, args->batch));
 
     // The schedule.
     const std::int64_t budget = parse_budget(args->budget, chain);
