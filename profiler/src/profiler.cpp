@@ -368,8 +368,10 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         }
         // A view of an input member or a storage shared by several outputs counts its own
         // elements as new bytes (an overstatement while the shared storage is live).
-        bool shared = false;
-        for (const torch::Tensor& t : handed) shared = shared || shares_storage(out[o], t);
+        bool view_of_input = false;
+        for (const torch::Tensor& t : handed)
+          view_of_input = view_of_input || shares_storage(out[o], t);
+        bool shared = view_of_input;
         for (std::size_t p = 0; p < n_out; ++p)
           shared = shared || (p != o && carried[p] < 0 && shares_storage(out[o], out[p]));
         const std::int64_t bytes =
@@ -378,9 +380,6 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                    : storage_bytes({out[o]});
         stage.outputs.push_back(Member{bytes, out[o].requires_grad()});
         any_grad = any_grad || out[o].requires_grad();
-        bool view_of_input = false;
-        for (const torch::Tensor& t : handed)
-          view_of_input = view_of_input || shares_storage(out[o], t);
         if (!view_of_input) out_storage[o] = out[o].storage().getWeakStorageImpl();
         if (out[o].requires_grad()) edges[o] = torch::autograd::impl::gradient_edge(out[o]);
       }
@@ -463,17 +462,20 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
             options, device, [] {}, [&] { kept_out = run(timing); });
         kept_out.clear();
       }
+      // The new members with a gradient are the backward's roots.
+      std::vector<std::size_t> graded;
       Tensors grads_out;
-      for (std::size_t o = 0; o < n_out; ++o)
-        if (carried[o] < 0 && stage.outputs[o].grad)
-          grads_out.push_back(torch::ones_like(next[o], at::MemoryFormat::Contiguous));
-      if (!grads_out.empty()) {
+      for (std::size_t o = 0; o < n_out; ++o) {
+        if (carried[o] >= 0 || !stage.outputs[o].grad) continue;
+        graded.push_back(o);
+        grads_out.push_back(torch::ones_like(next[o], at::MemoryFormat::Contiguous));
+      }
+      if (!graded.empty()) {
         stage.bwd_ms = time_ms(
             options, device, [&] { kept_out = run(timing); },
             [&] {
               Tensors roots_out;
-              for (std::size_t o = 0; o < n_out; ++o)
-                if (carried[o] < 0 && stage.outputs[o].grad) roots_out.push_back(kept_out[o]);
+              for (const std::size_t o : graded) roots_out.push_back(kept_out[o]);
               torch::autograd::backward(roots_out, grads_out);
             });
         kept_out.clear();
