@@ -44,7 +44,8 @@ double step_ms(Forward forward, const torch::Tensor& sample, std::vector<double>
   const long faults_before = minor_faults();
   const auto start = Clock::now();
   {
-    torch::Tensor loss = forward(sample.clone()).sum();
+    torch::Tensor loss = torch::zeros({});
+    for (const torch::Tensor& out : forward(sample.clone())) loss = loss + out.sum();
     loss.backward();
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -110,13 +111,17 @@ int main(int argc, char** argv) {
     for (const Schedule& s : schedules) {
       const remat::Solution& solution = chk->compute_sequence(s.budget, s.algorithm);
       std::vector<double> ours, plain, ours_faults, plain_faults;
-      step_ms([&](const torch::Tensor& x) { return chk->forward(x); }, sample);  // warm-up
-      step_ms([&](const torch::Tensor& x) { return net->forward(x); }, sample);
+      step_ms([&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); },
+              sample);  // warm-up
+      step_ms([&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); },
+              sample);
       for (int k = 0; k < steps; ++k) {
-        ours.push_back(step_ms([&](const torch::Tensor& x) { return chk->forward(x); }, sample,
-                               &ours_faults));
-        plain.push_back(step_ms([&](const torch::Tensor& x) { return net->forward(x); }, sample,
-                                &plain_faults));
+        ours.push_back(
+            step_ms([&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, sample,
+                    &ours_faults));
+        plain.push_back(
+            step_ms([&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); },
+                    sample, &plain_faults));
       }
       const double measured = median(ours), base = median(plain);
       std::printf("| %s | %s | %.2f MiB | %.2f MiB | %.1f | %.1f | %.3f | %.3f | %.0f (%.0f) |\n",

@@ -93,11 +93,11 @@ struct Setup {
     std::fprintf(stderr, "%s: profiling\n", label().c_str());
     chain = remat::profile(net, sample,
                            remat::ProfileOptions().repeat(repeat).name(label()).loss(
-                               [this](const torch::Tensor& out) { return loss(out); }))
+                               [this](const remat::Tensors& out) { return loss(out); }))
                 .chain;
   }
-  torch::Tensor loss(const torch::Tensor& out) const {
-    return remat::models::classification_loss(out, target, classes);
+  torch::Tensor loss(const remat::Tensors& out) const {
+    return remat::models::classification_loss(out, target);
   }
 };
 
@@ -108,7 +108,7 @@ struct Measured {
   double median_ms() const { return step_ms.empty() ? 0 : median(step_ms); }
 };
 
-Measured measure(Setup& s, const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tensor&)>& forward,
                  int steps, int warmup) {
   remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(s.device);
   Measured m;
@@ -180,7 +180,9 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
         continue;
       }
       chk->compute_sequence(budget);
-      const Measured m = measure(s, [&](const torch::Tensor& x) { return chk->forward(x); }, steps, warmup);
+      const Measured m = measure(
+          s, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, steps,
+          warmup);
       row["predicted_peak_bytes"] = solution.peak_bytes;
       row["predicted_ms"] = solution.makespan_ms;
       if (m.oom) {
@@ -240,7 +242,7 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
   const std::int64_t store_all = remat::store_all_peak(s.chain);
   std::vector<Config> configs;
   auto run = [&](const std::string& method, const std::string& setting,
-                 const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                 const std::function<remat::Tensors(const torch::Tensor&)>& forward,
                  const remat::Solution* solution) {
     std::fprintf(stderr, "%s: %s %s\n", s.label().c_str(), method.c_str(), setting.c_str());
     Config c{method, setting, measure(s, forward, steps, warmup)};
@@ -250,7 +252,10 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
     }
     configs.push_back(c);
   };
-  run("plain-libtorch", "", [&](const torch::Tensor& x) { return s.net->forward(x); }, nullptr);
+  const std::vector<remat::NamedStage> stages = remat::stages_of(s.net);
+  run(
+      "plain-libtorch", "", [&](const torch::Tensor& x) { return remat::run_stages(stages, {x}); },
+      nullptr);
   remat::Checkpointable chk(s.net);
   chk->set_chain(s.chain);
   for (double percent : budgets) {
@@ -259,7 +264,9 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
     std::snprintf(setting, sizeof setting, "%.0f%%", percent);
     try {
       const remat::Solution solution = chk->compute_sequence(budget);
-      run("remat-optimal", setting, [&](const torch::Tensor& x) { return chk->forward(x); }, &solution);
+      run(
+          "remat-optimal", setting,
+          [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, &solution);
     } catch (const std::invalid_argument& error) {
       std::fprintf(stderr, "  %s\n", error.what());
     }
@@ -268,7 +275,9 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
   for (int k = 2; k <= max_segments; ++k) {
     const remat::Solution solution = chk->compute_sequence(
         remat::SolveOptions(4 * store_all + reserve).algorithm(remat::Algorithm::kPeriodic).segments(k));
-    run("remat-periodic", "K=" + std::to_string(k), [&](const torch::Tensor& x) { return chk->forward(x); }, &solution);
+    run(
+        "remat-periodic", "K=" + std::to_string(k),
+        [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, &solution);
   }
   if (!pytorch_json.empty()) {
     std::ifstream in(pytorch_json);

@@ -57,11 +57,14 @@ Action add_demo_command(CLI::App& app) {
                args->batch, args->image, args->image, torch::get_num_threads());
     std::fflush(stdout);  // before the progress on stderr
     ProgressBar bar("profile " + info.name);
-    const Profile p = profile(
-        net, sample,
-        with_progress(ProfileOptions().repeat(3).loss(classification_loss_of(target, classes)).name(fmt::format(
-                          "{} b{} {}x{} cpu", info.name, args->batch, args->image, args->image)),
-                      bar));
+    const Profile p =
+        profile(net, sample,
+                with_progress(ProfileOptions()
+                                  .repeat(3)
+                                  .loss(classification_loss_of(target))
+                                  .name(fmt::format("{} b{} {}x{} cpu", info.name, args->batch,
+                                                    args->image, args->image)),
+                              bar));
     bar.finish(p.chain.length());
     const Chain& chain = p.chain;
     fmt::print("{} stages; store-all: peak {}, {:.1f} ms per step (forward + backward)\n\n",
@@ -110,7 +113,7 @@ Action add_demo_command(CLI::App& app) {
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       {
-        torch::Tensor loss = models::classification_loss(forward(x), target, classes);
+        torch::Tensor loss = models::classification_loss(forward(x), target);
         loss.backward();
       }
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -122,10 +125,10 @@ Action add_demo_command(CLI::App& app) {
     for (int k = 0; k < args->steps; ++k) {
       double ms = 0;
       std::int64_t peak = 0;
-      step([&](const torch::Tensor& x) { return chk->forward(x); }, ms, peak);
+      step([&](const torch::Tensor& x) { return chk->forward(Tensors{x}); }, ms, peak);
       ours_ms.push_back(ms);
       ours_peak = std::max(ours_peak, peak);
-      step([&](const torch::Tensor& x) { return net->forward(x); }, ms, peak);
+      step([&](const torch::Tensor& x) { return run_stages(chk->stages(), {x}); }, ms, peak);
       plain_ms.push_back(ms);
       plain_peak = std::max(plain_peak, peak);
     }

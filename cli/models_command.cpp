@@ -29,6 +29,14 @@ std::string thousands(std::int64_t n) {
   return out;
 }
 
+// "2x768x17x17 + 2x10": the shapes of an activation's members.
+std::string members_string(const Tensors& members) {
+  std::string out;
+  for (const torch::Tensor& m : members)
+    out += (out.empty() ? "" : " + ") + shape_string(m.sizes().vec());
+  return out;
+}
+
 int list_models(const ModelsArgs& args, Format format) {
   nlohmann::json list = nlohmann::json::array();
   if (format == Format::kText)
@@ -69,7 +77,8 @@ int show_model(const ModelsArgs& args, Format format) {
   torch::manual_seed(0);
   torch::nn::Sequential net = in.info->make(args.classes);
   std::vector<NamedStage> stages = stages_of(net);
-  // The shapes a training step sees (train mode: Inception's auxiliary logits included),
+  // The shapes a training step sees (train mode: Inception's auxiliary logits included, as a
+  // second member),
   // without autograd: nothing is kept but the current output.
   torch::NoGradGuard no_grad;
   torch::Tensor x = torch::randn({args.batch, 3, in.height, in.width});
@@ -82,24 +91,31 @@ int show_model(const ModelsArgs& args, Format format) {
                "parameters");
   }
   std::int64_t total = 0;
+  Tensors members = {x};
   for (std::size_t i = 0; i < stages.size(); ++i) {
     try {
-      x = stages[i].module->forward({x}, {}).front();
+      members = stages[i].module->forward(members, {});
     } catch (const c10::Error& error) {
-      throw std::invalid_argument(fmt::format("{} stage {} ({}) fails on input {}: {}",
-                                              in.info->name, i, stages[i].name,
-                                              shape_string(x.sizes().vec()),
-                                              error.what_without_backtrace()));
+      throw std::invalid_argument(
+          fmt::format("{} stage {} ({}) fails on input {}: {}", in.info->name, i, stages[i].name,
+                      members_string(members), error.what_without_backtrace()));
     }
-    const auto bytes = static_cast<std::int64_t>(x.nbytes());
+    std::int64_t bytes = 0;
+    nlohmann::json shapes = nlohmann::json::array();
+    for (const torch::Tensor& m : members) {
+      bytes += static_cast<std::int64_t>(m.nbytes());
+      shapes.push_back(m.sizes().vec());
+    }
     const std::int64_t params = models::parameter_count(*stages[i].module->nn_module());
     total += bytes;
     if (format == Format::kJson)
-      rows.push_back({{"name", stages[i].name}, {"output_shape", x.sizes().vec()},
-                      {"output_bytes", bytes}, {"parameters", params}});
+      rows.push_back({{"name", stages[i].name},
+                      {"output_shapes", shapes},
+                      {"output_bytes", bytes},
+                      {"parameters", params}});
     else
       fmt::print("{:>4}  {:<22} {:<18} {:>11} {:>12}\n", i, stages[i].name.substr(0, 22),
-                 shape_string(x.sizes().vec()), format_bytes(bytes), thousands(params));
+                 members_string(members), format_bytes(bytes), thousands(params));
   }
   if (format == Format::kJson)
     fmt::print("{}\n", nlohmann::json{{"model", in.info->name},

@@ -88,10 +88,9 @@ Action add_profile_command(CLI::App& app) {
         with_progress(ProfileOptions()
                           .repeat(args->repeat)
                           .name(in.label(args->batch))
-                          .loss(classification_loss_of(
-                              torch::randint(args->classes, {args->batch},
-                                             torch::TensorOptions().device(in.device).dtype(torch::kLong)),
-                              args->classes)),
+                          .loss(classification_loss_of(torch::randint(
+                              args->classes, {args->batch},
+                              torch::TensorOptions().device(in.device).dtype(torch::kLong)))),
                       bar);
     Profile p;
     try {

@@ -75,9 +75,9 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
   return in;
 }
 
-LossFunction classification_loss_of(torch::Tensor target, int classes) {
-  return [target = std::move(target), classes](const torch::Tensor& output) {
-    return models::classification_loss(output, target, classes);
+LossFunction classification_loss_of(torch::Tensor target) {
+  return [target = std::move(target)](const Tensors& outputs) {
+    return models::classification_loss(outputs, target);
   };
 }
 

@@ -30,9 +30,9 @@ struct ModelInput {
 ModelInput resolve_model_input(const std::string& model, const std::string& image,
                                const std::string& device);
 
-/// models::classification_loss against `target`, as a function of the output, for
+/// models::classification_loss against `target`, as a function of the output members, for
 /// ProfileOptions::loss.
-LossFunction classification_loss_of(torch::Tensor target, int classes);
+LossFunction classification_loss_of(torch::Tensor target);
 
 /// Profile options whose progress goes to `bar`.
 ProfileOptions with_progress(ProfileOptions options, ProgressBar& bar);

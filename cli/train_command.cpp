@@ -83,7 +83,7 @@ Action add_train_command(CLI::App& app) {
                         with_progress(ProfileOptions()
                                           .repeat(args->repeat)
                                           .name(in.label(args->batch))
-                                          .loss(classification_loss_of(target, args->classes)),
+                                          .loss(classification_loss_of(target)),
                                       bar))
                     .chain;
       } catch (const ProfileError& error) {
@@ -146,7 +146,7 @@ Action add_train_command(CLI::App& app) {
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       try {
-        torch::Tensor loss = models::classification_loss(chk->forward(x), target, args->classes);
+        torch::Tensor loss = models::classification_loss(chk->forward(Tensors{x}), target);
         loss.backward();
         synchronize(in.device);
         loss_value = loss.item<double>();

@@ -2,6 +2,7 @@
 
 #include <c10/util/Type.h>
 
+#include <cctype>
 #include <tuple>
 #include <utility>
 
@@ -44,12 +45,14 @@ class AnyModuleStage : public StageModule {
   AnyModuleStage(torch::nn::AnyModule module, bool takes_context)
       : module_(std::move(module)), takes_context_(takes_context) {
     if (module_.is_empty()) throw StageError("the module is empty (a default AnyModule)");
+    takes_list_ = dynamic_cast<const MemberListModule*>(module_.ptr().get()) != nullptr;
   }
 
   Tensors forward(const Tensors& inputs, const Tensors& context) override {
     Tensors args = inputs;
     if (takes_context_) args.insert(args.end(), context.begin(), context.end());
-    torch::nn::AnyValue value = call_any(module_, args);
+    torch::nn::AnyValue value =
+        takes_list_ ? module_.any_forward(std::move(args)) : call_any(module_, args);
     if (auto* one = value.try_get<torch::Tensor>()) return {std::move(*one)};
     if (auto* list = value.try_get<Tensors>()) return std::move(*list);
     if (auto* pair = value.try_get<std::tuple<torch::Tensor, torch::Tensor>>())
@@ -83,6 +86,7 @@ class AnyModuleStage : public StageModule {
   // any_forward is not const, although it does not change the holder: ours is a copy.
   mutable torch::nn::AnyModule module_;
   bool takes_context_;
+  bool takes_list_;  // a MemberListModule
 };
 
 }  // namespace
@@ -120,14 +124,40 @@ std::shared_ptr<CallableStage> callable_stage(StageFunction function,
                                          std::move(buffers), takes_context);
 }
 
-std::string short_type_name(std::string name) {
-  for (const std::string prefix : {"(anonymous namespace)::", "torch::nn::", "remat::"}) {
-    for (auto at = name.find(prefix); at != std::string::npos; at = name.find(prefix))
-      name.erase(at, prefix.size());
+Tensors run_stages(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                   const Tensors& context) {
+  Tensors x = inputs;
+  for (const NamedStage& stage : stages) x = stage.module->forward(x, context);
+  return x;
+}
+
+std::string short_type_name(const std::string& name) {
+  // Drops every namespace qualifier ("torch::nn::", "(anonymous namespace)::") and the "Impl"
+  // that ends a class name, template arguments included.
+  static const std::string kAnonymous = "(anonymous namespace)";
+  std::string out;
+  std::size_t start = 0;  // where the current name starts in `out`
+  const auto end_name = [&] {
+    if (out.size() - start > 4 && out.compare(out.size() - 4, 4, "Impl") == 0)
+      out.resize(out.size() - 4);
+  };
+  for (std::size_t i = 0; i < name.size();) {
+    if (name.compare(i, kAnonymous.size(), kAnonymous) == 0) {
+      out += kAnonymous;
+      i += kAnonymous.size();
+    } else if (name.compare(i, 2, "::") == 0) {
+      out.resize(start);  // the qualifier read so far
+      i += 2;
+    } else if (std::isalnum(static_cast<unsigned char>(name[i])) || name[i] == '_') {
+      out += name[i++];
+    } else {
+      end_name();
+      out += name[i++];
+      start = out.size();
+    }
   }
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0)
-    name.resize(name.size() - 4);
-  return name;
+  end_name();
+  return out;
 }
 
 std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "layers.h"
+#include "remat/core/stage.h"
 
 namespace remat::models {
 namespace {
@@ -33,23 +34,6 @@ class BasicConv2dImpl : public nn::Module {
   nn::BatchNorm2d bn;
 };
 TORCH_MODULE(BasicConv2d);
-
-/// The auxiliary logits travel behind the feature map as extra channel planes, zero-padded:
-/// N x K logits become N x ceil(K / (H W)) x H x W. pack/unpack are inverse and differentiable.
-Tensor pack_aux(const Tensor& x, const Tensor& aux) {
-  if (!aux.defined()) return x;
-  const int64_t plane = x.size(2) * x.size(3);
-  const int64_t planes = (aux.size(1) + plane - 1) / plane;
-  Tensor padded = torch::constant_pad_nd(aux, {0, planes * plane - aux.size(1)});
-  return torch::cat({x, padded.view({x.size(0), planes, x.size(2), x.size(3)})}, 1);
-}
-std::pair<Tensor, Tensor> unpack_aux(const Tensor& packed, int64_t channels, int64_t classes) {
-  if (packed.size(1) == channels) return {packed, Tensor()};
-  TORCH_CHECK(packed.size(1) > channels, "Inception v3: a stage expects ", channels,
-              " channels, got ", packed.size(1));
-  return {packed.narrow(1, 0, channels),
-          packed.narrow(1, channels, packed.size(1) - channels).flatten(1).narrow(1, 0, classes)};
-}
 
 /// Base of the Mixed blocks: registers BasicConv2d members by torchvision's names.
 class MixedImpl : public nn::Module {
@@ -123,41 +107,28 @@ class InceptionCImpl : public MixedImpl {
 };
 TORCH_MODULE(InceptionC);
 
-/// Mixed_7a: carries the auxiliary logits, if any, to its output (see pack_aux).
 class InceptionDImpl : public MixedImpl {
  public:
-  InceptionDImpl(int64_t in, int64_t classes)
-      : in_(in),
-        classes_(classes),
-        b3x3_1(conv("branch3x3_1", in, 192, 1)),
+  explicit InceptionDImpl(int64_t in)
+      : b3x3_1(conv("branch3x3_1", in, 192, 1)),
         b3x3_2(conv("branch3x3_2", 192, 320, 3, 2)),
         b7x7x3_1(conv("branch7x7x3_1", in, 192, 1)),
         b7x7x3_2(conv("branch7x7x3_2", 192, 192, {1, 7}, 1, {0, 3})),
         b7x7x3_3(conv("branch7x7x3_3", 192, 192, {7, 1}, 1, {3, 0})),
         b7x7x3_4(conv("branch7x7x3_4", 192, 192, 3, 2)) {}
-  Tensor forward(const Tensor& input) {
-    auto [x, aux] = unpack_aux(input, in_, classes_);
-    Tensor out = torch::cat({b3x3_2(b3x3_1(x)), b7x7x3_4(b7x7x3_3(b7x7x3_2(b7x7x3_1(x)))),
-                             torch::max_pool2d(x, {3, 3}, {2, 2})},
-                            1);
-    return pack_aux(out, aux);
+  Tensor forward(const Tensor& x) {
+    return torch::cat({b3x3_2(b3x3_1(x)), b7x7x3_4(b7x7x3_3(b7x7x3_2(b7x7x3_1(x)))),
+                       torch::max_pool2d(x, {3, 3}, {2, 2})},
+                      1);
   }
-
- private:
-  int64_t in_, classes_;
-
- public:
   BasicConv2d b3x3_1, b3x3_2, b7x7x3_1, b7x7x3_2, b7x7x3_3, b7x7x3_4;
 };
 TORCH_MODULE(InceptionD);
 
-/// Mixed_7b, Mixed_7c: carry the auxiliary logits, if any.
 class InceptionEImpl : public MixedImpl {
  public:
-  InceptionEImpl(int64_t in, int64_t classes)
-      : in_(in),
-        classes_(classes),
-        b1x1(conv("branch1x1", in, 320, 1)),
+  explicit InceptionEImpl(int64_t in)
+      : b1x1(conv("branch1x1", in, 320, 1)),
         b3x3_1(conv("branch3x3_1", in, 384, 1)),
         b3x3_2a(conv("branch3x3_2a", 384, 384, {1, 3}, 1, {0, 1})),
         b3x3_2b(conv("branch3x3_2b", 384, 384, {3, 1}, 1, {1, 0})),
@@ -166,43 +137,35 @@ class InceptionEImpl : public MixedImpl {
         b3x3dbl_3a(conv("branch3x3dbl_3a", 384, 384, {1, 3}, 1, {0, 1})),
         b3x3dbl_3b(conv("branch3x3dbl_3b", 384, 384, {3, 1}, 1, {1, 0})),
         bpool(conv("branch_pool", in, 192, 1)) {}
-  Tensor forward(const Tensor& input) {
-    auto [x, aux] = unpack_aux(input, in_, classes_);
+  Tensor forward(const Tensor& x) {
     Tensor b3x3 = b3x3_1(x);
     Tensor dbl = b3x3dbl_2(b3x3dbl_1(x));
-    Tensor out = torch::cat({b1x1(x), torch::cat({b3x3_2a(b3x3), b3x3_2b(b3x3)}, 1),
-                             torch::cat({b3x3dbl_3a(dbl), b3x3dbl_3b(dbl)}, 1),
-                             bpool(avg_pool_3x3(x))},
-                            1);
-    return pack_aux(out, aux);
+    return torch::cat({b1x1(x), torch::cat({b3x3_2a(b3x3), b3x3_2b(b3x3)}, 1),
+                       torch::cat({b3x3dbl_3a(dbl), b3x3dbl_3b(dbl)}, 1), bpool(avg_pool_3x3(x))},
+                      1);
   }
-
- private:
-  int64_t in_, classes_;
-
- public:
   BasicConv2d b1x1, b3x3_1, b3x3_2a, b3x3_2b, b3x3dbl_1, b3x3dbl_2, b3x3dbl_3a, b3x3dbl_3b,
       bpool;
 };
 TORCH_MODULE(InceptionE);
 
-/// AuxLogits: in training mode, computes the auxiliary logits and packs them behind its
-/// input; in eval mode, the identity (torchvision skips the auxiliary head there).
+/// AuxLogits: returns the members {features, aux_logits} in training mode, {features} in eval
+/// mode (torchvision skips the auxiliary head there). The features are its input, carried.
 class InceptionAuxImpl : public MixedImpl {
  public:
   InceptionAuxImpl(int64_t in, int64_t classes)
       : conv0(conv("conv0", in, 128, 1)),
         conv1(conv("conv1", 128, 768, 5)),
         fc(register_module("fc", nn::Linear(768, classes))) {}
-  Tensor forward(const Tensor& x) {
-    if (!is_training()) return x;
+  std::vector<Tensor> forward(const Tensor& x) {
+    if (!is_training()) return {x};
     TORCH_CHECK(x.size(2) >= 17 && x.size(3) >= 17,
                 "Inception v3's auxiliary classifier needs Mixed_6e's output to be at least "
                 "17x17 (a 299x299 input), got ",
                 x.size(2), "x", x.size(3), "; build the model with aux_logits(false)");
     Tensor aux = conv1(conv0(torch::avg_pool2d(x, {5, 5}, {3, 3})));
     aux = fc(torch::adaptive_avg_pool2d(aux, {1, 1}).flatten(1));
-    return pack_aux(x, aux);
+    return {x, aux};
   }
   BasicConv2d conv0, conv1;
   nn::Linear fc;
@@ -231,25 +194,39 @@ class InputStemImpl : public nn::Module {
 };
 TORCH_MODULE(InputStem);
 
-/// avgpool, dropout, flatten, fc; returns [logits | aux_logits] when the input carries them.
+/// avgpool, dropout, flatten, fc.
 class InceptionHeadImpl : public nn::Module {
  public:
   InceptionHeadImpl(int64_t classes, double dropout)
-      : classes_(classes),
-        dropout_(register_module("dropout", nn::Dropout(nn::DropoutOptions(dropout)))),
+      : dropout_(register_module("dropout", nn::Dropout(nn::DropoutOptions(dropout)))),
         fc_(register_module("fc", nn::Linear(2048, classes))) {}
-  Tensor forward(const Tensor& input) {
-    auto [x, aux] = unpack_aux(input, 2048, classes_);
-    Tensor logits = fc_(dropout_(torch::adaptive_avg_pool2d(x, {1, 1})).flatten(1));
-    return aux.defined() ? torch::cat({logits, aux}, 1) : logits;
+  Tensor forward(const Tensor& x) {
+    return fc_(dropout_(torch::adaptive_avg_pool2d(x, {1, 1})).flatten(1));
   }
 
  private:
-  int64_t classes_;
   nn::Dropout dropout_;
   nn::Linear fc_;
 };
 TORCH_MODULE(InceptionHead);
+
+/// With the auxiliary classifier, the stages after it take and return the members {features,
+/// aux_logits} ({features} in eval mode) as one list (remat::MemberListModule, so that the
+/// Sequential chains them too): they transform the features and return the auxiliary logits as
+/// they came, a carried member (one storage; its gradient passed back unchanged).
+template <typename Block>
+class CarriesAuxImpl : public Block, public remat::MemberListModule {
+ public:
+  using Block::Block;
+  std::vector<Tensor> forward(std::vector<Tensor> members) {
+    TORCH_CHECK(members.size() == 1 || members.size() == 2,
+                "Inception v3: a stage after AuxLogits takes the features and, in training "
+                "mode, the auxiliary logits; got ",
+                members.size(), " tensors");
+    members[0] = Block::forward(members[0]);
+    return members;
+  }
+};
 
 }  // namespace
 
@@ -278,11 +255,17 @@ torch::nn::Sequential inception_v3(const InceptionV3Options& options) {
   if (options.aux_logits()) {
     aux = InceptionAux(768, classes);
     chain->add("AuxLogits", aux, "AuxLogits.");
+    chain->add("Mixed_7a", std::make_shared<CarriesAuxImpl<InceptionDImpl>>(768), "Mixed_7a.");
+    chain->add("Mixed_7b", std::make_shared<CarriesAuxImpl<InceptionEImpl>>(1280), "Mixed_7b.");
+    chain->add("Mixed_7c", std::make_shared<CarriesAuxImpl<InceptionEImpl>>(2048), "Mixed_7c.");
+    chain->add("fc",
+               std::make_shared<CarriesAuxImpl<InceptionHeadImpl>>(classes, options.dropout()), "");
+  } else {
+    chain->add("Mixed_7a", InceptionD(768), "Mixed_7a.");
+    chain->add("Mixed_7b", InceptionE(1280), "Mixed_7b.");
+    chain->add("Mixed_7c", InceptionE(2048), "Mixed_7c.");
+    chain->add("fc", InceptionHead(classes, options.dropout()), "");
   }
-  chain->add("Mixed_7a", InceptionD(768, classes), "Mixed_7a.");
-  chain->add("Mixed_7b", InceptionE(1280, classes), "Mixed_7b.");
-  chain->add("Mixed_7c", InceptionE(2048, classes), "Mixed_7c.");
-  chain->add("fc", InceptionHead(classes, options.dropout()), "");
 
   // torchvision: trunc_normal_(std = 0.1, or the module's `stddev`: 0.01 for AuxLogits.conv1,
   // 0.001 for AuxLogits.fc; bounds -2, 2) on every Conv2d and Linear weight; BN at 1 and 0.
@@ -296,15 +279,6 @@ torch::nn::Sequential inception_v3(const InceptionV3Options& options) {
     detail::trunc_normal_(aux->fc->weight, 0, 0.001, -2, 2);
   }
   return detail::as_sequential(chain);
-}
-
-InceptionOutputs split_inception_output(const torch::Tensor& output, int64_t num_classes) {
-  TORCH_CHECK(output.dim() == 2 && (output.size(1) == num_classes ||
-                                    output.size(1) == 2 * num_classes),
-              "split_inception_output: expected an N x ", num_classes, " or N x ",
-              2 * num_classes, " tensor, got ", output.sizes());
-  if (output.size(1) == num_classes) return {output, torch::Tensor()};
-  return {output.narrow(1, 0, num_classes), output.narrow(1, num_classes, num_classes)};
 }
 
 }  // namespace remat::models

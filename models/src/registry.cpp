@@ -12,14 +12,15 @@
 
 namespace remat::models {
 
-torch::Tensor classification_loss(const torch::Tensor& output, const torch::Tensor& target,
-                                  int64_t num_classes) {
+torch::Tensor classification_loss(const Tensors& outputs, const torch::Tensor& target) {
   namespace F = torch::nn::functional;
-  if (output.dim() == 2 && output.size(1) == 2 * num_classes) {
-    const InceptionOutputs heads = split_inception_output(output, num_classes);
-    return F::cross_entropy(heads.logits, target) + 0.4 * F::cross_entropy(heads.aux_logits, target);
-  }
-  return F::cross_entropy(output, target);
+  TORCH_CHECK(outputs.size() == 1 || outputs.size() == 2,
+              "classification_loss: expected the logits and, for Inception v3 in training mode, "
+              "the auxiliary logits; got ",
+              outputs.size(), " tensors");
+  torch::Tensor loss = F::cross_entropy(outputs[0], target);
+  if (outputs.size() == 2) loss = loss + 0.4 * F::cross_entropy(outputs[1], target);
+  return loss;
 }
 
 const std::vector<ModelInfo>& registry() {

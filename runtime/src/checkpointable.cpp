@@ -263,12 +263,6 @@ void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& cont
   }
 }
 
-Tensors CheckpointableImpl::run_plain(const Tensors& inputs, const Tensors& context) {
-  Tensors x = inputs;
-  for (const NamedStage& stage : stages_) x = stage.module->forward(x, context);
-  return x;
-}
-
 torch::Tensor CheckpointableImpl::forward(torch::Tensor input) {
   Tensors out = forward(Tensors{std::move(input)}, Tensors{});
   if (out.size() != 1)
@@ -279,7 +273,7 @@ torch::Tensor CheckpointableImpl::forward(torch::Tensor input) {
 }
 
 Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& context) {
-  if (!is_training() || !torch::GradMode::is_enabled()) return run_plain(inputs, context);
+  if (!is_training() || !torch::GradMode::is_enabled()) return run_stages(stages_, inputs, context);
   if (!solution_)
     throw std::logic_error(
         "Checkpointable::forward in training mode needs a sequence: call compute_sequence(budget) "

@@ -974,11 +974,14 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   INFO(describe(json));
   REQUIRE(json.exit_code == 0);
   const auto inception = nlohmann::json::parse(json.out);
-  // Training mode: the auxiliary logits ride along as 1 extra 17x17 plane, then 1 of 8x8.
+  // Training mode: the auxiliary logits are a second member, carried to the output.
+  using Shapes = std::vector<std::vector<int>>;
+  CHECK(inception["stages"][14]["output_shapes"] == Shapes{{2, 768, 17, 17}});
   CHECK(inception["stages"][15]["name"] == "AuxLogits");
-  CHECK(inception["stages"][15]["output_shape"] == std::vector<int>({2, 769, 17, 17}));
-  CHECK(inception["stages"][16]["output_shape"] == std::vector<int>({2, 1281, 8, 8}));
-  CHECK(inception["stages"][19]["output_shape"] == std::vector<int>({2, 20}));
+  CHECK(inception["stages"][15]["output_shapes"] == Shapes{{2, 768, 17, 17}, {2, 10}});
+  CHECK(inception["stages"][15]["output_bytes"] == (2 * 768 * 17 * 17 + 2 * 10) * 4);
+  CHECK(inception["stages"][16]["output_shapes"] == Shapes{{2, 1280, 8, 8}, {2, 10}});
+  CHECK(inception["stages"][19]["output_shapes"] == Shapes{{2, 10}, {2, 10}});
 
   const RunResult unknown = run_remat({"models", "resnet9000"});
   CHECK(unknown.exit_code == 2);

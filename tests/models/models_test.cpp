@@ -110,30 +110,56 @@ TEST_CASE("every parameter and buffer has a distinct torchvision name", "[models
   }
 }
 
-TEST_CASE("Inception's auxiliary logits travel through the chain", "[models]") {
+TEST_CASE("Inception's auxiliary logits are a side output carried through the chain", "[models]") {
   using namespace remat::models;
   torch::manual_seed(0);
   nn::Sequential net = inception_v3(InceptionV3Options().num_classes(7));
   net->train();
   const torch::Tensor x = torch::randn({2, 3, 299, 299});
-  torch::Tensor out = net->forward(x);
-  REQUIRE(out.sizes() == torch::IntArrayRef({2, 14}));
-  auto [logits, aux] = split_inception_output(out, 7);
-  CHECK(logits.size(1) == 7);
-  CHECK(aux.size(1) == 7);
+  // The Sequential runs (its stages after AuxLogits take their members as one list) and returns
+  // {logits, aux_logits}.
+  torch::manual_seed(1);
+  const auto out = net->forward<std::vector<torch::Tensor>>(x);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].sizes() == torch::IntArrayRef({2, 7}));
+  CHECK(out[1].sizes() == torch::IntArrayRef({2, 7}));
   // Both heads get gradients from a loss on both outputs.
-  (logits.sum() + 0.4 * aux.sum()).backward();
+  (out[0].sum() + 0.4 * out[1].sum()).backward();
   for (const auto& p : net->named_parameters()) {
     INFO(p.key());
     CHECK(p.value().grad().defined());
   }
+  // As stages: the auxiliary logits leave AuxLogits and reach the output as the same tensor
+  // (carried: one storage, no copy), and the results are the Sequential's.
+  {
+    torch::NoGradGuard no_grad;
+    const std::vector<remat::NamedStage> stages = remat::stages_of(net);
+    REQUIRE(stages[15].name == "AuxLogits");
+    REQUIRE(stages[16].module->type_name() == "CarriesAux<InceptionD>");
+    torch::manual_seed(1);
+    remat::Tensors members = {x};
+    torch::Tensor aux;
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      members = stages[i].module->forward(members, {});
+      REQUIRE(members.size() == (i < 15 ? 1U : 2U));
+      if (i == 15) aux = members[1];
+      if (i > 15) CHECK(members[1].is_same(aux));
+    }
+    CHECK(torch::equal(members[0], out[0]));
+    CHECK(torch::equal(members[1], out[1]));
+  }
   net->eval();
   torch::NoGradGuard no_grad;
-  CHECK(net->forward(x.narrow(0, 0, 1)).sizes() == torch::IntArrayRef({1, 7}));
-  CHECK(split_inception_output(net->forward(x.narrow(0, 0, 1)), 7).aux_logits.defined() == false);
+  const auto eval_out = net->forward<std::vector<torch::Tensor>>(x.narrow(0, 0, 1));
+  REQUIRE(eval_out.size() == 1);
+  CHECK(eval_out[0].sizes() == torch::IntArrayRef({1, 7}));
   // The auxiliary head refuses inputs that are too small, naming the way out.
   net->train();
-  CHECK_THROWS_WITH(net->forward(torch::randn({2, 3, 75, 75})), Catch::Contains("aux_logits(false)"));
+  CHECK_THROWS_WITH(net->forward<std::vector<torch::Tensor>>(torch::randn({2, 3, 75, 75})),
+                    Catch::Contains("aux_logits(false)"));
+  // Without it, a tensor in, a tensor out, from 75x75.
+  nn::Sequential noaux = inception_v3(InceptionV3Options().num_classes(7).aux_logits(false));
+  CHECK(noaux->forward(torch::randn({2, 3, 75, 75})).sizes() == torch::IntArrayRef({2, 7}));
 }
 
 TEST_CASE("load_torchvision_weights checks names and shapes before changing anything", "[models]") {
@@ -190,16 +216,24 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
       const auto step = [&](nn::Sequential& net, auto forward) {
         torch::manual_seed(5);
         torch::Tensor x = sample.clone().requires_grad_(true);
-        torch::Tensor out = forward(x);
-        (out.narrow(1, 0, 10) * target).sum().backward();
-        std::vector<torch::Tensor> state = {out.detach(), x.grad()};
+        const remat::Tensors out = forward(x);
+        // Every output member in the loss: Inception's auxiliary logits too.
+        torch::Tensor loss = torch::zeros({});
+        for (const torch::Tensor& o : out) loss = loss + (o * target).sum();
+        loss.backward();
+        std::vector<torch::Tensor> state = {x.grad()};
+        for (const torch::Tensor& o : out) state.push_back(o.detach());
         for (const auto& p : net->parameters()) state.push_back(p.grad());
         for (const auto& b : net->buffers()) state.push_back(b.clone());
         return state;
       };
       torch::manual_seed(1);
       nn::Sequential plain_net = info.make(10);
-      const auto plain = step(plain_net, [&](const torch::Tensor& x) { return plain_net->forward(x); });
+      const auto plain = step(plain_net, [&](const torch::Tensor& x) {
+        return remat::run_stages(remat::stages_of(plain_net), {x});
+      });
+      CHECK(plain.size() == 2 + (info.name == "inception_v3") + plain_net->parameters().size() +
+                                plain_net->buffers().size());
 
       torch::manual_seed(1);
       nn::Sequential net = info.make(10);
@@ -215,7 +249,8 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
       const remat::Solution& s = chk->compute_sequence(half + remat::runtime_reserve_bytes(torch::kCPU));
       INFO(remat::collapsed_string(s.sequence));
       CHECK(s.makespan_ms > 3.0 * chain.stages.size());  // store-all's: it recomputes
-      const auto ours = step(net, [&](const torch::Tensor& x) { return chk->forward(x); });
+      const auto ours =
+          step(net, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); });
       REQUIRE(plain.size() == ours.size());
       for (std::size_t k = 0; k < plain.size(); ++k) {
         INFO("tensor " << k << " of " << plain.size());
@@ -231,12 +266,10 @@ TEST_CASE("classification_loss: cross-entropy, and Inception's auxiliary term as
   torch::manual_seed(5);
   const torch::Tensor logits = torch::randn({4, 7}), aux = torch::randn({4, 7});
   const torch::Tensor target = torch::randint(7, {4}, torch::kLong);
-  CHECK(torch::equal(remat::models::classification_loss(logits, target, 7), F::cross_entropy(logits, target)));
-  const torch::Tensor packed = torch::cat({logits, aux}, 1);  // Inception's training output
-  CHECK(torch::allclose(remat::models::classification_loss(packed, target, 7),
-                        F::cross_entropy(logits, target) + 0.4 * F::cross_entropy(aux, target)));
-  // 14 classes is not Inception's packing of 7: plain cross-entropy over the 14 columns.
-  const torch::Tensor wide_target = torch::randint(14, {4}, torch::kLong);
-  CHECK(torch::equal(remat::models::classification_loss(packed, wide_target, 14),
-                     F::cross_entropy(packed, wide_target)));
+  CHECK(torch::equal(remat::models::classification_loss({logits}, target),
+                     F::cross_entropy(logits, target)));
+  CHECK(torch::equal(remat::models::classification_loss({logits, aux}, target),
+                     F::cross_entropy(logits, target) + 0.4 * F::cross_entropy(aux, target)));
+  CHECK_THROWS_WITH(remat::models::classification_loss({logits, aux, aux}, target),
+                    Catch::Contains("got 3 tensors"));
 }

@@ -56,6 +56,14 @@ struct ViewImpl : nn::Module {
   torch::Tensor forward(torch::Tensor x) { return x.flatten(1); }
 };
 TORCH_MODULE(View);
+// A module taking its members as one list: what a Sequential of tuple stages needs.
+struct ScaleFirstImpl : nn::Module, remat::MemberListModule {
+  std::vector<torch::Tensor> forward(std::vector<torch::Tensor> x) {
+    x.at(0) = x[0] * 5;
+    return x;
+  }
+};
+TORCH_MODULE(ScaleFirst);
 
 }  // namespace
 
@@ -187,6 +195,42 @@ TEST_CASE("a stage returning a tuple has one member per tensor", "[profiler]") {
   CHECK_THROWS_WITH(remat::profile(remat::stages_of(net), {sample},
                                    {torch::ones({2}).requires_grad_(true)}, quick()),
                     Catch::Contains("context tensor 0 requires grad"));
+}
+
+TEST_CASE("stage adapters: names, member lists, plain runs", "[profiler]") {
+  CHECK(remat::short_type_name("torch::nn::Conv2dImpl") == "Conv2d");
+  CHECK(remat::short_type_name("(anonymous namespace)::PairImpl") == "Pair");
+  CHECK(remat::short_type_name("a::b::(anonymous namespace)::WrapImpl<a::(anonymous "
+                               "namespace)::BlockImpl, std::vector<at::Tensor> >") ==
+        "Wrap<Block, vector<Tensor> >");
+  CHECK(remat::short_type_name("Impl") == "Impl");
+
+  nn::Sequential net;
+  net->push_back(nn::Linear(3, 3));
+  net->push_back("split", Pair());
+  net->push_back(ScaleFirst());
+  const std::vector<remat::NamedStage> stages = remat::stages_of(net);
+  REQUIRE(stages.size() == 3);
+  CHECK(stages[0].name == "0:Linear");
+  CHECK(stages[1].name == "split");
+  CHECK(stages[2].name == "2:ScaleFirst");
+  // The Sequential passes Pair's tuple as one value: ScaleFirst cannot take it (it takes a
+  // list), but as stages, a tuple's members go to a MemberListModule as one list.
+  const torch::Tensor x = torch::randn({2, 3});
+  const remat::Tensors out = remat::run_stages(stages, {x});
+  REQUIRE(out.size() == 2);
+  const torch::Tensor y = net[0]->as<nn::Linear>()->forward(x);
+  CHECK(torch::equal(out[0], y * 2 * 5));
+  CHECK(torch::equal(out[1], y * 3));
+  // A list module carries what it returns as it came: the second member is the same tensor.
+  const remat::Tensors in = {x, x * 2};
+  const remat::Tensors carried = stages[2].module->forward(in, {});
+  CHECK(carried[1].is_same(in[1]));
+  // And a Sequential of list modules runs by itself.
+  nn::Sequential lists{ScaleFirst(), ScaleFirst()};
+  CHECK(torch::equal(lists->forward<std::vector<torch::Tensor>>(in)[0], x * 5 * 5));
+  // A module returning something else than tensors is a StageError.
+  CHECK_THROWS_AS(remat::module_stage(nn::AnyModule(Count()))->forward({x}, {}), remat::StageError);
 }
 
 TEST_CASE("a stage whose output is a view of its input is not counted twice", "[profiler]") {

@@ -62,9 +62,25 @@ class StageModule {
 };
 
 /// A C++ module as a stage. Its forward() is called with the input members and then, when
-/// `takes_context`, the context tensors, each as one torch::Tensor argument (at most 8 in all);
-/// it returns one tensor, a std::vector<torch::Tensor>, or a std::tuple of two or three tensors.
+/// `takes_context`, the context tensors, each as one torch::Tensor argument (at most 8 in all),
+/// or all of them as one std::vector<torch::Tensor> if the module derives from
+/// MemberListModule; it returns one tensor, a std::vector<torch::Tensor>, or a std::tuple of
+/// two or three tensors.
 std::shared_ptr<StageModule> module_stage(torch::nn::AnyModule module, bool takes_context = false);
+
+/// Marks a C++ module whose forward() takes its input members (then the context, if the stage
+/// takes it) as one std::vector<torch::Tensor>, rather than one argument per tensor. That is
+/// what lets a torch::nn::Sequential, which passes one value from child to child, chain modules
+/// whose activations are tuples: a child returning a std::vector<torch::Tensor> feeds one that
+/// takes it.
+///
+///   struct CarryImpl : torch::nn::Module, remat::MemberListModule {
+///     std::vector<torch::Tensor> forward(std::vector<torch::Tensor> x) { ... }
+///   };
+class MemberListModule {
+ public:
+  virtual ~MemberListModule() = default;
+};
 
 /// The signature of a callable stage.
 using StageFunction = std::function<Tensors(const Tensors& inputs, const Tensors& context)>;
@@ -111,12 +127,19 @@ struct NamedStage {
   std::shared_ptr<StageModule> module;
 };
 
+/// Runs `stages` one after the other with plain autograd (no checkpointing): the reference a
+/// Checkpointable's gradients equal, and what it runs in eval mode. Returns the members of the
+/// last stage's output.
+Tensors run_stages(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                   const Tensors& context = {});
+
 /// The stages of a Sequential, named as its children ("conv1"), or by index and type when they
 /// are numbered ("3:Conv2d"); none takes the context.
 std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential);
 
-/// "torch::nn::Conv2dImpl" -> "Conv2d", "(anonymous namespace)::PairImpl" -> "Pair".
-std::string short_type_name(std::string name);
+/// "torch::nn::Conv2dImpl" -> "Conv2d", "(anonymous namespace)::PairImpl" -> "Pair",
+/// "ns::WrapImpl<ns::BlockImpl>" -> "Wrap<Block>".
+std::string short_type_name(const std::string& name);
 
 /// Thrown by a stage's forward for a result that is not a list of tensors; the profiler and
 /// the runtime name the stage.

@@ -6,15 +6,16 @@
 // transform_input the first stage starts by transforming the input as torchvision does.
 //
 // The auxiliary classifier. torchvision returns InceptionOutputs(logits, aux_logits) in
-// training mode; a chain carries one tensor from stage to stage, so here:
-// - In training mode with aux_logits, the "AuxLogits" stage computes the auxiliary logits
-//   from Mixed_6e's output and appends them to the feature map as extra channel planes
-//   (zero-padded); Mixed_7a, 7b, 7c carry them along untouched, and "fc" returns
-//   [logits | aux_logits] as one N x 2*num_classes tensor. split_inception_output()
-//   separates them: `auto [logits, aux] = split_inception_output(out, num_classes)`, and a
-//   loss on both (torchvision's recipe: loss(logits) + 0.4 * loss(aux)) trains both heads.
-// - In eval mode (or without aux_logits) "AuxLogits" passes its input through and the
-//   output is the N x num_classes logits, as in torchvision.
+// training mode. Here, with aux_logits, the chain's activations from "AuxLogits" on are tuples
+// (remat/core/stage.h): "AuxLogits" returns {features, aux_logits} in training mode, and
+// "Mixed_7a", "Mixed_7b", "Mixed_7c" and "fc" transform the features and carry the auxiliary
+// logits unchanged, so that the chain's output is {logits, aux_logits}: a side output,
+// differentiated with the logits (torchvision's recipe: loss(logits) + 0.4 * loss(aux),
+// classification_loss() in registry.h). In eval mode "AuxLogits" returns {features} and the
+// output is {logits}. These stages take their members as one std::vector<torch::Tensor>
+// (remat::MemberListModule), so the Sequential itself runs too:
+// `net->forward<std::vector<torch::Tensor>>(x)`. Without aux_logits every stage maps a tensor
+// to a tensor, as in the other models.
 // The auxiliary head needs Mixed_6e's output to be at least 17x17, that is a 299x299 input
 // (as in torchvision); without it the network accepts 75x75.
 
@@ -37,15 +38,5 @@ struct InceptionV3Options {
 
 /// Inception v3: 27,161,264 parameters at 1000 classes (23,834,568 without aux_logits).
 torch::nn::Sequential inception_v3(const InceptionV3Options& options = InceptionV3Options());
-
-/// The two outputs of Inception v3 in training mode; `aux_logits` is undefined when the
-/// network ran without the auxiliary classifier (eval mode, or aux_logits off).
-struct InceptionOutputs {
-  torch::Tensor logits;
-  torch::Tensor aux_logits;
-};
-/// Splits the output of inception_v3 (N x num_classes, or N x 2*num_classes in training
-/// mode with aux_logits) into logits and auxiliary logits (views of `output`).
-InceptionOutputs split_inception_output(const torch::Tensor& output, int64_t num_classes);
 
 }  // namespace remat::models

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "remat/core/stage.h"  // remat::Tensors
+
 namespace remat::models {
 
 struct ModelInfo {
@@ -20,11 +22,11 @@ struct ModelInfo {
   std::function<torch::nn::Sequential(int num_classes)> make;
 };
 
-/// The training loss of the built-in classifiers: cross-entropy of the logits against the
-/// labels `target`; for Inception v3's training output [logits | aux_logits] (2 x
-/// `num_classes` columns), torchvision's recipe: loss(logits) + 0.4 loss(aux_logits).
-torch::Tensor classification_loss(const torch::Tensor& output, const torch::Tensor& target,
-                                  int64_t num_classes);
+/// The training loss of the built-in classifiers, from the members of their output: the
+/// cross-entropy of the logits against the labels `target`, and for Inception v3 in training
+/// mode, whose output is {logits, aux_logits}, torchvision's recipe: loss(logits) + 0.4
+/// loss(aux_logits).
+torch::Tensor classification_loss(const Tensors& outputs, const torch::Tensor& target);
 
 /// Number of parameter elements of `module` (what torchvision's published counts count).
 std::int64_t parameter_count(const torch::nn::Module& module);

@@ -123,7 +123,6 @@ class CheckpointableImpl : public torch::nn::Module {
     c10::Device device;
   };
   void check_inputs(const Tensors& inputs, const Tensors& context) const;
-  Tensors run_plain(const Tensors& inputs, const Tensors& context);
 
   torch::nn::Sequential net_;
   std::vector<NamedStage> stages_;
