@@ -96,8 +96,13 @@ class MinMemoryTable {
     const std::size_t k = static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l);
     return taped && !taped_.empty() ? taped_[k] : mm_[k];
   }
+  // The fastest sequence that reverses the whole chain in at(0, L) units (of the choices that
+  // reach each segment's MinMem, the fastest). The table must be exact (the default
+  // exact_up_to) and `chain` the one it was built from.
+  Sequence least_memory_sequence(const UnitChain& chain) const;
 
  private:
+  class LeastMemory;
   template <class T>
   void build(const UnitChain& chain, std::int64_t limit);
   std::size_t stride_;

@@ -185,6 +185,101 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
   taped_.assign(tp.begin(), tp.end());
 }
 
+// Among the sequences that need MinMem(0, L), the fastest: at each segment, of the choices
+// that reach its MinMem, the one whose parts (each again the fastest at its own MinMem) take
+// the least time. A lexicographic dynamic program (memory, then time) over the segments.
+class MinMemoryTable::LeastMemory {
+ public:
+  LeastMemory(const MinMemoryTable& table, const UnitChain& chain)
+      : t_(table),
+        c_(chain),
+        stride_(static_cast<std::size_t>(chain.length) + 1),
+        time_(2 * stride_ * stride_, -1.0),
+        choice_(2 * stride_ * stride_, -1) {}
+
+  // The least time of a sequence reversing (i, l) from `taped` in MinMem(i, l, taped).
+  double time(int i, int l, bool taped) {
+    const std::size_t k = key(i, l, taped);
+    if (time_[k] >= 0) return time_[k];
+    const auto ui = static_cast<std::size_t>(i);
+    if (i == l) {
+      time_[k] = c_.fw[ui] + c_.bw[ui];
+      return time_[k];
+    }
+    const std::int64_t target = t_.at(i, l, taped);
+    double best = kInfinity;
+    int best_choice = -1;  // j for a leaf, 0 for the chain step
+    std::int64_t lf = c_.x[ui + 1] + c_.nt[ui];
+    double prefix = 0;
+    for (int j = i + 1; j <= l; ++j) {
+      const auto uj = static_cast<std::size_t>(j);
+      prefix += c_.nf[uj - 1];
+      if (j > i + 1) lf = std::max(lf, c_.x[uj - 1] + c_.x[uj] + c_.nt[uj - 1]);
+      const std::int64_t leaf = std::max({c_.x[ui] + c_.g[static_cast<std::size_t>(l) + 1] + lf,
+                                          c_.x[ui] + t_.at(j, l, false), t_.at(i, j - 1, taped)});
+      if (leaf != target) continue;
+      const double candidate = prefix + time(j, l, false) + time(i, j - 1, taped);
+      if (candidate < best) best = candidate, best_choice = j;
+    }
+    const std::int64_t chain_step = std::max(c_.chain_step_memory(i, l, taped),
+                                             c_.chain_shift(i, taped) + t_.at(i + 1, l, true));
+    if (chain_step == target) {
+      const double candidate = c_.fw[ui] + c_.bw[ui] + time(i + 1, l, true);
+      if (candidate < best) best = candidate, best_choice = 0;
+    }
+    REMAT_INTERNAL_ASSERT(best_choice >= 0, "no choice reaches MinMem(", i, ", ", l,
+                          taped ? ", taped" : "", ") = ", target);
+    time_[k] = best;
+    choice_[k] = best_choice;
+    return best;
+  }
+
+  void rebuild(int i, int l, bool taped, Sequence& out) {
+    if (i == l) {
+      if (i == c_.length) {
+        out.push_back(loss(c_.length));
+      } else {
+        out.push_back(fe(i));
+        out.push_back(bwd(i));
+      }
+      return;
+    }
+    time(i, l, taped);
+    const int j = choice_[key(i, l, taped)];
+    if (j > 0) {
+      out.push_back(cf(i));
+      for (int k = i + 1; k < j; ++k) out.push_back(fn(k));
+      rebuild(j, l, false, out);
+      rebuild(i, j - 1, taped, out);
+    } else {
+      out.push_back(fe(i));
+      rebuild(i + 1, l, true, out);
+      out.push_back(bwd(i));
+    }
+  }
+
+ private:
+  std::size_t key(int i, int l, bool taped) const {
+    const bool two = taped && c_.two_states(i);
+    return (two ? stride_ * stride_ : 0) + static_cast<std::size_t>(i) * stride_ +
+           static_cast<std::size_t>(l);
+  }
+  const MinMemoryTable& t_;
+  const UnitChain& c_;
+  std::size_t stride_;
+  std::vector<double> time_;
+  std::vector<int> choice_;
+};
+
+Sequence MinMemoryTable::least_memory_sequence(const UnitChain& chain) const {
+  // The published recurrence bounds whole rows, not choices: no choice need reach them.
+  REMAT_INTERNAL_ASSERT(!chain.published_chain_step);
+  LeastMemory search(*this, chain);
+  Sequence out;
+  search.rebuild(0, chain.length, false, out);
+  return out;
+}
+
 bool fits(const UnitChain& chain, const MinMemoryTable& table, std::int64_t capacity_units) {
   const std::int64_t frame = capacity_units - chain.context;
   return frame - chain.x[0] >= 1 && frame >= table.at(0, chain.length);

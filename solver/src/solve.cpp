@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include "detail.h"
 #include "discretization.h"
@@ -51,31 +52,86 @@ void finish_heuristic(const Chain& chain, const SolveOptions& options, Sequence 
   accept(std::move(sequence), std::move(sim), SolveStatus::kFeasible, out);
 }
 
+// A budget so close to the least memory the chain can run in that no discretization the table
+// allows reaches it: the sequence that needs the least memory (exact bytes), or the fastest
+// heuristic sequence that fits, if one does. Feasible; its time is not optimized.
+void fall_back_to_least_memory(const Chain& chain, const SolveOptions& options,
+                               std::int64_t slots_tried, Solution& out) {
+  const TimeModel time{options.use_nograd_time()};
+  const int length = chain.length();
+  const detail::UnitChain exact =
+      detail::make_unit_chain(chain, 1, options.use_nograd_time(), false);
+  Sequence best = detail::MinMemoryTable(exact).least_memory_sequence(exact);
+  Simulation best_sim = simulate(chain, best, time);
+  REMAT_INTERNAL_ASSERT(best_sim.peak_bytes <= options.budget_bytes(),
+                        "the least-memory sequence peaks at ", best_sim.peak_bytes,
+                        " bytes, above the budget ", options.budget_bytes());
+  const auto consider = [&](Sequence candidate) {
+    Simulation sim = simulate(chain, candidate, time);
+    if (sim.peak_bytes <= options.budget_bytes() && sim.makespan_ms < best_sim.makespan_ms) {
+      best = std::move(candidate);
+      best_sim = std::move(sim);
+    }
+  };
+  for (int segments = 1; segments <= length; ++segments)
+    consider(detail::periodic_sequence(length, segments));
+  const detail::RevolvePlanner planner(length, length);
+  for (int snapshots = 1; snapshots <= length; ++snapshots) consider(planner.sequence(snapshots));
+  out.discretization = Discretization{1, options.budget_bytes()};
+  out.warning = detail::str_cat(
+      "the budget is within the rounding of ", slots_tried,
+      " memory slots of the least memory the chain can run in (", out.min_feasible_budget_bytes,
+      " bytes): the sequence is the least-memory one or the fastest heuristic that fits, not "
+      "the optimum; a slightly larger budget lets the dynamic program choose");
+  accept(std::move(best), std::move(best_sim), SolveStatus::kFeasible, out);
+}
+
 void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& out) {
   const std::int64_t budget = options.budget_bytes();
   const std::int64_t slots = detail::slot_count(chain, options.slots());
+  const bool automatic = options.slots() == 0 && !options.reference_recurrence();
   out.min_feasible_budget_bytes = detail::min_feasible_budget_for_slots(chain, options, slots);
   // Without --slots, a budget that holds every activation gets store-all, which no schedule
   // beats (every stage runs Fe and B once); the discretized table could miss it by rounding.
-  if (options.slots() == 0 && !options.reference_recurrence() && budget >= store_all_peak(chain)) {
+  if (automatic && budget >= store_all_peak(chain)) {
     Sequence sequence = detail::store_all_sequence(chain.length());
     Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
-    out.discretization = detail::discretize(budget, slots);
+    out.discretization = detail::discretize_filled(budget, slots);
     accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
     return;
   }
-  const Discretization disc = detail::discretize(budget, slots);
+  Discretization disc =
+      automatic ? detail::discretize_filled(budget, slots) : detail::discretize(budget, slots);
   out.discretization = disc;
-  const detail::UnitChain units = detail::make_unit_chain(
-      chain, disc.unit_bytes, options.use_nograd_time(), options.reference_recurrence());
-  const detail::MinMemoryTable min_memory(units, disc.capacity_units);
-  if (!detail::fits(units, min_memory, disc.capacity_units)) {
-    out.status = SolveStatus::kInfeasible;
-    return;
+  auto units = std::make_unique<detail::UnitChain>(detail::make_unit_chain(
+      chain, disc.unit_bytes, options.use_nograd_time(), options.reference_recurrence()));
+  auto min_memory = std::make_unique<detail::MinMemoryTable>(*units, disc.capacity_units);
+  if (!detail::fits(*units, *min_memory, disc.capacity_units)) {
+    if (!automatic || budget < out.min_feasible_budget_bytes) {
+      out.status = SolveStatus::kInfeasible;
+      return;
+    }
+    // Rounding sizes up to whole units put the budget out of reach, although the chain fits
+    // it in exact bytes: finer units, as far as the table's allowance goes.
+    bool found = false;
+    const std::int64_t limit = detail::refined_slot_limit(chain.length(), slots);
+    for (std::int64_t finer = 2 * slots; !found && finer <= limit && disc.unit_bytes > 1;
+         finer *= 2) {
+      disc = detail::discretize_filled(budget, finer);
+      units = std::make_unique<detail::UnitChain>(
+          detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false));
+      min_memory = std::make_unique<detail::MinMemoryTable>(*units, disc.capacity_units);
+      found = detail::fits(*units, *min_memory, disc.capacity_units);
+    }
+    if (!found) {
+      fall_back_to_least_memory(chain, options, limit, out);
+      return;
+    }
   }
-  const std::int64_t available = disc.capacity_units - units.context;
+  out.discretization = disc;
+  const std::int64_t available = disc.capacity_units - units->context;
   detail::check_table_fits_in_memory(chain.length(), available);
-  const detail::PersistentTable table(units, min_memory, available, options.threads());
+  const detail::PersistentTable table(*units, *min_memory, available, options.threads());
   Sequence sequence = table.rebuild(available);
   Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
   const double predicted = table.value(0, chain.length(), available);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "detail.h"
+#include "discretization.h"
 #include "exhaustive_oracle.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
@@ -66,6 +67,25 @@ void check_chain(const Chain& chain, bool exact, bool global, Checked& checked) 
   const std::int64_t top = store_all_peak(chain);
   REQUIRE(minimum <= top);
   ++checked.chains;
+  // The least-memory sequence read off the MinMem table (what solve() falls back to within
+  // rounding of its least budget) needs the least memory of any nested sequence (with carried
+  // members, at least that), and fits the least budget solve() reports.
+  {
+    const detail::UnitChain units = detail::make_unit_chain(chain, 1, true);
+    REQUIRE(detail::MinMemoryTable(units).at(0, chain.length()) >= units.x[0] + 1);
+    const Sequence least = detail::MinMemoryTable(units).least_memory_sequence(units);
+    INFO("least memory: " << collapsed_string(least));
+    const std::int64_t least_peak = simulate(chain, least).peak_bytes;
+    if (exact)
+      CHECK(least_peak == minimum);
+    else
+      CHECK(least_peak >= minimum);
+    // Never above what the model says it needs (with carried members the model may say more
+    // than the simulator measures; store-all's peak then bounds solve()'s least budget).
+    CHECK(least_peak <= detail::exact_min_budget(chain, SolveOptions(0)));
+    CHECK(min_feasible_budget(chain, SolveOptions(0)) ==
+          std::min(detail::exact_min_budget(chain, SolveOptions(0)), top));
+  }
   const std::int64_t step = std::max<std::int64_t>(1, (top - minimum) / 6);
   for (std::int64_t budget = std::max<std::int64_t>(0, minimum - 1); budget <= top;
        budget += budget < minimum + 2 ? 1 : step) {
