@@ -92,10 +92,8 @@ int main(int argc, char** argv) {
     for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
     remat::Checkpointable chk(net);
     chk->measure(sample);
-    const remat::Chain& chain = chk->chain();
-    const std::int64_t full = remat::store_all_peak(chain) + remat::runtime_reserve_bytes(torch::kCPU);
-    const std::int64_t least =
-        remat::min_feasible_budget(chain, remat::SolveOptions(0)) + remat::runtime_reserve_bytes(torch::kCPU);
+    const std::int64_t full = chk->store_all_peak();
+    const std::int64_t least = chk->min_budget();
     struct Schedule {
       std::string name;
       remat::Algorithm algorithm;

@@ -161,25 +161,25 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
   for (const std::string& model : models) {
     Setup s(model, device, batch, image);
     s.profile(repeat);
-    const std::int64_t reserve = remat::runtime_reserve_bytes(device);
-    const std::int64_t store_all = remat::store_all_peak(s.chain);
     remat::Checkpointable chk(s.net);
     chk->set_chain(s.chain);
+    // Percentages of the store-all peak as the runtime needs it (its reserve included).
+    const std::int64_t store_all = chk->store_all_peak();
     for (double percent : budgets) {
-      const auto budget = static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all))) + reserve;
+      const auto budget =
+          static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all)));
       json row = {{"model", s.label()}, {"percent", percent}, {"budget_bytes", budget}};
       std::fprintf(stderr, "%s: optimal at %.0f%% of store-all\n", s.label().c_str(), percent);
-      const remat::Solution solution = remat::solve(s.chain, remat::SolveOptions(budget - reserve));
+      const remat::Solution solution = chk->compute_sequence(budget);
       if (!solution.ok()) {
         row["infeasible"] = true;
-        row["min_budget_bytes"] = solution.min_feasible_budget_bytes + reserve;
+        row["min_budget_bytes"] = solution.min_feasible_budget_bytes;
         md << "| " << s.label() << " | " << percent << "% | " << mib(budget)
-           << " | infeasible (needs " << mib(solution.min_feasible_budget_bytes + reserve)
+           << " | infeasible (needs " << mib(solution.min_feasible_budget_bytes)
            << ") | | | | | | |\n";
         rows.push_back(row);
         continue;
       }
-      chk->compute_sequence(budget);
       const Measured m = measure(
           s, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, steps,
           warmup);
@@ -238,8 +238,6 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
   Setup s(model, device, batch, image);
   s.profile(repeat);
   const int length = s.chain.length();
-  const std::int64_t reserve = remat::runtime_reserve_bytes(device);
-  const std::int64_t store_all = remat::store_all_peak(s.chain);
   std::vector<Config> configs;
   auto run = [&](const std::string& method, const std::string& setting,
                  const std::function<remat::Tensors(const torch::Tensor&)>& forward,
@@ -258,23 +256,26 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
       nullptr);
   remat::Checkpointable chk(s.net);
   chk->set_chain(s.chain);
+  const std::int64_t store_all = chk->store_all_peak();  // the runtime's reserve included
   for (double percent : budgets) {
-    const auto budget = static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all))) + reserve;
+    const auto budget =
+        static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all)));
     char setting[16];
     std::snprintf(setting, sizeof setting, "%.0f%%", percent);
-    try {
-      const remat::Solution solution = chk->compute_sequence(budget);
-      run(
-          "remat-optimal", setting,
-          [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, &solution);
-    } catch (const std::invalid_argument& error) {
-      std::fprintf(stderr, "  %s\n", error.what());
+    const remat::Solution solution = chk->compute_sequence(budget);
+    if (!solution.ok()) {
+      std::fprintf(stderr, "  %s: infeasible, needs %lld bytes\n", setting,
+                   static_cast<long long>(solution.min_feasible_budget_bytes));
+      continue;
     }
+    run(
+        "remat-optimal", setting,
+        [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, &solution);
   }
   const int max_segments = std::min(length, static_cast<int>(std::floor(2 * std::sqrt(length))));
   for (int k = 2; k <= max_segments; ++k) {
     const remat::Solution solution = chk->compute_sequence(
-        remat::SolveOptions(4 * store_all + reserve).algorithm(remat::Algorithm::kPeriodic).segments(k));
+        remat::SolveOptions(4 * store_all).algorithm(remat::Algorithm::kPeriodic).segments(k));
     run(
         "remat-periodic", "K=" + std::to_string(k),
         [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, &solution);

@@ -53,8 +53,10 @@ inline constexpr TorchCommand kTorchCommands[] = {
 CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name);
 
 /// A budget as given on the command line: bytes and units (`700MiB`, `1e9`) or a percentage
-/// of the chain's store-all peak (`50%`). Throws std::invalid_argument.
-std::int64_t parse_budget(const std::string& text, const Chain& chain);
+/// of a store-all peak (`50%`): the chain's (store_all_peak(chain)) for the solver's commands,
+/// the runtime's (Checkpointable::store_all_peak(), its reserve included) for those that
+/// train. Throws std::invalid_argument.
+std::int64_t parse_budget(const std::string& text, std::int64_t store_all_peak_bytes);
 
 /// Output format of commands that print results.
 enum class Format { kText, kJson };

@@ -84,18 +84,19 @@ Action add_demo_command(CLI::App& app) {
                  cell(t.revolve[k]), cell(t.periodic_best[k]));
 
     // 3. The schedule.
-    const std::int64_t reserve = runtime_reserve_bytes(torch::kCPU);
-    std::int64_t budget = parse_budget(args->budget, chain) + reserve;
-    if (budget < t.min_feasible_budget_bytes + reserve) {
-      fmt::print("\n{} is below the least budget any schedule meets; using that instead\n",
-                 args->budget);
-      budget = t.min_feasible_budget_bytes + reserve;
-    }
     Checkpointable chk(net);
     chk->set_chain(chain);
-    const Solution& s = chk->compute_sequence(budget);
+    std::int64_t budget = parse_budget(args->budget, chk->store_all_peak());
+    const Solution* solution = &chk->compute_sequence(budget);
+    if (!solution->ok()) {
+      fmt::print("\n{} is below the least budget any schedule meets; using that instead\n",
+                 args->budget);
+      budget = solution->min_feasible_budget_bytes;
+      solution = &chk->compute_sequence(budget);
+    }
+    const Solution& s = *solution;
     fmt::print("\n== 3. optimal schedule for {} ({:.0f}% of store-all)\n", format_bytes(budget),
-               100.0 * static_cast<double>(budget) / static_cast<double>(store_all_peak(chain)));
+               100.0 * static_cast<double>(budget) / static_cast<double>(chk->store_all_peak()));
     fmt::print("{}\n", collapsed_string(s.sequence));
     fmt::print("predicted: peak {}, {:.1f} ms per step ({:+.1f}% against store-all)\n\n",
                format_bytes(s.peak_bytes), s.makespan_ms,

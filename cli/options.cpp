@@ -5,11 +5,11 @@
 
 namespace remat::cli {
 
-std::int64_t parse_budget(const std::string& text, const Chain& chain) {
+std::int64_t parse_budget(const std::string& text, std::int64_t store_all_peak_bytes) {
   if (!text.empty() && text.back() == '%') {
     // floor(percent / 100 * peak), exactly.
     try {
-      return scale_decimal(text.substr(0, text.size() - 1), store_all_peak(chain), "budget") / 100;
+      return scale_decimal(text.substr(0, text.size() - 1), store_all_peak_bytes, "budget") / 100;
     } catch (const std::invalid_argument& error) {
       const std::string message = error.what();
       const auto reason = message.find("': ");

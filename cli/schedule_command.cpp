@@ -165,7 +165,7 @@ Action add_schedule_command(CLI::App& app) {
     REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
     check_plot_path(args->plot);
     const Chain chain = load_chain(args->chain_path);
-    const std::int64_t budget = parse_budget(args->budget, chain);
+    const std::int64_t budget = parse_budget(args->budget, store_all_peak(chain));
     SolveOptions options = SolveOptions(budget)
                                .algorithm(algorithm)
                                .segments(args->segments)

@@ -64,8 +64,11 @@ Action add_tradeoff_command(CLI::App& app) {
     const Chain chain = load_chain(args->chain_path);
     TradeoffOptions options;
     options.points(args->points).slots(args->slots).threads(args->threads);
-    if (!args->from.empty()) options.from_bytes(std::max<std::int64_t>(1, parse_budget(args->from, chain)));
-    if (!args->to.empty()) options.to_bytes(std::max<std::int64_t>(1, parse_budget(args->to, chain)));
+    if (!args->from.empty())
+      options.from_bytes(
+          std::max<std::int64_t>(1, parse_budget(args->from, store_all_peak(chain))));
+    if (!args->to.empty())
+      options.to_bytes(std::max<std::int64_t>(1, parse_budget(args->to, store_all_peak(chain))));
     const Tradeoff t = tradeoff(chain, options);
     if (format == Format::kJson) {
       nlohmann::json out;

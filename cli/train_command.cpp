@@ -107,27 +107,26 @@ Action add_train_command(CLI::App& app) {
           args->chain_file, chain.input_bytes(), in.label(args->batch),
           shape_string(sample.sizes().vec()), input_bytes, in.info->name, args->batch));
 
-    // The schedule.
-    const std::int64_t budget = parse_budget(args->budget, chain);
-    const std::int64_t reserve = runtime_reserve_bytes(in.device);
-    SolveOptions solve_options(budget - reserve);
+    // The schedule. Percentages are of the store-all peak as the runtime needs it.
+    const std::int64_t budget = parse_budget(args->budget, chk->store_all_peak());
+    SolveOptions solve_options(budget);
     solve_options.algorithm(algorithm);
     if (args->segments > 0) solve_options.segments(args->segments);
-    const std::int64_t least = min_feasible_budget(chain, solve_options) + reserve;
-    if (budget < least) {
-      fmt::print(stderr, "remat: infeasible: {} cannot train {} in {}; it needs at least {} ({} bytes)\n",
-                 args->algorithm, in.label(args->batch), format_bytes(budget), format_bytes(least),
-                 least);
+    const Solution& s = chk->compute_sequence(solve_options);
+    if (!s.ok()) {
+      fmt::print(stderr,
+                 "remat: infeasible: {} cannot train {} in {}; it needs at least {} ({} bytes)\n",
+                 args->algorithm, in.label(args->batch), format_bytes(budget),
+                 format_bytes(s.min_feasible_budget_bytes), s.min_feasible_budget_bytes);
       return kExitInfeasible;
     }
-    const Solution& s = chk->compute_sequence(solve_options.budget_bytes(budget));
     fmt::print("model      {} ({} stages)\n", in.label(args->batch), chain.length());
     fmt::print("schedule   {} for {}: {}\n", args->algorithm, format_bytes(budget),
                collapsed_string(s.sequence));
-    fmt::print("predicted  peak {}, {:.1f} ms per step ({:+.1f}% against store-all, whose peak is {})\n\n",
-               format_bytes(s.peak_bytes), s.makespan_ms,
-               100 * (s.makespan_ms / s.store_all_makespan_ms - 1),
-               format_bytes(store_all_peak(chain)));
+    fmt::print(
+        "predicted  peak {}, {:.1f} ms per step ({:+.1f}% against store-all, whose peak is {})\n\n",
+        format_bytes(s.peak_bytes), s.makespan_ms,
+        100 * (s.makespan_ms / s.store_all_makespan_ms - 1), format_bytes(chk->store_all_peak()));
     std::fflush(stdout);
 
     // The steps.

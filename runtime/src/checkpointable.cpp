@@ -167,23 +167,27 @@ const Solution& CheckpointableImpl::compute_sequence(std::int64_t budget_bytes, 
 }
 
 const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options) {
-  if (!chain_)
-    throw std::invalid_argument(
-        "Checkpointable::compute_sequence: no chain yet; call measure(sample) or set_chain()");
+  const Chain& chain = this->chain();
   // The runtime's own tensors (the scalar roots of its inner backward calls) and the caller's
-  // loss value come out of the budget: the schedule is computed for what is left.
+  // loss value come out of the budget: the schedule is computed for what is left, and the
+  // figures reported to the caller include them again.
   const std::int64_t reserve = runtime_reserve_bytes(device());
   SolveOptions reserved = options;
   reserved.budget_bytes(std::max<std::int64_t>(0, options.budget_bytes() - reserve));
-  Solution solution = solve(*chain_, reserved);
-  if (!solution.ok())
-    throw std::invalid_argument(
-        "Checkpointable::compute_sequence: " + std::string(algorithm_name(options.algorithm())) +
-        " cannot run in " + std::to_string(options.budget_bytes()) + " bytes; it needs at least " +
-        std::to_string(solution.min_feasible_budget_bytes + reserve) + " bytes (" +
-        std::to_string(reserve) + " of them for the runtime's bookkeeping on " + device().str() + ")");
+  Solution solution = solve(chain, reserved);
+  solution.budget_bytes = options.budget_bytes();
+  solution.min_feasible_budget_bytes += reserve;
+  if (solution.ok()) solution.peak_bytes += reserve;
   solution_ = std::move(solution);
   return *solution_;
+}
+
+std::int64_t CheckpointableImpl::store_all_peak() const {
+  return remat::store_all_peak(chain()) + runtime_reserve_bytes(device());
+}
+
+std::int64_t CheckpointableImpl::min_budget(const SolveOptions& options) const {
+  return min_feasible_budget(chain(), options) + runtime_reserve_bytes(device());
 }
 
 c10::Device CheckpointableImpl::device() const {
@@ -278,6 +282,12 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
     throw std::logic_error(
         "Checkpointable::forward in training mode needs a sequence: call compute_sequence(budget) "
         "first (or use eval mode / torch::NoGradGuard for inference)");
+  if (!solution_->ok())
+    throw std::logic_error("Checkpointable::forward: the last compute_sequence(" +
+                           std::to_string(solution_->budget_bytes) + " bytes) found no schedule: " +
+                           std::string(algorithm_name(solution_->algorithm)) + " needs at least " +
+                           std::to_string(solution_->min_feasible_budget_bytes) +
+                           " bytes; call compute_sequence with a budget that works");
   check_inputs(inputs, context);
   auto executor = std::make_shared<detail::Executor>(stages_, *chain_, solution_->sequence,
                                                      inputs.front().device());

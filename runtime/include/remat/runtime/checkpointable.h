@@ -50,7 +50,9 @@ namespace remat {
 inline constexpr int kRuntimeReserveTensors = 8;
 
 /// Bytes of every budget on `device` kept for those tensors: compute_sequence() solves for
-/// budget - runtime_reserve_bytes(device), so that the measured peak stays within budget.
+/// budget - runtime_reserve_bytes(device), so that the measured peak stays within budget, and
+/// reports peaks and minimums with it. The only place this policy lives: callers ask
+/// Checkpointable (compute_sequence, store_all_peak, min_budget).
 /// kRuntimeReserveTensors tensors of 32 bytes, in the device's units (counted_bytes): 256 bytes
 /// on the CPU, 4 KiB on CUDA, whose caching allocator gives each scalar a 512-byte block.
 std::int64_t runtime_reserve_bytes(c10::Device device);
@@ -78,20 +80,34 @@ class CheckpointableImpl : public torch::nn::Module {
   /// Uses a chain measured earlier (e.g. loaded with remat::load_chain) instead of measuring;
   /// it must have one stage per element of the network.
   void set_chain(Chain chain);
-  /// Computes the schedule used by forward(), for the budget less runtime_reserve_bytes(device()).
-  /// Throws std::invalid_argument when the budget is below the algorithm's minimum (the message
-  /// gives it) or when no chain is known.
+  /// Computes the schedule forward() runs within `budget_bytes` of activation memory on
+  /// device(), and returns it with its status. The runtime's own small tensors
+  /// (runtime_reserve_bytes) come out of the budget, and every figure of the returned Solution
+  /// includes them: `budget_bytes` is the budget given, `peak_bytes` the predicted peak, and
+  /// `min_feasible_budget_bytes` the least budget the algorithm accepts (so that store-all at
+  /// store_all_peak() runs); its `simulation` is the chain's own, without the reserve. A budget
+  /// that cannot be met is not an exception: the status is
+  /// `infeasible` (ok() is false), and forward() refuses to train until a budget that works is
+  /// given. Throws std::logic_error when no chain is known, std::invalid_argument for bad
+  /// options.
   const Solution& compute_sequence(std::int64_t budget_bytes,
                                    Algorithm algorithm = Algorithm::kOptimal);
-  /// Uses `options` as given (slots, segments, threads, ...).
+  /// Uses `options` as given (slots, segments, threads, ...); the budget as above.
   const Solution& compute_sequence(const SolveOptions& options);
+  /// The peak of store-all (every activation kept), reserve included: the least budget for
+  /// which compute_sequence returns store-all, and what percentages of a budget refer to.
+  std::int64_t store_all_peak() const;
+  /// The least budget compute_sequence(options) accepts (the options' budget is ignored),
+  /// reserve included.
+  std::int64_t min_budget(const SolveOptions& options = SolveOptions(0)) const;
 
   /// The device the schedule runs on: the measured sample's, else the network's parameters'
   /// (CPU for a network without parameters).
   c10::Device device() const;
   bool has_chain() const { return chain_.has_value(); }
   const Chain& chain() const;
-  bool has_sequence() const { return solution_.has_value(); }
+  /// Whether the last compute_sequence found a schedule (forward() can train).
+  bool has_sequence() const { return solution_.has_value() && solution_->ok(); }
   const Solution& solution() const;
   const Sequence& sequence() const { return solution().sequence; }
   double predicted_makespan_ms() const { return solution().makespan_ms; }
