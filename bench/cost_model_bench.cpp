@@ -55,26 +55,34 @@ remat::Chain as_model_v1(const remat::Chain& v2) {
   return v1;
 }
 
-struct Step {
-  std::int64_t peak = 0;
-  double ms = 0;
+struct Measured {
+  std::int64_t peak = 0;  // the largest over the steps
+  double median_ms = 0;
 };
 
-// One training step (a sum-of-products loss whose gradient is a full tensor), its peak above
-// what was live before it and its time.
+// `steps` training steps after one warm-up (a sum-of-products loss whose gradient is a full
+// tensor): the peak above what was live before each step, and the median step time.
 template <class Forward>
-Step step(Forward forward, const torch::Tensor& sample, const torch::Tensor& weight) {
+Measured measure_steps(Forward forward, const torch::Tensor& sample, const torch::Tensor& weight,
+                       int steps) {
   remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
-  const std::int64_t base = tracker.live();
-  tracker.reset_peak();
-  const auto start = Clock::now();
-  {
-    const torch::Tensor x = sample.clone();
-    torch::Tensor loss = (forward(x) * weight).sum();
-    loss.backward();
+  Measured out;
+  std::vector<double> ms;
+  for (int k = 0; k <= steps; ++k) {
+    const std::int64_t base = tracker.live();
+    tracker.reset_peak();
+    const auto start = Clock::now();
+    {
+      const torch::Tensor x = sample.clone();
+      torch::Tensor loss = (forward(x) * weight).sum();
+      loss.backward();
+    }
+    out.peak = std::max(out.peak, tracker.peak() - base);
+    if (k > 0)
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
-  return {tracker.peak() - base,
-          std::chrono::duration<double, std::milli>(Clock::now() - start).count()};
+  out.median_ms = median(ms);
+  return out;
 }
 
 std::string mib(std::int64_t bytes) {
@@ -120,25 +128,19 @@ int main(int argc, char** argv) {
       torch::NoGradGuard no_grad;
       weight = torch::ones_like(net->forward(c.sample));
     }
-    std::vector<double> plain_ms;
-    std::int64_t plain_peak = 0;
-    for (int k = 0; k < steps + 1; ++k) {
-      const Step s = step([&](const torch::Tensor& x) { return net->forward(x); }, c.sample, weight);
-      plain_peak = std::max(plain_peak, s.peak);
-      if (k > 0) plain_ms.push_back(s.ms);
-    }
+    const Measured plain = measure_steps([&](const torch::Tensor& x) { return net->forward(x); },
+                                         c.sample, weight, steps);
     remat::Checkpointable chk(net);
     const remat::Chain v2 = chk->measure(c.sample);
     const remat::Chain v1 = as_model_v1(v2);
-    const std::int64_t half = plain_peak / 2;
+    const std::int64_t half = plain.peak / 2;
     std::printf("| %s | plain autograd (measured) | %s | | | %s | %.2f |\n", c.name.c_str(),
-                mib(plain_peak).c_str(), mib(plain_peak).c_str(), median(plain_ms));
+                mib(plain.peak).c_str(), mib(plain.peak).c_str(), plain.median_ms);
+    // Both models through the Checkpointable: its figures include the runtime's reserve.
     for (const remat::Chain* chain : {&v1, &v2}) {
       const bool is_v2 = chain == &v2;
-      const std::int64_t reserve = remat::runtime_reserve_bytes(torch::kCPU);
-      const remat::Solution s = remat::solve(*chain, remat::SolveOptions(half - reserve));
-      const std::int64_t least = remat::min_feasible_budget(*chain, remat::SolveOptions(0)) + reserve;
-      const std::int64_t full = remat::store_all_peak(*chain) + reserve;
+      chk->set_chain(*chain);
+      const remat::Solution& s = chk->compute_sequence(half);
       std::string at_half = "infeasible";
       if (s.ok()) {
         char text[64];
@@ -146,25 +148,19 @@ int main(int argc, char** argv) {
                       100 * (s.makespan_ms / s.store_all_makespan_ms - 1));
         at_half = text;
       }
-      std::string measured_peak = "", measured_ms = "";
+      std::string measured_peak, measured_ms;
       if (is_v2 && s.ok()) {
-        chk->compute_sequence(half);
-        std::vector<double> ms;
-        std::int64_t peak = 0;
-        for (int k = 0; k < steps + 1; ++k) {
-          const Step r = step([&](const torch::Tensor& x) { return chk->forward(x); }, c.sample, weight);
-          peak = std::max(peak, r.peak);
-          if (k > 0) ms.push_back(r.ms);
-        }
-        measured_peak = mib(peak);
+        const Measured m = measure_steps([&](const torch::Tensor& x) { return chk->forward(x); },
+                                         c.sample, weight, steps);
+        measured_peak = mib(m.peak);
         char text[32];
-        std::snprintf(text, sizeof text, "%.2f", median(ms));
+        std::snprintf(text, sizeof text, "%.2f", m.median_ms);
         measured_ms = text;
       }
       std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", c.name.c_str(),
                   is_v2 ? "v2 (remat-chain/2)" : "v1 (keeps every input and output)",
-                  mib(full).c_str(), mib(least).c_str(), at_half.c_str(), measured_peak.c_str(),
-                  measured_ms.c_str());
+                  mib(chk->store_all_peak()).c_str(), mib(chk->min_budget()).c_str(),
+                  at_half.c_str(), measured_peak.c_str(), measured_ms.c_str());
     }
   }
   return 0;
