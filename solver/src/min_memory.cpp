@@ -236,19 +236,13 @@ class MinMemoryTable::LeastMemory {
 
   void rebuild(int i, int l, bool taped, Sequence& out) {
     if (i == l) {
-      if (i == c_.length) {
-        out.push_back(loss(c_.length));
-      } else {
-        out.push_back(fe(i));
-        out.push_back(bwd(i));
-      }
+      append_single_stage(i, c_.length, out);
       return;
     }
     time(i, l, taped);
     const int j = choice_[key(i, l, taped)];
     if (j > 0) {
-      out.push_back(cf(i));
-      for (int k = i + 1; k < j; ++k) out.push_back(fn(k));
+      append_leaf_forwards(i, j, out);
       rebuild(j, l, false, out);
       rebuild(i, j - 1, taped, out);
     } else {

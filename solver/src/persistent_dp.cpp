@@ -445,12 +445,7 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
   if (i == l) {
-    if (i == c.length) {
-      out.push_back(loss(c.length));
-    } else {
-      out.push_back(fe(i));
-      out.push_back(bwd(i));
-    }
+    append_single_stage(i, c.length, out);
     return;
   }
   const double target = value(i, l, m, taped);
@@ -466,8 +461,7 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence
     if (rest < 0 || m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
     const double candidate = (prefix + row(j, l).at(rest)) + row(i, j - 1, taped).at(m);
     if (candidate == target) {
-      out.push_back(cf(i));
-      for (int k = i + 1; k < j; ++k) out.push_back(fn(k));
+      append_leaf_forwards(i, j, out);
       rebuild(j, l, rest, false, out);
       rebuild(i, j - 1, m, taped, out);
       return;
