@@ -108,6 +108,12 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "remat: out of memory: {}\nTry a smaller --batch or --image (or, for "
                        "training, a smaller --budget).\n", error.what_without_backtrace());
     return kExitOutOfMemory;
+  } catch (const c10::ValueError& error) {  // bad input, as remat's LibTorch code reports it
+    fmt::print(stderr, "remat: {}\n", error.what_without_backtrace());
+    return kExitBadInput;
+  } catch (const c10::Error& error) {
+    fmt::print(stderr, "remat: internal error: {}\n", error.what_without_backtrace());
+    return kExitInternal;
 #endif
   } catch (const std::exception& error) {
     fmt::print(stderr, "remat: internal error: {}\n", error.what());

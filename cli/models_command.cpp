@@ -95,6 +95,8 @@ int show_model(const ModelsArgs& args, Format format) {
   for (std::size_t i = 0; i < stages.size(); ++i) {
     try {
       members = stages[i].module->forward(members, {});
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
     } catch (const c10::Error& error) {
       throw std::invalid_argument(
           fmt::format("{} stage {} ({}) fails on input {}: {}", in.info->name, i, stages[i].name,

@@ -96,7 +96,7 @@ Action add_profile_command(CLI::App& app) {
     try {
       p = profile(net, sample, options);
     } catch (const ProfileError& error) {
-      throw std::invalid_argument(info.name + ": " + error.what());
+      throw std::invalid_argument(info.name + ": " + error.what_without_backtrace());
     }
     bar.finish(p.chain.length());
     if (!args->output.empty()) save_chain(p.chain, args->output);

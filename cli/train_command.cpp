@@ -87,7 +87,7 @@ Action add_train_command(CLI::App& app) {
                                       bar))
                     .chain;
       } catch (const ProfileError& error) {
-        throw std::invalid_argument(in.info->name + ": " + error.what());
+        throw std::invalid_argument(in.info->name + ": " + error.what_without_backtrace());
       }
       bar.finish(chain.length());
     } else {

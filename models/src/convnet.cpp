@@ -7,7 +7,6 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "remat/core/block.h"
 
@@ -16,9 +15,9 @@ namespace remat::models {
 namespace nn = torch::nn;
 
 torch::nn::Sequential convnet(const ConvNetOptions& options) {
-  if (options.blocks() < 1 || options.width() < 1 || options.num_classes() < 1 ||
-      options.pool_every() < 1)
-    throw std::invalid_argument("convnet: blocks, width, pool_every and num_classes must be >= 1");
+  TORCH_CHECK_VALUE(options.blocks() >= 1 && options.width() >= 1 && options.num_classes() >= 1 &&
+                        options.pool_every() >= 1,
+                    "convnet: blocks, width, pool_every and num_classes must be >= 1");
   nn::Sequential net;
   int in = 3, width = options.width();
   for (int b = 0; b < options.blocks(); ++b) {

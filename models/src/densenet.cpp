@@ -8,7 +8,6 @@
 #include <torch/nn/modules/container/functional.h>
 #include <torch/nn/modules/pooling.h>
 
-#include <stdexcept>
 #include <string>
 
 #include "layers.h"
@@ -65,13 +64,13 @@ TORCH_MODULE(DenseHead);
 }  // namespace
 
 torch::nn::Sequential densenet(const DenseNetOptions& options) {
-  if (options.num_classes() < 1 || options.growth_rate() < 1 || options.bn_size() < 1 ||
-      options.num_init_features() < 1 || options.block_config().empty())
-    throw std::invalid_argument(
-        "densenet: num_classes, growth_rate, bn_size, num_init_features must be >= 1 and "
-        "block_config non-empty");
-  if (!(options.drop_rate() >= 0 && options.drop_rate() <= 1))
-    throw std::invalid_argument("densenet: drop_rate must be in [0, 1]");
+  TORCH_CHECK_VALUE(options.num_classes() >= 1 && options.growth_rate() >= 1 &&
+                        options.bn_size() >= 1 && options.num_init_features() >= 1 &&
+                        !options.block_config().empty(),
+                    "densenet: num_classes, growth_rate, bn_size, num_init_features must be >= 1 "
+                    "and block_config non-empty");
+  TORCH_CHECK_VALUE(options.drop_rate() >= 0 && options.drop_rate() <= 1,
+                    "densenet: drop_rate must be in [0, 1]");
   auto chain = std::make_shared<detail::TorchvisionChainImpl>();
 
   Block stem;
@@ -84,7 +83,7 @@ torch::nn::Sequential densenet(const DenseNetOptions& options) {
   int64_t features = options.num_init_features();
   const auto& blocks = options.block_config();
   for (std::size_t b = 0; b < blocks.size(); ++b) {
-    if (blocks[b] < 1) throw std::invalid_argument("densenet: every block needs >= 1 layer");
+    TORCH_CHECK_VALUE(blocks[b] >= 1, "densenet: every block needs >= 1 layer");
     const std::string block = std::to_string(b + 1);
     for (int64_t l = 0; l < blocks[b]; ++l) {
       const std::string layer = std::to_string(l + 1);

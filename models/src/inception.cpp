@@ -7,7 +7,6 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <cmath>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -159,10 +158,10 @@ class InceptionAuxImpl : public MixedImpl {
         fc(register_module("fc", nn::Linear(768, classes))) {}
   std::vector<Tensor> forward(const Tensor& x) {
     if (!is_training()) return {x};
-    TORCH_CHECK(x.size(2) >= 17 && x.size(3) >= 17,
-                "Inception v3's auxiliary classifier needs Mixed_6e's output to be at least "
-                "17x17 (a 299x299 input), got ",
-                x.size(2), "x", x.size(3), "; build the model with aux_logits(false)");
+    TORCH_CHECK_VALUE(x.size(2) >= 17 && x.size(3) >= 17,
+                      "Inception v3's auxiliary classifier needs Mixed_6e's output to be at least "
+                      "17x17 (a 299x299 input), got ",
+                      x.size(2), "x", x.size(3), "; build the model with aux_logits(false)");
     Tensor aux = conv1(conv0(torch::avg_pool2d(x, {5, 5}, {3, 3})));
     aux = fc(torch::adaptive_avg_pool2d(aux, {1, 1}).flatten(1));
     return {x, aux};
@@ -219,10 +218,10 @@ class CarriesAuxImpl : public Block, public remat::MemberListModule {
  public:
   using Block::Block;
   std::vector<Tensor> forward(std::vector<Tensor> members) {
-    TORCH_CHECK(members.size() == 1 || members.size() == 2,
-                "Inception v3: a stage after AuxLogits takes the features and, in training "
-                "mode, the auxiliary logits; got ",
-                members.size(), " tensors");
+    TORCH_CHECK_VALUE(members.size() == 1 || members.size() == 2,
+                      "Inception v3: a stage after AuxLogits takes the features and, in training "
+                      "mode, the auxiliary logits; got ",
+                      members.size(), " tensors");
     members[0] = Block::forward(members[0]);
     return members;
   }
@@ -232,9 +231,9 @@ class CarriesAuxImpl : public Block, public remat::MemberListModule {
 
 torch::nn::Sequential inception_v3(const InceptionV3Options& options) {
   const int64_t classes = options.num_classes();
-  if (classes < 1) throw std::invalid_argument("inception_v3: num_classes must be >= 1");
-  if (!(options.dropout() >= 0 && options.dropout() <= 1))
-    throw std::invalid_argument("inception_v3: dropout must be in [0, 1]");
+  TORCH_CHECK_VALUE(classes >= 1, "inception_v3: num_classes must be >= 1");
+  TORCH_CHECK_VALUE(options.dropout() >= 0 && options.dropout() <= 1,
+                    "inception_v3: dropout must be in [0, 1]");
   auto chain = std::make_shared<detail::TorchvisionChainImpl>();
   chain->add("Conv2d_1a_3x3", InputStem(options.transform_input()), "");
   chain->add("Conv2d_2a_3x3", BasicConv2d(32, 32, 3), "Conv2d_2a_3x3.");

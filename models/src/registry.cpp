@@ -2,8 +2,6 @@
 
 #include <torch/nn/functional/loss.h>
 
-#include <stdexcept>
-
 #include "remat/models/convnet.h"
 #include "remat/models/densenet.h"
 #include "remat/models/inception.h"
@@ -14,10 +12,10 @@ namespace remat::models {
 
 torch::Tensor classification_loss(const Tensors& outputs, const torch::Tensor& target) {
   namespace F = torch::nn::functional;
-  TORCH_CHECK(outputs.size() == 1 || outputs.size() == 2,
-              "classification_loss: expected the logits and, for Inception v3 in training mode, "
-              "the auxiliary logits; got ",
-              outputs.size(), " tensors");
+  TORCH_CHECK_VALUE(outputs.size() == 1 || outputs.size() == 2,
+                    "classification_loss: expected the logits and, for Inception v3 in training "
+                    "mode, the auxiliary logits; got ",
+                    outputs.size(), " tensors");
   torch::Tensor loss = F::cross_entropy(outputs[0], target);
   if (outputs.size() == 2) loss = loss + 0.4 * F::cross_entropy(outputs[1], target);
   return loss;
@@ -82,7 +80,7 @@ const ModelInfo& find_model(const std::string& name) {
     if (info.name == name) return info;
     known += (known.empty() ? "" : ", ") + info.name;
   }
-  throw std::invalid_argument("unknown model '" + name + "' (known: " + known + ")");
+  TORCH_CHECK_VALUE(false, "unknown model '", name, "' (known: ", known, ")");
 }
 
 }  // namespace remat::models

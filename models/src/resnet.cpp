@@ -1,11 +1,10 @@
 // torchvision.models.resnet (v0.14) as a chain: one stage per residual block.
 #include "remat/models/resnet.h"
 
-#include <torch/nn/modules/pooling.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/container/functional.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -69,7 +68,7 @@ TORCH_MODULE(ResidualBlock);
 
 torch::nn::Sequential resnet(bool bottleneck, const std::vector<int>& layers,
                              const ResNetOptions& options) {
-  if (options.num_classes() < 1) throw std::invalid_argument("resnet: num_classes must be >= 1");
+  TORCH_CHECK_VALUE(options.num_classes() >= 1, "resnet: num_classes must be >= 1");
   auto chain = std::make_shared<detail::TorchvisionChainImpl>();
   const int64_t expansion = bottleneck ? 4 : 1;
 

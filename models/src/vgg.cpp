@@ -6,7 +6,6 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,9 +19,9 @@ constexpr int kPool = 0;  // "M" in torchvision's configurations
 
 torch::nn::Sequential vgg(const std::vector<int>& config, bool batch_norm,
                           const VGGOptions& options) {
-  if (options.num_classes() < 1) throw std::invalid_argument("vgg: num_classes must be >= 1");
-  if (!(options.dropout() >= 0 && options.dropout() <= 1))
-    throw std::invalid_argument("vgg: dropout must be in [0, 1]");
+  TORCH_CHECK_VALUE(options.num_classes() >= 1, "vgg: num_classes must be >= 1");
+  TORCH_CHECK_VALUE(options.dropout() >= 0 && options.dropout() <= 1,
+                    "vgg: dropout must be in [0, 1]");
   auto chain = std::make_shared<detail::TorchvisionChainImpl>();
   int64_t in = 3;
   int index = 0;  // the layer's index in torchvision's `features`

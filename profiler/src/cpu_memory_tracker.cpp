@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -131,18 +130,16 @@ MemoryTracker& cpu_memory_tracker() {
   static std::once_flag once;
   std::call_once(once, [] {
     g_inner = c10::GetCPUAllocator();
-    if (g_inner->raw_deleter() == nullptr)
-      throw std::runtime_error(
-          "remat: the active CPU allocator does not support raw allocation; cannot track "
-          "CPU memory");
+    TORCH_CHECK(g_inner->raw_deleter() != nullptr,
+                "remat: the active CPU allocator does not support raw allocation; cannot track "
+                "CPU memory");
     // Never destroyed: tensors freed at exit still call its deleter.
     allocator = new TrackingCpuAllocator();
     c10::SetCPUAllocator(allocator, /*priority=*/200);
   });
-  if (allocator == nullptr || c10::GetCPUAllocator() != allocator)
-    throw std::runtime_error(
-        "remat: the CPU memory tracker is not the active CPU allocator (another allocator was "
-        "installed with a higher priority); CPU memory cannot be measured");
+  TORCH_CHECK(allocator != nullptr && c10::GetCPUAllocator() == allocator,
+              "remat: the CPU memory tracker is not the active CPU allocator (another allocator "
+              "was installed with a higher priority); CPU memory cannot be measured");
   return g_counter;
 }
 
@@ -167,9 +164,9 @@ std::int64_t counted_bytes(c10::Device device, std::int64_t nbytes) {
 }
 
 std::int64_t set_cpu_granularity(std::int64_t granularity) {
-  if (granularity < 1 || granularity > detail::kMaxGranularity)
-    throw std::invalid_argument("remat::set_cpu_granularity: " + std::to_string(granularity) +
-                                " is not between 1 and " + std::to_string(detail::kMaxGranularity) + " bytes");
+  TORCH_CHECK_VALUE(granularity >= 1 && granularity <= detail::kMaxGranularity,
+                    "remat::set_cpu_granularity: ", granularity, " is not between 1 and ",
+                    detail::kMaxGranularity, " bytes");
   return detail::g_granularity.exchange(granularity);
 }
 
@@ -180,8 +177,8 @@ std::int64_t MemoryTracker::counted_bytes(std::int64_t nbytes) const {
 MemoryTracker& MemoryTracker::for_device(c10::Device device) {
   if (device.is_cpu()) return detail::cpu_memory_tracker();
   if (device.is_cuda()) return detail::cuda_memory_tracker(device.has_index() ? device.index() : -1);
-  throw std::invalid_argument("remat: no memory tracker for device " + device.str() +
-                              " (cpu and cuda are supported)");
+  TORCH_CHECK_VALUE(false, "remat: no memory tracker for device ", device.str(),
+                    " (cpu and cuda are supported)");
 }
 
 }  // namespace remat

@@ -38,8 +38,8 @@ class CudaMemoryTracker final : public MemoryTracker {
 };
 
 int device_or_current(int device_index) {
-  if (c10::cuda::device_count() == 0)
-    throw std::runtime_error("remat: CUDA memory was asked for, but no GPU is visible");
+  TORCH_CHECK(c10::cuda::device_count() > 0,
+              "remat: CUDA memory was asked for, but no GPU is visible");
   return device_index < 0 ? c10::cuda::current_device() : device_index;
 }
 

@@ -1,5 +1,5 @@
 // The CUDA functions of a build whose LibTorch has no CUDA.
-#include <stdexcept>
+#include <c10/util/Exception.h>
 
 #include "detail.h"
 
@@ -8,9 +8,9 @@ namespace detail {
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw std::runtime_error(
-      "remat: CUDA memory was asked for, but remat was built against a LibTorch without CUDA "
-      "(rebuild against a CUDA LibTorch, see docs/building.md)");
+  TORCH_CHECK(false,
+              "remat: CUDA memory was asked for, but remat was built against a LibTorch without "
+              "CUDA (rebuild against a CUDA LibTorch, see docs/building.md)");
 }
 }  // namespace
 

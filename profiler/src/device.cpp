@@ -1,7 +1,6 @@
 // Device-level helpers of memory_tracker.h that are the same for every tracker.
 #include <torch/cuda.h>
 
-#include <stdexcept>
 #include <string>
 
 #include "detail.h"
@@ -10,13 +9,11 @@
 namespace remat {
 
 void limit_device_memory(c10::Device device, std::int64_t bytes) {
-  if (bytes < 0)
-    throw std::invalid_argument("remat::limit_device_memory: a negative size (" +
-                                std::to_string(bytes) + " bytes)");
+  TORCH_CHECK_VALUE(bytes >= 0, "remat::limit_device_memory: a negative size (", bytes, " bytes)");
   if (device.is_cpu()) return detail::set_cpu_limit(bytes);
   if (device.is_cuda()) return detail::limit_cuda_memory(device.has_index() ? device.index() : -1, bytes);
-  throw std::invalid_argument("remat::limit_device_memory: no memory limit for device " +
-                              device.str() + " (cpu and cuda are supported)");
+  TORCH_CHECK_VALUE(false, "remat::limit_device_memory: no memory limit for device ", device.str(),
+                    " (cpu and cuda are supported)");
 }
 
 void synchronize(c10::Device device) {

@@ -1,8 +1,8 @@
 #include "remat/runtime/allocator.h"
 
+#include <c10/util/Exception.h>
+
 #include <limits>
-#include <stdexcept>
-#include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -11,9 +11,8 @@
 namespace remat {
 
 bool keep_freed_memory(std::int64_t pad_bytes) {
-  if (pad_bytes < 0 || pad_bytes > (std::int64_t{1} << 30))
-    throw std::invalid_argument("keep_freed_memory: pad_bytes must be in [0, 1 GiB], got " +
-                                std::to_string(pad_bytes));
+  TORCH_CHECK_VALUE(pad_bytes >= 0 && pad_bytes <= (std::int64_t{1} << 30),
+                    "remat::keep_freed_memory: pad_bytes must be in [0, 1 GiB], got ", pad_bytes);
 #if defined(__GLIBC__)
   // Blocks up to 32 MiB (the most glibc allows) come from the heap rather than from mmap,
   // which would unmap them at every free; the heap is never trimmed by free() (what the

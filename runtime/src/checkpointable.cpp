@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "executor.h"
+#include "remat/core/error.h"
 
 namespace remat {
 namespace {
@@ -31,10 +32,9 @@ class ScheduleBackward : public torch::autograd::Node {
   std::string name() const override { return "remat::ScheduleBackward"; }
 
   variable_list apply(variable_list&& grads) override {
-    if (!executor_)
-      throw std::runtime_error(
-          "remat: the backward of this step's schedule already ran; a checkpointed forward can "
-          "be backpropagated once (retain_graph is not supported)");
+    TORCH_CHECK(executor_,
+                "remat: the backward of this step's schedule already ran; a checkpointed forward "
+                "can be backpropagated once (retain_graph is not supported)");
     // y_L: one gradient per output member (undefined for members without one, or that the
     // loss does not reach).
     Tensors y_out(graded_.size());
@@ -76,6 +76,17 @@ std::string shape_string(c10::IntArrayRef sizes) {
   return out.empty() ? "a scalar" : out;
 }
 
+// The solver, which builds without LibTorch, reports bad input as std::invalid_argument; a
+// Checkpointable reports it as the rest of its LibTorch code does (c10::ValueError).
+template <typename F>
+auto solver_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& error) {
+    throw InputError(error.what());
+  }
+}
+
 }  // namespace
 
 std::int64_t runtime_reserve_bytes(c10::Device device) {
@@ -83,20 +94,19 @@ std::int64_t runtime_reserve_bytes(c10::Device device) {
 }
 
 CheckpointableImpl::CheckpointableImpl(torch::nn::Sequential net) : net_(std::move(net)) {
-  if (!net_) throw std::invalid_argument("Checkpointable: the network is empty (a null Sequential)");
+  TORCH_CHECK_VALUE(net_, "Checkpointable: the network is empty (a null Sequential)");
   register_module("net", net_);
   stages_ = stages_of(net_);
 }
 
 CheckpointableImpl::CheckpointableImpl(std::vector<NamedStage> stages)
     : net_(nullptr), stages_(std::move(stages)) {
-  if (stages_.empty()) throw std::invalid_argument("Checkpointable: no stages");
+  TORCH_CHECK_VALUE(!stages_.empty(), "Checkpointable: no stages");
   std::set<std::string> names;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     const NamedStage& stage = stages_[i];
-    if (!stage.module)
-      throw std::invalid_argument("Checkpointable: stage " + std::to_string(i) + " (" + stage.name +
-                                  ") has no module (null)");
+    TORCH_CHECK_VALUE(stage.module, "Checkpointable: stage ", i, " (", stage.name,
+                      ") has no module (null)");
     std::string name = registration_name(stage.name, i);
     if (!names.insert(name).second) name += "_" + std::to_string(i);
     names.insert(name);
@@ -150,11 +160,10 @@ const Chain& CheckpointableImpl::measure(const Tensors& inputs, const Tensors& c
 }
 
 void CheckpointableImpl::set_chain(Chain chain) {
-  chain.validate("set_chain");
-  if (chain.length() != static_cast<int>(stages_.size()))
-    throw std::invalid_argument("Checkpointable::set_chain: the chain has " +
-                                std::to_string(chain.length()) + " stages but the network " +
-                                std::to_string(stages_.size()));
+  solver_call([&] { chain.validate("set_chain"); });
+  TORCH_CHECK_VALUE(chain.length() == static_cast<int>(stages_.size()),
+                    "Checkpointable::set_chain: the chain has ", chain.length(),
+                    " stages but the network ", stages_.size());
   chain_ = std::move(chain);
   measured_inputs_.clear();
   measured_context_.clear();
@@ -171,10 +180,13 @@ const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options
   // The runtime's own tensors (the scalar roots of its inner backward calls) and the caller's
   // loss value come out of the budget: the schedule is computed for what is left, and the
   // figures reported to the caller include them again.
+  TORCH_CHECK_VALUE(options.budget_bytes() >= 0,
+                    "Checkpointable::compute_sequence: a negative budget (", options.budget_bytes(),
+                    " bytes)");
   const std::int64_t reserve = runtime_reserve_bytes(device());
   SolveOptions reserved = options;
   reserved.budget_bytes(std::max<std::int64_t>(0, options.budget_bytes() - reserve));
-  Solution solution = solve(chain, reserved);
+  Solution solution = solver_call([&] { return solve(chain, reserved); });
   solution.budget_bytes = options.budget_bytes();
   solution.min_feasible_budget_bytes += reserve;
   if (solution.ok()) solution.peak_bytes += reserve;
@@ -187,7 +199,8 @@ std::int64_t CheckpointableImpl::store_all_peak() const {
 }
 
 std::int64_t CheckpointableImpl::min_budget(const SolveOptions& options) const {
-  return min_feasible_budget(chain(), options) + runtime_reserve_bytes(device());
+  return solver_call([&] { return min_feasible_budget(chain(), options); }) +
+         runtime_reserve_bytes(device());
 }
 
 c10::Device CheckpointableImpl::device() const {
@@ -197,25 +210,24 @@ c10::Device CheckpointableImpl::device() const {
 }
 
 const Chain& CheckpointableImpl::chain() const {
-  if (!chain_) throw std::logic_error("Checkpointable: no chain yet; call measure(sample) or set_chain()");
+  TORCH_CHECK(chain_, "Checkpointable: no chain yet; call measure(sample) or set_chain()");
   return *chain_;
 }
 
 const Solution& CheckpointableImpl::solution() const {
-  if (!solution_) throw std::logic_error("Checkpointable: no sequence yet; call compute_sequence(budget)");
+  TORCH_CHECK(solution_, "Checkpointable: no sequence yet; call compute_sequence(budget)");
   return *solution_;
 }
 
 void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& context) const {
   const std::vector<Member>& members = chain_->inputs;
-  if (inputs.size() != members.size())
-    throw std::invalid_argument("Checkpointable::forward: " + count(inputs.size(), "input tensor") +
-                                ", but the chain's input has " + count(members.size(), "member"));
+  TORCH_CHECK_VALUE(inputs.size() == members.size(),
+                    "Checkpointable::forward: ", count(inputs.size(), "input tensor"),
+                    ", but the chain's input has ", count(members.size(), "member"));
   const bool measured = !measured_inputs_.empty();
-  if (measured && context.size() != measured_context_.size())
-    throw std::invalid_argument(
-        "Checkpointable::forward: " + count(context.size(), "context tensor") +
-        ", but measure() was given " + std::to_string(measured_context_.size()));
+  TORCH_CHECK_VALUE(!measured || context.size() == measured_context_.size(),
+                    "Checkpointable::forward: ", count(context.size(), "context tensor"),
+                    ", but measure() was given ", measured_context_.size());
   for (const auto* list : {&inputs, &context}) {
     for (std::size_t k = 0; k < list->size(); ++k) {
       const torch::Tensor& t = (*list)[k];
@@ -223,44 +235,37 @@ void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& cont
                                    ? (inputs.size() == 1 ? std::string("the input")
                                                          : "input member " + std::to_string(k))
                                    : "context tensor " + std::to_string(k);
-      if (!t.defined())
-        throw std::invalid_argument("Checkpointable::forward: " + what + " is an undefined tensor");
+      TORCH_CHECK_VALUE(t.defined(), "Checkpointable::forward: ", what, " is an undefined tensor");
       // The chain says whether each member has a gradient (the sample measured had one or
       // not); one computed here and not counted could take the step over the budget.
-      if (list == &inputs && t.requires_grad() && !members[k].grad)
-        throw std::invalid_argument(
-            "Checkpointable::forward: " + what +
-            " requires grad but the chain was measured with an "
-            "input that does not (its gradient, " +
-            std::to_string(counted_bytes(t.device(), static_cast<std::int64_t>(t.nbytes()))) +
-            " bytes, is not in the budget): measure() a sample that requires grad, or pass it "
-            "detached");
-      if (list == &context && t.requires_grad())
-        throw std::invalid_argument("Checkpointable::forward: " + what +
-                                    " requires grad; context tensors have no gradient");
+      TORCH_CHECK_VALUE(
+          list != &inputs || !t.requires_grad() || members[k].grad,
+          "Checkpointable::forward: ", what,
+          " requires grad but the chain was measured with an input that does not (its gradient, ",
+          counted_bytes(t.device(), static_cast<std::int64_t>(t.nbytes())),
+          " bytes, is not in the budget): measure() a sample that requires grad, or pass it "
+          "detached");
+      TORCH_CHECK_VALUE(list != &context || !t.requires_grad(), "Checkpointable::forward: ", what,
+                        " requires grad; context tensors have no gradient");
       if (measured) {
         const Signature& sig = (list == &inputs ? measured_inputs_ : measured_context_)[k];
-        if (t.scalar_type() != sig.dtype || t.device() != sig.device)
-          throw std::invalid_argument("Checkpointable::forward: " + what + " is " +
-                                      c10::toString(t.scalar_type()) + " on " + t.device().str() +
-                                      " but the chain was measured with " +
-                                      c10::toString(sig.dtype) + " on " + sig.device.str() +
-                                      ": its bytes would not be the schedule's; measure() again");
+        TORCH_CHECK_VALUE(t.scalar_type() == sig.dtype && t.device() == sig.device,
+                          "Checkpointable::forward: ", what, " is ", c10::toString(t.scalar_type()),
+                          " on ", t.device().str(), " but the chain was measured with ",
+                          c10::toString(sig.dtype), " on ", sig.device.str(),
+                          ": its bytes would not be the schedule's; measure() again");
         bool fits = t.dim() == static_cast<std::int64_t>(sig.sizes.size());
         for (std::size_t d = 0; fits && d < sig.sizes.size(); ++d)
           fits = t.size(static_cast<std::int64_t>(d)) <= sig.sizes[d];
-        if (!fits)
-          throw std::invalid_argument(
-              "Checkpointable::forward: " + what + " is " + shape_string(t.sizes()) +
-              " but the schedule was computed for " + shape_string(sig.sizes) +
-              "; a larger input would not fit the budget: call measure() with "
-              "it, then compute_sequence()");
-      } else if (list == &inputs && counted_bytes(t.device(), static_cast<std::int64_t>(
-                                                                  t.nbytes())) > members[k].bytes) {
-        throw std::invalid_argument(
-            "Checkpointable::forward: " + what + " (" + shape_string(t.sizes()) + ", " +
-            std::to_string(t.nbytes()) + " bytes) is larger than the chain's (" +
-            std::to_string(members[k].bytes) +
+        TORCH_CHECK_VALUE(fits, "Checkpointable::forward: ", what, " is ", shape_string(t.sizes()),
+                          " but the schedule was computed for ", shape_string(sig.sizes),
+                          "; a larger input would not fit the budget: call measure() with it, then "
+                          "compute_sequence()");
+      } else if (list == &inputs) {
+        TORCH_CHECK_VALUE(
+            counted_bytes(t.device(), static_cast<std::int64_t>(t.nbytes())) <= members[k].bytes,
+            "Checkpointable::forward: ", what, " (", shape_string(t.sizes()), ", ", t.nbytes(),
+            " bytes) is larger than the chain's (", members[k].bytes,
             " bytes); a larger input would not fit the budget: measure() it");
       }
     }
@@ -269,25 +274,22 @@ void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& cont
 
 torch::Tensor CheckpointableImpl::forward(torch::Tensor input) {
   Tensors out = forward(Tensors{std::move(input)}, Tensors{});
-  if (out.size() != 1)
-    throw std::invalid_argument("Checkpointable::forward: the chain's output has " +
-                                std::to_string(out.size()) +
-                                " members; call forward(inputs, context) to get them all");
+  TORCH_CHECK_VALUE(out.size() == 1, "Checkpointable::forward: the chain's output has ", out.size(),
+                    " members; call forward(inputs, context) to get them all");
   return out.front();
 }
 
 Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& context) {
   if (!is_training() || !torch::GradMode::is_enabled()) return run_stages(stages_, inputs, context);
-  if (!solution_)
-    throw std::logic_error(
-        "Checkpointable::forward in training mode needs a sequence: call compute_sequence(budget) "
-        "first (or use eval mode / torch::NoGradGuard for inference)");
-  if (!solution_->ok())
-    throw std::logic_error("Checkpointable::forward: the last compute_sequence(" +
-                           std::to_string(solution_->budget_bytes) + " bytes) found no schedule: " +
-                           std::string(algorithm_name(solution_->algorithm)) + " needs at least " +
-                           std::to_string(solution_->min_feasible_budget_bytes) +
-                           " bytes; call compute_sequence with a budget that works");
+  TORCH_CHECK(
+      solution_,
+      "Checkpointable::forward in training mode needs a sequence: call compute_sequence(budget) "
+      "first (or use eval mode / torch::NoGradGuard for inference)");
+  TORCH_CHECK(solution_->ok(), "Checkpointable::forward: the last compute_sequence(",
+              solution_->budget_bytes,
+              " bytes) found no schedule: ", algorithm_name(solution_->algorithm),
+              " needs at least ", solution_->min_feasible_budget_bytes,
+              " bytes; call compute_sequence with a budget that works");
   check_inputs(inputs, context);
   auto executor = std::make_shared<detail::Executor>(stages_, *chain_, solution_->sequence,
                                                      inputs.front().device());

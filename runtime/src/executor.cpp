@@ -4,9 +4,9 @@
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
-#include <stdexcept>
 #include <string>
 
+#include "remat/solver/check.h"
 #include "remat/core/generator_state.h"
 #include "remat/profiler/memory_tracker.h"
 
@@ -21,10 +21,6 @@ HostCopy host_generator_state(c10::Device device) {
   return HostCopy(generator_state(device));
 }
 
-[[noreturn]] void bug(const std::string& what) {
-  throw std::logic_error("remat runtime: " + what + " (this is a bug in remat; please report it)");
-}
-
 }  // namespace
 
 Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
@@ -33,7 +29,8 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
       sequence_(sequence),
       device_(device),
       length_(static_cast<int>(stages.size())) {
-  if (chain.length() != length_) bug("the chain and the network differ in length");
+  REMAT_INTERNAL_ASSERT(chain.length() == length_,
+                        "the runtime's chain and network differ in length");
   const auto n = static_cast<std::size_t>(length_) + 1;
   for (int k = 0; k <= length_; ++k) members_.push_back(chain.members(k));
   lifetimes_ = value_lifetimes(sequence, length_);
@@ -55,13 +52,14 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
   loss_index_ = sequence.size();
   for (std::size_t k = 0; k < sequence.size(); ++k)
     if (sequence[k].kind == OpKind::kLoss) loss_index_ = k;
-  if (loss_index_ == sequence.size()) bug("the sequence has no loss operation");
+  REMAT_INTERNAL_ASSERT(loss_index_ != sequence.size(),
+                        "the runtime's sequence has no loss operation");
 }
 
 const Tensors& Executor::input_of(int i) const {
   const auto ui = static_cast<std::size_t>(i);
-  if (!x_[ui].empty()) return x_[ui];
-  bug("the input of stage " + std::to_string(i) + " is not in memory");
+  REMAT_INTERNAL_ASSERT(!x_[ui].empty(), "the input of stage ", i, " is not in memory");
+  return x_[ui];
 }
 
 void Executor::drop_values(std::size_t index) {
@@ -79,10 +77,8 @@ Tensors Executor::call(int i, const Tensors& x) {
   // others would run outside the budget (or lose a gradient).
   const std::vector<Member>& members = members_[ui + 1];
   const auto refuse = [&](const std::string& what) {
-    throw std::invalid_argument("remat runtime: stage " + std::to_string(i) + " (" + stage.name +
-                                ") " + what +
-                                " than its chain says: was the chain measured on "
-                                "this network?");
+    TORCH_CHECK_VALUE(false, "remat runtime: stage ", i, " (", stage.name, ") ", what,
+                      " than its chain says: was the chain measured on this network?");
   };
   if (out.size() != members.size())
     refuse("returned " + std::to_string(out.size()) + " tensors, " +
@@ -209,7 +205,7 @@ void Executor::run(std::size_t index) {
     }
     case OpKind::kLoss: {
       const auto ul = static_cast<std::size_t>(length_);
-      if (x_[ul].empty()) bug("the chain's output is not in memory at the loss");
+      REMAT_INTERNAL_ASSERT(!x_[ul].empty(), "the chain's output is not in memory at the loss");
       // New tensors on the same storages: the caller's graph attaches to them, not to values
       // that a later forward may read.
       output_.clear();
@@ -226,7 +222,7 @@ void Executor::run(std::size_t index) {
 void Executor::backward(int i) {
   const auto ui = static_cast<std::size_t>(i);
   Tensors& grad_out = y_[ui + 1];
-  if (grad_out.empty()) bug("B_" + std::to_string(i) + " without its output's gradient");
+  REMAT_INTERNAL_ASSERT(!grad_out.empty(), "B_", i, " without its output's gradient");
   std::vector<torch::autograd::Edge> edges = std::move(fe_edge_[ui]);
   std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[ui]);
   fe_edge_[ui].clear();

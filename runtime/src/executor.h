@@ -48,7 +48,7 @@ class HostCopy {
 class Executor {
  public:
   /// `chain` says which members have gradients and which are carried; the stages must return
-  /// what it says (a stage that does not is refused with std::invalid_argument).
+  /// what it says (a stage that does not is refused with c10::ValueError).
   Executor(const std::vector<NamedStage>& stages, const Chain& chain, const Sequence& sequence,
            c10::Device device);
   Tensors run_forward(const Tensors& inputs, const Tensors& context);

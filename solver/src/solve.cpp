@@ -209,6 +209,14 @@ std::string_view status_name(SolveStatus status) {
   return "?";
 }
 
+namespace {
+// The options other than the budget (which min_feasible_budget ignores).
+void check_options(const SolveOptions& options) {
+  REMAT_CHECK(options.slots() >= 0, "slots (", options.slots(), ") must not be negative");
+  REMAT_CHECK(options.threads() >= 0, "threads (", options.threads(), ") must not be negative");
+}
+}  // namespace
+
 std::int64_t store_all_peak(const Chain& chain) {
   return peak_of(chain, detail::store_all_sequence(chain.length()));
 }
@@ -218,8 +226,7 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
   chain.validate();
   REMAT_CHECK(options.budget_bytes() >= 0, "the budget (", options.budget_bytes(),
               " bytes) must not be negative");
-  REMAT_CHECK(options.slots() >= 0, "slots (", options.slots(), ") must not be negative");
-  REMAT_CHECK(options.threads() >= 0, "threads (", options.threads(), ") must not be negative");
+  check_options(options);
   const int length = chain.length();
   Solution out;
   out.algorithm = options.algorithm();
@@ -257,6 +264,7 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
 std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options) {
   if (options.algorithm() == Algorithm::kOptimal) {
     chain.validate();
+    check_options(options);
     return detail::min_feasible_budget_for_slots(chain, options,
                                                  detail::slot_count(chain, options.slots()));
   }

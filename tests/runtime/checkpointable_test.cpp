@@ -177,6 +177,60 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   CHECK_THROWS_WITH(chk->set_chain(wrong), Catch::Contains("stages but the network"));
 }
 
+// Whose fault an error is shows in its type, as in LibTorch: c10::ValueError for bad input
+// (Python's ValueError, `remat`'s exit 2), a plain c10::Error for a call out of order, and the
+// solver's std::invalid_argument arrives as a c10::ValueError too.
+TEST_CASE("Checkpointable's errors are LibTorch's, typed by whose fault they are", "[runtime]") {
+  nn::Sequential net = remat::test::conv_chain(4, 5, false);
+  remat::Checkpointable chk(net);
+  const auto is_value_error = [](auto&& call) {
+    try {
+      call();
+    } catch (const c10::ValueError& error) {
+      return std::string("value: ") + error.what_without_backtrace();
+    } catch (const c10::Error& error) {
+      return std::string("error: ") + error.what_without_backtrace();
+    } catch (const std::exception& error) {
+      return std::string("other: ") + error.what();
+    }
+    return std::string("no exception");
+  };
+  // Out of order: no chain yet, no sequence yet.
+  CHECK_THAT(is_value_error([&] { chk->compute_sequence(1 << 20); }),
+             Catch::StartsWith("error: ") && Catch::Contains("no chain yet"));
+  CHECK_THAT(is_value_error([&] {
+               chk->forward(torch::randn({2, 3, 8, 8}));
+             }),
+             Catch::StartsWith("error: ") && Catch::Contains("compute_sequence"));
+  chk->measure(torch::randn({2, 3, 8, 8}), remat::ProfileOptions().measure_time(false));
+  // Bad input: a negative budget, bad solver options, a wrong dtype, a broken chain file.
+  CHECK_THAT(is_value_error([&] { chk->compute_sequence(-1); }),
+             Catch::StartsWith("value: ") && Catch::Contains("negative budget (-1 bytes)"));
+  CHECK_THAT(is_value_error([&] { chk->compute_sequence(remat::SolveOptions(1 << 20).slots(-3)); }),
+             Catch::StartsWith("value: ") && Catch::Contains("slots"));
+  CHECK_THAT(is_value_error([&] { chk->min_budget(remat::SolveOptions(0).slots(-3)); }),
+             Catch::StartsWith("value: ") && Catch::Contains("slots"));
+  chk->compute_sequence(chk->store_all_peak());
+  CHECK_THAT(is_value_error([&] {
+               chk->forward(torch::randn({2, 3, 8, 8}, torch::kDouble));
+             }),
+             Catch::StartsWith("value: ") && Catch::Contains("Double"));
+  remat::Chain broken = chk->chain();
+  broken.stages[1].fwd_ms = -1;
+  CHECK_THAT(is_value_error([&] { chk->set_chain(broken); }),
+             Catch::StartsWith("value: ") && Catch::Contains("stages[1]"));
+  // A profiling error is a remat::InputError: a c10::ValueError whose what() is the message
+  // alone, without LibTorch's C++ backtrace.
+  try {
+    remat::profile(net, torch::Tensor(), remat::ProfileOptions().measure_time(false));
+    FAIL("an undefined sample was accepted");
+  } catch (const c10::ValueError& error) {
+    CHECK(dynamic_cast<const remat::ProfileError*>(&error) != nullptr);
+    CHECK_THAT(error.what(), Catch::StartsWith(error.what_without_backtrace()));
+    CHECK_THAT(error.what(), !Catch::Contains("Exception raised from"));
+  }
+}
+
 TEST_CASE("an input larger than the measured sample is refused, a smaller one runs", "[runtime]") {
   torch::manual_seed(4);
   nn::Sequential net = remat::test::conv_chain(4, 5, false);

@@ -186,6 +186,22 @@ TEST_CASE("infeasible exactly below the reported minimum budget", "[solver]") {
   }
 }
 
+TEST_CASE("bad options are refused by solve and by min_feasible_budget alike", "[solver]") {
+  const Chain chain = test::random_chain(7, test::RandomChainSpec());
+  for (const Algorithm algorithm : all_algorithms()) {
+    INFO(algorithm_name(algorithm));
+    CHECK_THROWS_WITH(solve(chain, SolveOptions(-1).algorithm(algorithm)),
+                      Catch::Contains("budget (-1 bytes) must not be negative"));
+    for (const SolveOptions& bad : {SolveOptions(1000).algorithm(algorithm).slots(-3),
+                                    SolveOptions(1000).algorithm(algorithm).threads(-2)}) {
+      const std::string what = bad.slots() < 0 ? "slots (-3)" : "threads (-2)";
+      CHECK_THROWS_AS(solve(chain, bad), std::invalid_argument);
+      CHECK_THROWS_WITH(solve(chain, bad), Catch::Contains(what));
+      CHECK_THROWS_WITH(min_feasible_budget(chain, bad), Catch::Contains(what));
+    }
+  }
+}
+
 TEST_CASE("with N slots, rounding can make a larger budget slower; measured", "[solver]") {
   // With --slots N the unit is floor(budget / N): it grows with the budget, and sizes rounded
   // up to whole units can then need more units. docs/algorithms.md quotes these figures.

@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "remat/core/error.h"
+
 namespace remat {
 
 /// The members of an activation, or the context tensors.
@@ -142,10 +144,10 @@ std::vector<NamedStage> stages_of(const torch::nn::Sequential& sequential);
 std::string short_type_name(const std::string& name);
 
 /// Thrown by a stage's forward for a result that is not a list of tensors; the profiler and
-/// the runtime name the stage.
-class StageError : public std::invalid_argument {
+/// the runtime name the stage. Bad input: a c10::ValueError (error.h).
+class StageError : public InputError {
  public:
-  using std::invalid_argument::invalid_argument;
+  using InputError::InputError;
 };
 
 }  // namespace remat

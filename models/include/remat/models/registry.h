@@ -33,7 +33,7 @@ std::int64_t parameter_count(const torch::nn::Module& module);
 
 /// Every built-in model, in a stable order.
 const std::vector<ModelInfo>& registry();
-/// The model called `name`; throws std::invalid_argument listing the known names.
+/// The model called `name`; throws c10::ValueError listing the known names.
 const ModelInfo& find_model(const std::string& name);
 
 }  // namespace remat::models

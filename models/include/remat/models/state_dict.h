@@ -5,9 +5,10 @@
 
 #include <torch/types.h>
 
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "remat/core/error.h"
 
 namespace remat::models {
 
@@ -22,9 +23,9 @@ struct StateDictEntry {
 
 /// Thrown for a file that cannot be read as a state dict; what() names the file and what was
 /// wrong, e.g. "x.pth: data.pkl: unsupported pickle opcode 0x8f at byte 1234".
-class StateDictError : public std::runtime_error {
+class StateDictError : public InputError {
  public:
-  using std::runtime_error::runtime_error;
+  using InputError::InputError;
 };
 
 /// Reads a state dict saved by Python's `torch.save(model.state_dict(), path)`, entries in file

@@ -3,7 +3,6 @@
 
 #include <torch/nn/modules/container/sequential.h>
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,9 +12,9 @@ namespace remat::models {
 
 /// Thrown when a state dict does not fit a model; what() lists the missing, unexpected and
 /// mis-shaped names (torchvision's names), and the model is left unchanged.
-class WeightsError : public std::runtime_error {
+class WeightsError : public InputError {
  public:
-  using std::runtime_error::runtime_error;
+  using InputError::InputError;
 };
 
 /// Loads a state dict as torchvision publishes it (`torch.save(model.state_dict(), path)`,

@@ -37,8 +37,8 @@ class MemoryTracker {
 
   /// The tracker of a device. For the CPU this installs the tracking allocator on first use
   /// and checks that it is the active one; tensors allocated before then are not counted.
-  /// Throws std::runtime_error for CUDA in a build without CUDA, or if another CPU allocator
-  /// with a higher priority replaced ours.
+  /// Throws c10::Error for CUDA in a build without CUDA or without a visible GPU, or if another
+  /// CPU allocator with a higher priority replaced ours; c10::ValueError for another device type.
   static MemoryTracker& for_device(c10::Device device);
 };
 
@@ -51,17 +51,16 @@ std::int64_t counted_bytes(c10::Device device, std::int64_t nbytes);
 
 /// For testing CUDA's accounting on a CPU: from now on the CPU tracker counts each allocation
 /// as its size rounded up to `granularity` bytes (512 as CUDA's caching allocator; 1, the
-/// default, exactly). Process-wide. Returns the previous granularity. Throws
-/// std::invalid_argument unless 1 <= granularity <= 2^20.
+/// default, exactly). Process-wide. Returns the previous granularity. Throws c10::ValueError
+/// unless 1 <= granularity <= 2^20.
 std::int64_t set_cpu_granularity(std::int64_t granularity);
 
 /// Makes `device` refuse, with c10::OutOfMemoryError, what would take it beyond `bytes`, as a
 /// smaller device would; 0 lifts remat's limit. CPU: an allocation that would take the CPU
 /// tracker's live() above `bytes` (the tracker is installed if it was not). CUDA: the caching
 /// allocator's memory fraction, bytes / the GPU's total memory (it bounds the memory the
-/// allocator reserves from the GPU, its cache included). Process-wide. Throws
-/// std::invalid_argument for a negative size or another device type, std::runtime_error for
-/// CUDA without CUDA.
+/// allocator reserves from the GPU, its cache included). Process-wide. Throws c10::ValueError
+/// for a negative size or another device type, c10::Error for CUDA without CUDA.
 void limit_device_memory(c10::Device device, std::int64_t bytes);
 
 /// Waits until the work queued on `device` is done (CUDA: every stream of that GPU; CPU:

@@ -24,7 +24,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -95,9 +94,9 @@ struct Profile {
 /// Bad input: a stage that returns no tensors or undefined ones, modifies its input or the
 /// context in place, fails, or lives on another device than the sample; an empty chain;
 /// a context tensor that requires grad.
-class ProfileError : public std::invalid_argument {
+class ProfileError : public InputError {
  public:
-  using std::invalid_argument::invalid_argument;
+  using InputError::InputError;
 };
 
 /// Profiles `stages` on the sample input members `inputs` and the step's `context` tensors

@@ -88,8 +88,7 @@ class CheckpointableImpl : public torch::nn::Module {
   /// store_all_peak() runs); its `simulation` is the chain's own, without the reserve. A budget
   /// that cannot be met is not an exception: the status is
   /// `infeasible` (ok() is false), and forward() refuses to train until a budget that works is
-  /// given. Throws std::logic_error when no chain is known, std::invalid_argument for bad
-  /// options.
+  /// given. Throws c10::Error when no chain is known, c10::ValueError for bad options.
   const Solution& compute_sequence(std::int64_t budget_bytes,
                                    Algorithm algorithm = Algorithm::kOptimal);
   /// Uses `options` as given (slots, segments, threads, ...); the budget as above.
@@ -116,7 +115,7 @@ class CheckpointableImpl : public torch::nn::Module {
   /// In training mode with autograd, runs the schedule's forward phase; the backward phase
   /// runs when the caller's loss is differentiated. Inputs: the schedule fits the budget for
   /// the measured sample, so an input larger than it in any dimension (or, for a chain given
-  /// by set_chain, in bytes) is refused with std::invalid_argument (call measure() with such
+  /// by set_chain, in bytes) is refused with c10::ValueError (call measure() with such
   /// an input to get a schedule for it); one no larger in every dimension (the last, smaller
   /// batch of an epoch) runs the same schedule, in less memory. An input of another dtype or
   /// device than the sample's is refused (the schedule's bytes were measured for those).
