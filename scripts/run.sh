@@ -21,7 +21,7 @@ step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 
 
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
 packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev python3-venv)
-[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision)
+[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
@@ -92,6 +92,12 @@ consumer() {  # consumer <build dir> [CMAKE_PREFIX_PATH entries...]
 }
 step "a project that uses find_package(remat), against PyTorch 2.x"
 consumer build "$torch_prefix"
+
+# 4c. The Python package, built by pip against the same PyTorch, and its tests.
+step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
+"$venv_python" -c 'import pytest' 2>/dev/null || "$venv_python" -m pip install -q pytest
+"$venv_python" -m pip install -q .
+"$venv_python" -m pytest -q -p no:cacheprovider tests/python
 
 # 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer.
 step "building remat against Debian's LibTorch 1.13 (build-debian/)"

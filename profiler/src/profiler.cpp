@@ -165,7 +165,7 @@ struct Runner {
     } catch (const c10::OutOfMemoryError&) {
       throw;  // not the stage's fault: the caller may retry with less
     } catch (const std::exception& error) {
-      throw ProfileError(describe(index, stage.name) + ": forward failed: " + error.what());
+      throw ProfileError(describe(index, stage.name) + ": forward failed: " + message_of(error));
     }
     std::size_t v = 0;
     for (const auto* list : {&x, &context})
@@ -429,7 +429,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       } catch (const c10::OutOfMemoryError&) {
         throw;
       } catch (const std::exception& error) {
-        throw ProfileError(describe(i, named.name) + ": backward failed: " + error.what());
+        throw ProfileError(describe(i, named.name) + ": backward failed: " + message_of(error));
       }
       // As the runtime does, member by member: a carried member's own gradient is added into
       // the passed one (in place) and goes; another member's is kept in its own storage.
@@ -505,7 +505,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     } catch (const ProfileError&) {
       throw;
     } catch (const std::exception& error) {
-      throw ProfileError(std::string("the loss function failed on the chain's output: ") + error.what());
+      throw ProfileError(std::string("the loss function failed on the chain's output: ") + message_of(error));
     }
     synchronize(device);
     std::int64_t gradient_bytes = 0;

@@ -27,4 +27,11 @@ class InputError : public c10::ValueError {
   explicit InputError(const std::string& message) : c10::ValueError(message, {}) {}
 };
 
+/// The message of an exception caught on the way: LibTorch's without its C++ backtrace.
+inline std::string message_of(const std::exception& error) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error))
+    return c10_error->what_without_backtrace();
+  return error.what();
+}
+
 }  // namespace remat

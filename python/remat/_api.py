@@ -1,0 +1,273 @@
+"""Chains, solutions and trade-offs: the C++ solver's, with pictures for Jupyter."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _C
+
+Budget = Union[int, str]
+
+
+def parse_budget(budget: Budget, store_all_peak: Optional[int] = None) -> int:
+    """A budget in bytes from bytes (``700 * 2**20``), a size (``"700MiB"``, ``"1.5GB"``) or a
+    percentage of the store-all peak (``"50%"``, which needs ``store_all_peak``)."""
+    if isinstance(budget, bool):
+        raise TypeError("a budget is bytes (an int) or a string such as '700MiB' or '50%', not a bool")
+    if isinstance(budget, int):
+        if budget < 0:
+            raise ValueError(f"the budget ({budget} bytes) must not be negative")
+        return budget
+    if not isinstance(budget, str):
+        raise TypeError(
+            f"a budget is bytes (an int) or a string such as '700MiB' or '50%', not {type(budget).__name__}")
+    text = budget.strip()
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*%", text)
+    if match:
+        if store_all_peak is None:
+            raise ValueError(f"budget {budget!r}: a percentage needs the store-all peak (measure first)")
+        return int(float(match.group(1)) / 100 * store_all_peak)
+    return _C.parse_size(text)
+
+
+def format_bytes(n: int) -> str:
+    """``1536`` -> ``"1.50 KiB"``, as the CLI prints sizes."""
+    return _C.format_bytes(int(n))
+
+
+def _write_text(path: Union[str, os.PathLike], text: str) -> None:
+    # Through a temporary file and a rename, as the CLI writes: never half a file.
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".remat-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class Chain:
+    """A profiled chain: each stage's forward and backward times and what it keeps in memory,
+    in the JSON format of ``remat profile`` (docs/cost-model.md)."""
+
+    def __init__(self, chain: "_C.Chain"):
+        self._chain = chain
+
+    @staticmethod
+    def load(path: Union[str, os.PathLike]) -> "Chain":
+        """Reads a chain file (``remat-chain/1`` or ``/2``); ValueError names the field that is wrong."""
+        return Chain(_C.Chain.load(os.fspath(path)))
+
+    @staticmethod
+    def from_json(text: str, source: str = "chain") -> "Chain":
+        return Chain(_C.Chain.from_json(text, source))
+
+    def to_json(self) -> str:
+        return self._chain.to_json()
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Writes the chain file (through a temporary file: never half a file)."""
+        self._chain.save(os.fspath(path))
+
+    @property
+    def name(self) -> str:
+        return self._chain.name
+
+    @property
+    def stage_names(self) -> list:
+        return self._chain.stage_names
+
+    @property
+    def fwd_ms(self) -> list:
+        return self._chain.fwd_ms
+
+    @property
+    def bwd_ms(self) -> list:
+        return self._chain.bwd_ms
+
+    @property
+    def input_bytes(self) -> int:
+        return self._chain.input_bytes
+
+    @property
+    def output_bytes(self) -> list:
+        """Bytes of each stage's output activation x_1 .. x_L."""
+        return self._chain.output_bytes
+
+    def __len__(self) -> int:
+        return self._chain.length
+
+    def store_all_peak(self) -> int:
+        """The peak of store-all (every activation kept), in bytes."""
+        return self._chain.store_all_peak()
+
+    def store_all_ms(self) -> float:
+        return self._chain.store_all_ms()
+
+    def min_budget(self, algorithm: str = "optimal") -> int:
+        """The least budget ``algorithm`` finds a schedule for."""
+        return _C.min_feasible_budget(self._chain, algorithm)
+
+    def svg(self) -> str:
+        """Per-stage bars: times above, bytes below (SVG text)."""
+        return self._chain.profile_svg()
+
+    def save_svg(self, path: Union[str, os.PathLike]) -> None:
+        _write_text(path, self.svg())
+
+    def _repr_svg_(self) -> str:
+        return self.svg()
+
+    def __repr__(self) -> str:
+        return (f"remat.Chain({self.name!r}, {len(self)} stages, store-all peak "
+                f"{format_bytes(self.store_all_peak())}, {self.store_all_ms():.1f} ms)")
+
+
+class Solution:
+    """A schedule: its status (``optimal``, ``feasible`` or ``infeasible``, with the least
+    budget that works), the operations, the predicted peak and time."""
+
+    def __init__(self, solution: "_C.Solution", chain: Chain, reserve: int = 0):
+        self._solution = solution
+        self.chain = chain
+        self._reserve = reserve  # the runtime's, included in the figures of a Checkpointable
+
+    ok = property(lambda self: self._solution.ok, doc="Whether a schedule was found.")
+    status = property(lambda self: self._solution.status)
+    algorithm = property(lambda self: self._solution.algorithm)
+    budget_bytes = property(lambda self: self._solution.budget_bytes)
+    peak_bytes = property(lambda self: self._solution.peak_bytes, doc="Predicted peak, in bytes.")
+    makespan_ms = property(lambda self: self._solution.makespan_ms, doc="Predicted time of a step.")
+    store_all_makespan_ms = property(lambda self: self._solution.store_all_makespan_ms)
+    min_feasible_budget_bytes = property(lambda self: self._solution.min_feasible_budget_bytes,
+                                         doc="The least budget the algorithm accepts.")
+    solve_seconds = property(lambda self: self._solution.solve_seconds)
+    warning = property(lambda self: self._solution.warning)
+    sequence = property(lambda self: self._solution.sequence,
+                        doc="The operations, runs collapsed: 'CF_0 Fn_1..4 ...'.")
+    operations = property(lambda self: self._solution.operations)
+
+    def svg(self) -> str:
+        """The schedule's timeline and memory over time (SVG text)."""
+        if not self.ok:
+            raise ValueError(
+                f"no schedule to draw: the budget ({format_bytes(self.budget_bytes)}) is below the least "
+                f"that works ({format_bytes(self.min_feasible_budget_bytes)})")
+        return _C.schedule_svg(self.chain._chain, self._solution)
+
+    def save_svg(self, path: Union[str, os.PathLike]) -> None:
+        _write_text(path, self.svg())
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.svg() if self.ok else None
+
+    def __repr__(self) -> str:
+        if not self.ok:
+            return (f"remat.Solution(infeasible: {self.algorithm} needs at least "
+                    f"{format_bytes(self.min_feasible_budget_bytes)}, budget {format_bytes(self.budget_bytes)})")
+        slower = 100 * (self.makespan_ms / self.store_all_makespan_ms - 1) if self.store_all_makespan_ms else 0
+        return (f"remat.Solution({self.status}, {self.algorithm}, peak {format_bytes(self.peak_bytes)} "
+                f"of {format_bytes(self.budget_bytes)}, {self.makespan_ms:.2f} ms ({slower:+.1f}% against store-all))")
+
+
+class Tradeoff:
+    """Makespan against budget for the optimal, revolve and periodic schedules."""
+
+    def __init__(self, tradeoff: "_C.Tradeoff", chain: Chain):
+        self._tradeoff = tradeoff
+        self.chain = chain
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tradeoff, name)
+
+    def svg(self) -> str:
+        return _C.tradeoff_svg(self.chain._chain, self._tradeoff)
+
+    def save_svg(self, path: Union[str, os.PathLike]) -> None:
+        _write_text(path, self.svg())
+
+    def _repr_svg_(self) -> str:
+        return self.svg()
+
+
+def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: int = 0,
+          segments: int = 0, threads: int = 0) -> Solution:
+    """The fastest schedule of ``algorithm`` within ``budget`` (bytes, ``"700MiB"`` or ``"50%"``
+    of the chain's store-all peak). An infeasible budget is a result (``ok`` is False), not an
+    exception."""
+    budget_bytes = parse_budget(budget, chain.store_all_peak())
+    return Solution(_C.solve(chain._chain, budget_bytes, algorithm, slots, segments, threads), chain)
+
+
+def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budget: Budget = 0,
+             slots: int = 0, threads: int = 0) -> Tradeoff:
+    """Each algorithm's makespan over a grid of budgets (0: the least budget and store-all)."""
+    peak = chain.store_all_peak()
+    return Tradeoff(_C.tradeoff(chain._chain, parse_budget(from_budget, peak), parse_budget(to_budget, peak),
+                                points, slots, threads), chain)
+
+
+def _progress(total_label: str) -> Callable[[int, int, str], None]:
+    """A progress callback: tqdm if installed, else one line rewritten on stderr."""
+    try:
+        from tqdm.auto import tqdm  # type: ignore
+    except ImportError:
+        tqdm = None
+    state: dict = {}
+
+    def update(stage: int, stages: int, name: str) -> None:
+        if tqdm is not None:
+            bar = state.get("bar")
+            if bar is None:
+                bar = state["bar"] = tqdm(total=stages, desc=f"profile {total_label}", unit="stage", leave=False)
+            bar.n = stage
+            bar.set_postfix_str(name if stage < stages else "", refresh=True)
+            if stage >= stages:
+                bar.close()
+            return
+        if not sys.stderr.isatty():
+            return
+        if stage < stages:
+            sys.stderr.write(f"\rremat: profiling {total_label}: stage {stage + 1}/{stages} ({name})\x1b[K")
+        else:
+            sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+
+    return update
+
+
+def _as_list(x: Any) -> list:
+    if x is None:
+        return []
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return list(x)
+
+
+def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Callable] = None,
+            repeat: int = 5, warmup: int = 1, measure_time: bool = True, name: str = "",
+            progress: bool = True) -> Chain:
+    """Measures each stage of ``module`` (an ``nn.Sequential``, a list of modules or of
+    (name, module) pairs) on ``sample`` (a tensor or a tuple of them): times, and what each
+    keeps for its backward, in bytes. On the CPU this installs remat's tracking CPU allocator
+    in the process (docs/python.md)."""
+    from ._checkpointable import _stage_specs
+
+    specs, _ = _stage_specs(module, takes_context=context is not None)
+    inputs = _as_list(sample)
+    return Chain(_C.profile(specs, inputs, _as_list(context), repeat, warmup, measure_time, name,
+                            None if loss is None else (lambda outs: loss(*outs)),
+                            _progress(name or "chain") if progress else None))

@@ -1,0 +1,285 @@
+// remat._C: the C++ solver, profiler, runtime and pictures for the Python package
+// (python/remat/). The Python layer gives them rotor's API; everything that decides or
+// executes is here, in the same code as the C++ library's.
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "python_stage.h"
+#include "remat/config.h"
+#include "remat/profiler/memory_tracker.h"
+#include "remat/profiler/profiler.h"
+#include "remat/report/plots.h"
+#include "remat/runtime/checkpointable.h"
+#include "remat/solver/chain.h"
+#include "remat/solver/solver.h"
+#include "remat/solver/tradeoff.h"
+#include "remat/solver/units.h"
+
+namespace py = pybind11;
+
+namespace remat::python {
+namespace {
+
+// (name, callable, takes_context) triples from Python, as stages.
+using StageSpec = std::tuple<std::string, py::object, bool>;
+
+std::vector<NamedStage> to_stages(const std::vector<StageSpec>& specs) {
+  std::vector<NamedStage> stages;
+  for (const auto& [name, function, takes_context] : specs)
+    stages.emplace_back(name, std::make_shared<PythonStage>(function, takes_context));
+  return stages;
+}
+
+// A Python object kept by C++ code that may drop it without the GIL (the profiler's options
+// go when profiling ends, with the GIL released).
+std::shared_ptr<py::object> hold(py::object object) {
+  return std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* held) {
+    py::gil_scoped_acquire gil;
+    delete held;
+  });
+}
+
+ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const std::string& name,
+                               py::object loss, py::object progress) {
+  ProfileOptions options;
+  options.repeat(repeat).warmup(warmup).measure_time(measure_time).name(name);
+  if (!loss.is_none()) {
+    // Called by the profiler on the caller's thread, which holds the GIL.
+    auto holder = hold(std::move(loss));
+    options.loss([holder](const Tensors& outputs) {
+      py::gil_scoped_acquire gil;
+      py::list members;
+      for (const torch::Tensor& t : outputs)
+        members.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(t)));
+      const py::object value = (*holder)(members);
+      if (!THPVariable_Check(value.ptr()))
+        throw InputError("the loss function returned a " +
+                         std::string(py::str(py::type::handle_of(value).attr("__name__"))) +
+                         ", not a tensor");
+      return THPVariable_Unpack(value.ptr());
+    });
+  }
+  if (!progress.is_none()) {
+    auto holder = hold(std::move(progress));
+    options.progress([holder](int stage, int stages, const std::string& stage_name) {
+      py::gil_scoped_acquire gil;
+      (*holder)(stage, stages, stage_name);
+    });
+  }
+  return options;
+}
+
+SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, std::int64_t slots,
+                           int segments, int threads) {
+  SolveOptions options(budget);
+  options.algorithm(parse_algorithm(algorithm)).slots(slots).threads(threads);
+  if (segments > 0) options.segments(segments);
+  return options;
+}
+
+}  // namespace
+}  // namespace remat::python
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace remat;
+  using namespace remat::python;
+  m.doc() = "remat's C++ core: the solver, the profiler, the runtime and the pictures";
+
+  // Errors as torch's own bindings raise them: c10::ValueError (remat's bad input) ->
+  // ValueError, c10::OutOfMemoryError -> torch.OutOfMemoryError, other c10::Error ->
+  // RuntimeError, all without the C++ backtrace; the solver's std::invalid_argument ->
+  // ValueError.
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const c10::Error&) {
+      torch::translate_exception_to_python(p);
+    } catch (const std::invalid_argument& error) {
+      PyErr_SetString(PyExc_ValueError, error.what());
+    }
+  });
+
+  m.attr("WITH_CUDA") = py::bool_(REMAT_WITH_CUDA != 0);
+  m.def("parse_size", &parse_size, py::arg("text"));
+  m.def("format_bytes", &format_bytes, py::arg("bytes"));
+  m.def("algorithms", [] {
+    std::vector<std::string> names;
+    for (const Algorithm a : all_algorithms()) names.emplace_back(algorithm_name(a));
+    return names;
+  });
+  m.def("runtime_reserve_bytes", [](const std::string& device) {
+    return runtime_reserve_bytes(c10::Device(device));
+  });
+  m.def("counted_bytes", [](const std::string& device, std::int64_t nbytes) {
+    return counted_bytes(c10::Device(device), nbytes);
+  });
+
+  m.def("peak_during", [](py::function step, const std::string& device) {
+    // remat's tracker (installed on the CPU by the first call): the peak of the step's
+    // allocations above what was live before it.
+    MemoryTracker& tracker = MemoryTracker::for_device(c10::Device(device));
+    synchronize(c10::Device(device));
+    const PeakScope scope(tracker);
+    step();
+    synchronize(c10::Device(device));
+    return scope.peak_above_start();
+  }, py::arg("step"), py::arg("device") = "cpu");
+
+  py::class_<Chain>(m, "Chain")
+      .def_static("from_json", [](const std::string& text, const std::string& source) {
+        return parse_chain(text, source);
+      }, py::arg("text"), py::arg("source") = "chain")
+      .def_static("load", &load_chain, py::arg("path"))
+      .def("to_json", &chain_to_json)
+      .def("save", [](const Chain& chain, const std::string& path) { save_chain(chain, path); },
+           py::arg("path"))
+      .def_readwrite("name", &Chain::name)
+      .def_property_readonly("length", &Chain::length)
+      .def_property_readonly("input_bytes", &Chain::input_bytes)
+      .def_property_readonly("stage_names", [](const Chain& c) {
+        std::vector<std::string> names;
+        for (const Stage& s : c.stages) names.push_back(s.name);
+        return names;
+      })
+      .def_property_readonly("fwd_ms", [](const Chain& c) {
+        std::vector<double> v;
+        for (const Stage& s : c.stages) v.push_back(s.fwd_ms);
+        return v;
+      })
+      .def_property_readonly("bwd_ms", [](const Chain& c) {
+        std::vector<double> v;
+        for (const Stage& s : c.stages) v.push_back(s.bwd_ms);
+        return v;
+      })
+      .def_property_readonly("output_bytes", [](const Chain& c) {
+        std::vector<std::int64_t> v;
+        for (int i = 1; i <= c.length(); ++i) v.push_back(c.activation_bytes(i));
+        return v;
+      })
+      .def("store_all_peak", [](const Chain& c) { return store_all_peak(c); })
+      .def("store_all_ms", &Chain::store_all_ms)
+      .def("profile_svg", [](const Chain& c) { return profile_svg(c); });
+
+  py::class_<Solution>(m, "Solution")
+      .def_property_readonly("ok", &Solution::ok)
+      .def_property_readonly("status", [](const Solution& s) {
+        return s.status == SolveStatus::kInfeasible ? "infeasible"
+               : s.warning.empty()                  ? "optimal"
+                                                    : "feasible";
+      })
+      .def_property_readonly("algorithm",
+                             [](const Solution& s) { return std::string(algorithm_name(s.algorithm)); })
+      .def_readonly("budget_bytes", &Solution::budget_bytes)
+      .def_readonly("peak_bytes", &Solution::peak_bytes)
+      .def_readonly("makespan_ms", &Solution::makespan_ms)
+      .def_readonly("store_all_makespan_ms", &Solution::store_all_makespan_ms)
+      .def_readonly("min_feasible_budget_bytes", &Solution::min_feasible_budget_bytes)
+      .def_readonly("solve_seconds", &Solution::solve_seconds)
+      .def_readonly("parameter", &Solution::parameter)
+      .def_readonly("warning", &Solution::warning)
+      .def_property_readonly("sequence", [](const Solution& s) { return collapsed_string(s.sequence); })
+      .def_property_readonly("operations", [](const Solution& s) { return op_strings(s.sequence); });
+
+  m.def("solve", [](const Chain& chain, std::int64_t budget, const std::string& algorithm,
+                    std::int64_t slots, int segments, int threads) {
+    py::gil_scoped_release release;  // pure C++: other Python threads may run
+    return solve(chain, solve_options(budget, algorithm, slots, segments, threads));
+  }, py::arg("chain"), py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
+        py::arg("segments") = 0, py::arg("threads") = 0);
+  m.def("min_feasible_budget", [](const Chain& chain, const std::string& algorithm,
+                                  std::int64_t slots, int segments) {
+    py::gil_scoped_release release;
+    return min_feasible_budget(chain, solve_options(0, algorithm, slots, segments, 0));
+  }, py::arg("chain"), py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0);
+  m.def("schedule_svg", [](const Chain& chain, const Solution& s) { return schedule_svg(chain, s); });
+
+  py::class_<TradeoffPoint>(m, "TradeoffPoint")
+      .def_readonly("budget_bytes", &TradeoffPoint::budget_bytes)
+      .def_readonly("feasible", &TradeoffPoint::feasible)
+      .def_readonly("makespan_ms", &TradeoffPoint::makespan_ms)
+      .def_readonly("peak_bytes", &TradeoffPoint::peak_bytes)
+      .def_readonly("parameter", &TradeoffPoint::parameter);
+  py::class_<Tradeoff>(m, "Tradeoff")
+      .def_readonly("store_all_peak_bytes", &Tradeoff::store_all_peak_bytes)
+      .def_readonly("store_all_makespan_ms", &Tradeoff::store_all_makespan_ms)
+      .def_readonly("min_feasible_budget_bytes", &Tradeoff::min_feasible_budget_bytes)
+      .def_readonly("budgets", &Tradeoff::budgets)
+      .def_readonly("optimal", &Tradeoff::optimal)
+      .def_readonly("revolve", &Tradeoff::revolve)
+      .def_readonly("periodic_best", &Tradeoff::periodic_best)
+      .def_readonly("periodic", &Tradeoff::periodic);
+  m.def("tradeoff", [](const Chain& chain, std::int64_t from_bytes, std::int64_t to_bytes,
+                       int points, std::int64_t slots, int threads) {
+    py::gil_scoped_release release;
+    return tradeoff(chain, TradeoffOptions().from_bytes(from_bytes).to_bytes(to_bytes)
+                               .points(points).slots(slots).threads(threads));
+  }, py::arg("chain"), py::arg("from_bytes") = 0, py::arg("to_bytes") = 0, py::arg("points") = 25,
+        py::arg("slots") = 0, py::arg("threads") = 0);
+  m.def("tradeoff_svg", [](const Chain& chain, const Tradeoff& t) { return tradeoff_svg(chain, t); });
+
+  m.def("profile", [](const std::vector<StageSpec>& stages, const Tensors& inputs,
+                      const Tensors& context, int repeat, int warmup, bool measure_time,
+                      const std::string& name, py::object loss, py::object progress) {
+    std::vector<NamedStage> named = to_stages(stages);
+    py::gil_scoped_release release;
+    return profile(named, inputs, context,
+                   profile_options(repeat, warmup, measure_time, name, std::move(loss),
+                                   std::move(progress)))
+        .chain;
+  }, py::arg("stages"), py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5,
+        py::arg("warmup") = 1, py::arg("measure_time") = true, py::arg("name") = "",
+        py::arg("loss") = py::none(), py::arg("progress") = py::none());
+
+  // The runtime: a CheckpointableImpl over Python stages. The Python class owns the modules
+  // (registered there, for parameters(), state_dict() and DDP); this one runs them.
+  py::class_<CheckpointableImpl, std::shared_ptr<CheckpointableImpl>>(m, "Checkpointable")
+      .def(py::init([](const std::vector<StageSpec>& stages) {
+        return std::make_shared<CheckpointableImpl>(to_stages(stages));
+      }), py::arg("stages"))
+      .def("measure", [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context,
+                         int repeat, int warmup, bool measure_time, const std::string& name,
+                         py::object loss, py::object progress) {
+        // The profiler runs autograd's engine, which must not be entered holding the GIL;
+        // the stages take it back to call Python.
+        py::gil_scoped_release release;
+        return Chain(self.measure(inputs, context,
+                                  profile_options(repeat, warmup, measure_time, name,
+                                                  std::move(loss), std::move(progress))));
+      }, py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5, py::arg("warmup") = 1,
+           py::arg("measure_time") = true, py::arg("name") = "", py::arg("loss") = py::none(),
+           py::arg("progress") = py::none())
+      .def("set_chain", &CheckpointableImpl::set_chain, py::arg("chain"))
+      .def("compute_sequence", [](CheckpointableImpl& self, std::int64_t budget,
+                                  const std::string& algorithm, std::int64_t slots, int segments,
+                                  int threads) {
+        py::gil_scoped_release release;
+        return Solution(self.compute_sequence(solve_options(budget, algorithm, slots, segments, threads)));
+      }, py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
+           py::arg("segments") = 0, py::arg("threads") = 0)
+      .def("forward", [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context) {
+        py::gil_scoped_release release;
+        return self.forward(inputs, context);
+      }, py::arg("inputs"), py::arg("context"))
+      .def("train", [](CheckpointableImpl& self, bool on) { self.train(on); })
+      .def("has_chain", &CheckpointableImpl::has_chain)
+      .def("has_sequence", &CheckpointableImpl::has_sequence)
+      // Copies: a later measure() or compute_sequence() replaces them.
+      .def_property_readonly("chain", [](const CheckpointableImpl& self) { return self.chain(); })
+      .def_property_readonly("solution",
+                             [](const CheckpointableImpl& self) { return self.solution(); })
+      .def("store_all_peak", &CheckpointableImpl::store_all_peak)
+      .def("min_budget", [](const CheckpointableImpl& self, const std::string& algorithm,
+                            std::int64_t slots, int segments) {
+        return self.min_budget(solve_options(0, algorithm, slots, segments, 0));
+      }, py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0)
+      .def_property_readonly("device", [](const CheckpointableImpl& self) { return self.device().str(); });
+}

@@ -1,0 +1,101 @@
+#include "python_stage.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <utility>
+
+namespace py = pybind11;
+
+namespace remat::python {
+namespace {
+
+std::string python_type_name(const py::handle& object) {
+  return py::str(py::type::handle_of(object).attr("__name__"));
+}
+
+}  // namespace
+
+PythonStage::PythonStage(py::object function, bool takes_context)
+    : function_(std::move(function)), takes_context_(takes_context) {
+  py::gil_scoped_acquire gil;
+  if (!PyCallable_Check(function_.ptr()))
+    throw StageError("a " + python_type_name(function_) + " is not callable");
+  is_module_ = py::isinstance(function_, py::module_::import("torch.nn").attr("Module"));
+  type_name_ = python_type_name(function_);
+}
+
+PythonStage::~PythonStage() {
+  // The last reference may go in an autograd thread, without the GIL.
+  if (Py_IsInitialized()) {
+    py::gil_scoped_acquire gil;
+    function_ = py::object();
+  } else {
+    function_.release();  // the interpreter is gone: nothing to decrement
+  }
+}
+
+Tensors PythonStage::forward(const Tensors& inputs, const Tensors& context) {
+  py::gil_scoped_acquire gil;
+  const std::size_t count = inputs.size() + (takes_context_ ? context.size() : 0);
+  py::tuple args(count);
+  std::size_t k = 0;
+  for (const torch::Tensor& t : inputs) args[k++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+  if (takes_context_)
+    for (const torch::Tensor& t : context)
+      args[k++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+  const py::object result = function_(*args);
+  if (THPVariable_Check(result.ptr())) return {THPVariable_Unpack(result.ptr())};
+  if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {
+    Tensors out;
+    std::size_t position = 0;
+    for (const py::handle item : result) {
+      if (!THPVariable_Check(item.ptr()))
+        throw StageError("returned a " + python_type_name(result) + " whose item " +
+                         std::to_string(position) + " is a " + python_type_name(item) +
+                         ", not a tensor");
+      out.push_back(THPVariable_Unpack(item.ptr()));
+      ++position;
+    }
+    return out;
+  }
+  throw StageError("returned a " + python_type_name(result) +
+                   ", not a tensor or a tuple or list of tensors");
+}
+
+std::vector<torch::Tensor> PythonStage::tensors_of(const char* method) const {
+  if (!is_module_) return {};
+  py::gil_scoped_acquire gil;
+  std::vector<torch::Tensor> out;
+  for (const py::handle t : function_.attr(method)()) out.push_back(THPVariable_Unpack(t.ptr()));
+  return out;
+}
+
+std::vector<torch::Tensor> PythonStage::parameters() const { return tensors_of("parameters"); }
+std::vector<torch::Tensor> PythonStage::buffers() const { return tensors_of("buffers"); }
+
+std::vector<bool> PythonStage::training_modes() const {
+  py::gil_scoped_acquire gil;
+  if (!is_module_) return {};
+  std::vector<bool> modes;
+  for (const py::handle m : function_.attr("modules")()) modes.push_back(m.attr("training").cast<bool>());
+  return modes;
+}
+
+void PythonStage::set_training_modes(const std::vector<bool>& modes) {
+  py::gil_scoped_acquire gil;
+  if (!is_module_) return;
+  std::size_t k = 0;
+  // modules() is in pre-order, as training_modes() listed them; each flag is set alone.
+  for (const py::handle m : function_.attr("modules")()) {
+    if (k >= modes.size()) break;
+    m.attr("training") = py::bool_(modes[k++]);
+  }
+}
+
+void PythonStage::train(bool on) {
+  py::gil_scoped_acquire gil;
+  if (is_module_) function_.attr("train")(on);
+}
+
+}  // namespace remat::python

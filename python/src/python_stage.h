@@ -1,0 +1,44 @@
+#pragma once
+// A Python callable as a stage of remat's C++ profiler and runtime: a torch.nn.Module (its
+// parameters, buffers and training flags are the module's) or any callable of tensors. Called
+// with the input members and then, when it takes the context, the context tensors, each as one
+// positional argument; returns a tensor, or a tuple or list of tensors.
+//
+// The C++ code calls it from any thread: from the caller's (measure, forward) and from the
+// autograd engine's (recomputations during backward, which Python starts with the GIL
+// released). Every call into Python takes the GIL here.
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+
+#include "remat/core/stage.h"
+
+namespace remat::python {
+
+class PythonStage : public StageModule {
+ public:
+  PythonStage(pybind11::object function, bool takes_context);
+  ~PythonStage() override;
+  Tensors forward(const Tensors& inputs, const Tensors& context) override;
+  bool takes_context() const override { return takes_context_; }
+  std::vector<torch::Tensor> parameters() const override;
+  std::vector<torch::Tensor> buffers() const override;
+  std::vector<bool> training_modes() const override;
+  void set_training_modes(const std::vector<bool>& modes) override;
+  void train(bool on) override;
+  std::string type_name() const override { return type_name_; }
+
+ private:
+  // Tensors from one of the module's iterator methods ("parameters", "buffers"); none for a
+  // callable that is not a module.
+  std::vector<torch::Tensor> tensors_of(const char* method) const;
+
+  pybind11::object function_;
+  bool is_module_;
+  bool takes_context_;
+  std::string type_name_;
+};
+
+}  // namespace remat::python

@@ -1,0 +1,247 @@
+"""remat.Checkpointable against plain training: gradients, BatchNorm statistics, dropout masks
+(bit-identical on the CPU), the measured peak against the budget, and the errors."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint_sequential as torch_checkpoint_sequential
+
+import remat
+from conftest import step_peak
+
+
+def mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.BatchNorm1d(256), nn.Linear(256, 256),
+                         nn.GELU(), nn.Dropout(0.3), nn.Linear(256, 256), nn.LayerNorm(256),
+                         nn.Tanh(), nn.Dropout(0.1), nn.Linear(256, 10))
+
+
+def cnn() -> nn.Sequential:
+    layers = [nn.Conv2d(3, 8, 3, padding=1)]
+    for _ in range(4):
+        layers += [nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)]
+    layers += [nn.Dropout(0.2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5)]
+    return nn.Sequential(*layers)
+
+
+NETS = {"mlp": (mlp, (16, 64)), "cnn": (cnn, (4, 3, 16, 16))}
+
+
+def train_step(model, x, seed):
+    torch.manual_seed(seed)
+    out = model(x)
+    loss = (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
+    loss.backward()
+    return out.detach(), loss.detach()
+
+
+def assert_same_state(a: nn.Module, b: nn.Module):
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p.grad, q.grad), f"gradient of {name}"
+    for (name, u), v in zip(a.named_buffers(), b.buffers()):
+        assert torch.equal(u, v), f"buffer {name}"
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+@pytest.mark.parametrize("fraction", ["least", 0.6, 0.8, 1.0])
+def test_training_equals_plain_bit_for_bit(net, fraction):
+    make, shape = NETS[net]
+    torch.manual_seed(0)
+    plain = make()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(*shape, requires_grad=True)
+    chk = remat.Checkpointable(ours, x, progress=False)
+    budget = chk.min_budget() if fraction == "least" else int(fraction * chk.store_all_peak())
+    budget = max(budget, chk.min_budget())
+    solution = chk.compute_sequence(budget)
+    assert solution.ok and solution.peak_bytes <= budget
+    if fraction == "least":
+        assert "Fn" in solution.sequence or "CF" in solution.sequence  # something is recomputed
+    for seed in (1, 2):  # two steps: the second starts from the first's buffers
+        x_plain = x.detach().clone().requires_grad_(True)
+        x_ours = x.detach().clone().requires_grad_(True)
+        out_plain, loss_plain = train_step(plain, x_plain, seed)
+        out_ours, loss_ours = train_step(chk, x_ours, seed)
+        assert torch.equal(out_plain, out_ours)
+        assert torch.equal(loss_plain, loss_ours)
+        assert torch.equal(x_plain.grad, x_ours.grad)
+        assert_same_state(plain, ours)
+    for m in ours.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            assert int(m.num_batches_tracked) == 2  # once per step
+
+
+def test_batchnorm_is_updated_once_where_checkpoint_sequential_updates_it_twice():
+    torch.manual_seed(0)
+    plain, ours, theirs = mlp(), None, None
+    ours, theirs = copy.deepcopy(plain), copy.deepcopy(plain)
+    x = torch.randn(16, 64, requires_grad=True)
+    chk = remat.Checkpointable(ours, x, progress=False)
+    chk.compute_sequence(chk.min_budget())
+    train_step(plain, x, 3)
+    train_step(chk, x, 3)
+    torch.manual_seed(3)
+    torch_checkpoint_sequential(theirs, 3, x, use_reentrant=False).sum().backward()
+    bn_plain, bn_ours, bn_theirs = plain[2], ours[2], theirs[2]
+    assert int(bn_plain.num_batches_tracked) == 1
+    assert int(bn_ours.num_batches_tracked) == 1
+    assert torch.equal(bn_ours.running_mean, bn_plain.running_mean)
+    assert torch.equal(bn_ours.running_var, bn_plain.running_var)
+    # torch's recomputation runs the BatchNorm forward again, in training mode.
+    assert int(bn_theirs.num_batches_tracked) == 2
+    assert not torch.allclose(bn_theirs.running_mean, bn_plain.running_mean)
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+def test_measured_peak_is_within_the_budget(net):
+    make, shape = NETS[net]
+    torch.manual_seed(0)
+    model = make()
+    x = torch.randn(*shape, requires_grad=True)
+    chk = remat.Checkpointable(model, x, progress=False)
+    plain = step_peak(lambda: train_step(model, x, 0))
+    full = chk.store_all_peak()
+    least = chk.min_budget()
+    assert least < full
+    peaks = []
+    for budget in (least, (least + full) // 2, full):
+        solution = chk.compute_sequence(budget)
+        assert solution.ok
+        measured = step_peak(lambda: train_step(chk, x, 0))
+        peaks.append(measured)
+        # The step's loss, its seed gradient and the weighting vector are outside the chain.
+        outside = 3 * 4 + 10 * 4 + 64
+        assert measured <= budget + outside, (budget, measured, solution.sequence)
+    assert peaks[0] < plain  # recomputation saves memory, measured by torch's profiler
+
+
+def test_stages_from_lists_pairs_and_tuples():
+    class Split(nn.Module):
+        def forward(self, x):
+            return x, torch.relu(x)
+
+    class Merge(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32)
+
+        def forward(self, skip, x):
+            return skip + self.fc(x)
+
+    class Carry(nn.Module):  # passes the skip on unchanged, transforms the other member
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32)
+
+        def forward(self, skip, x):
+            return skip, torch.tanh(self.fc(x))
+
+    torch.manual_seed(0)
+    stages = [("split", Split()), ("carry1", Carry()), ("carry2", Carry()), ("merge", Merge())]
+    plain = copy.deepcopy(stages)
+    x = torch.randn(8, 32, requires_grad=True)
+    chk = remat.Checkpointable(stages, x, progress=False)
+    assert chk.chain.stage_names == ["split", "carry1", "carry2", "merge"]
+    chk.compute_sequence(chk.min_budget())
+    x2 = x.detach().clone().requires_grad_(True)
+    chk(x).sum().backward()
+    h = (x2,)
+    for _, m in plain:
+        h = m(*h)
+        h = (h,) if isinstance(h, torch.Tensor) else h
+    h[0].sum().backward()
+    assert torch.equal(x.grad, x2.grad)
+    for (_, a), (_, b) in zip(stages, plain):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p.grad, q.grad)
+    # A list of modules, named by index.
+    assert remat.Checkpointable([nn.Linear(4, 4), nn.ReLU()], torch.randn(2, 4), progress=False).chain.stage_names == ["0", "1"]
+
+
+def test_eval_and_no_grad_run_the_plain_network():
+    torch.manual_seed(0)
+    model = mlp()
+    x = torch.randn(16, 64)
+    chk = remat.Checkpointable(model, x, progress=False)
+    chk.compute_sequence(chk.min_budget())
+    model.eval()
+    chk.eval()
+    assert torch.equal(chk(x), model(x))
+    chk.train()
+    model.train()
+    with torch.no_grad():
+        torch.manual_seed(5)
+        ours = chk(x)
+        torch.manual_seed(5)
+        assert torch.equal(ours, model(x))
+
+
+def test_errors_name_the_stage_and_the_minimum_without_a_cpp_backtrace():
+    class ReturnsDict(nn.Module):
+        def forward(self, x):
+            return {"x": x}
+
+    with pytest.raises(ValueError, match=r"stage 1 \(1\).*returned a dict, not a tensor") as info:
+        remat.Checkpointable([nn.Linear(4, 4), ReturnsDict()], torch.randn(2, 4), progress=False)
+    assert "Exception raised from" not in str(info.value)
+
+    class ReturnsTupleWithInt(nn.Module):
+        def forward(self, x):
+            return x * 2, 3
+
+    with pytest.raises(ValueError, match=r"stage 0 \(odd\).*item 1 is a int, not a tensor"):
+        remat.Checkpointable([("odd", ReturnsTupleWithInt())], torch.randn(2, 4), progress=False)
+
+    torch.manual_seed(0)
+    chk = remat.Checkpointable(mlp(), torch.randn(16, 64), progress=False)
+    least = chk.min_budget()
+    solution = chk.compute_sequence(least - 1)
+    assert not solution.ok and solution.min_feasible_budget_bytes == least
+    with pytest.raises(ValueError, match=f"needs at least .*\\({least} bytes\\)") as info:
+        chk(torch.randn(16, 64))
+    assert "Exception raised from" not in str(info.value)
+    chk.compute_sequence("100%")
+    with pytest.raises(ValueError, match="the input is 32x64 but the schedule was computed for 16x64") as info:
+        chk(torch.randn(32, 64))
+    assert "Exception raised from" not in str(info.value)
+    with pytest.raises(ValueError, match="Double"):
+        chk(torch.randn(16, 64, dtype=torch.float64))
+    with pytest.raises(TypeError, match="one module, not a chain"):
+        remat.Checkpointable(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="bad size|invalid|expected"):
+        chk.compute_sequence("lots")
+    # After all of that the module still trains.
+    chk(torch.randn(16, 64)).sum().backward()
+
+
+def test_budget_forms():
+    torch.manual_seed(0)
+    chk = remat.Checkpointable(mlp(), torch.randn(16, 64), progress=False)
+    full = chk.store_all_peak()
+    assert chk.compute_sequence("100%").peak_bytes == full
+    assert chk.compute_sequence(full).peak_bytes == full
+    kib = -(-full // 1024)
+    assert chk.compute_sequence(f"{kib}KiB").budget_bytes == kib * 1024
+    assert chk.compute_sequence("50%").budget_bytes == full // 2
+
+
+def test_checkpoint_sequential_takes_a_budget_and_equals_plain():
+    torch.manual_seed(0)
+    plain = mlp()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(16, 64, requires_grad=True)
+    for seed in (1, 2):
+        x1 = x.detach().clone().requires_grad_(True)
+        x2 = x.detach().clone().requires_grad_(True)
+        torch.manual_seed(seed)
+        plain(x1).sum().backward()
+        torch.manual_seed(seed)
+        remat.checkpoint_sequential(ours, "95%", x2, use_reentrant=False).sum().backward()
+        assert torch.equal(x1.grad, x2.grad)
+        assert_same_state(plain, ours)
+    # Measured and solved once for the same input signature and budget.
+    cached = ours.__dict__["_remat_checkpoint_sequential"][1]
+    remat.checkpoint_sequential(ours, "95%", x)
+    assert ours.__dict__["_remat_checkpoint_sequential"][1] is cached

@@ -1,0 +1,74 @@
+"""remat.profile, solve, tradeoff and Chain: the CLI's JSON, results as values, the pictures."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import remat
+
+
+@pytest.fixture(scope="module")
+def chain():
+    torch.manual_seed(0)
+    net = nn.Sequential(*[m for _ in range(5) for m in (nn.Linear(128, 128), nn.ReLU())])
+    return remat.profile(net, torch.randn(32, 128, requires_grad=True), repeat=2, progress=False)
+
+
+def test_profile_gives_a_chain_in_the_cli_format(chain, tmp_path):
+    assert len(chain) == 10
+    assert chain.stage_names == [str(i) for i in range(10)]
+    assert chain.input_bytes == 32 * 128 * 4
+    assert all(b == 32 * 128 * 4 for b in chain.output_bytes)
+    doc = json.loads(chain.to_json())
+    assert doc["format"] == "remat-chain/2" and len(doc["stages"]) == 10
+    path = tmp_path / "chain.json"
+    chain.save(path)
+    again = remat.Chain.load(path)
+    assert again.to_json() == chain.to_json()
+    assert remat.Chain.from_json(chain.to_json()).store_all_peak() == chain.store_all_peak()
+
+
+def test_bad_chain_files_name_the_field(chain, tmp_path):
+    doc = json.loads(chain.to_json())
+    doc["stages"][0]["fwd_ms"] = -1
+    with pytest.raises(ValueError, match=r"stages\[0\]\.fwd_ms"):
+        remat.Chain.from_json(json.dumps(doc), "mine.json")
+    with pytest.raises(ValueError, match="nothing.json"):
+        remat.Chain.load(tmp_path / "nothing.json")
+
+
+def test_solve_is_a_result_with_a_status(chain):
+    full = chain.store_all_peak()
+    best = remat.solve(chain, "100%")
+    assert best.ok and best.status == "optimal" and best.peak_bytes == full
+    least = chain.min_budget()
+    s = remat.solve(chain, least)
+    assert s.ok and s.peak_bytes <= least and s.makespan_ms > best.makespan_ms
+    none = remat.solve(chain, least - 1)
+    assert not none.ok and none.status == "infeasible" and none.min_feasible_budget_bytes == least
+    assert "needs at least" in repr(none)
+    for algorithm in ("store-all", "recompute-all", "periodic", "revolve"):
+        h = remat.solve(chain, full, algorithm)
+        assert h.ok and h.makespan_ms >= best.makespan_ms - 1e-9
+    with pytest.raises(ValueError, match="algorithm"):
+        remat.solve(chain, full, "fastest")
+    with pytest.raises(ValueError, match="negative"):
+        remat.solve(chain, -5)
+
+
+def test_pictures(chain, tmp_path):
+    s = remat.solve(chain, "85%")
+    for svg in (chain.svg(), s.svg(), remat.tradeoff(chain, points=5).svg(), chain._repr_svg_(), s._repr_svg_()):
+        assert svg.lstrip().startswith("<") and "<svg" in svg and svg.rstrip().endswith("</svg>")
+    path = tmp_path / "schedule.svg"
+    s.save_svg(path)
+    assert path.read_text() == s.svg()
+    t = remat.tradeoff(chain, points=5)
+    assert len(t.budgets) == 5 and t.budgets[-1] == chain.store_all_peak()
+    assert all(p.feasible for p in t.optimal)
+    infeasible = remat.solve(chain, 1)
+    assert infeasible._repr_svg_() is None
+    with pytest.raises(ValueError, match="least that works"):
+        infeasible.svg()
