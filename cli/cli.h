@@ -52,12 +52,6 @@ inline constexpr TorchCommand kTorchCommands[] = {
 /// Registers the LibTorch command `name` (one of kTorchCommands) with its description.
 CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name);
 
-/// A budget as given on the command line: bytes and units (`700MiB`, `1e9`) or a percentage
-/// of a store-all peak (`50%`): the chain's (store_all_peak(chain)) for the solver's commands,
-/// the runtime's (Checkpointable::store_all_peak(), its reserve included) for those that
-/// train. Throws std::invalid_argument.
-std::int64_t parse_budget(const std::string& text, std::int64_t store_all_peak_bytes);
-
 /// Output format of commands that print results.
 enum class Format { kText, kJson };
 Format parse_format(const std::string& text);

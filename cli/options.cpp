@@ -5,28 +5,6 @@
 
 namespace remat::cli {
 
-std::int64_t parse_budget(const std::string& text, std::int64_t store_all_peak_bytes) {
-  if (!text.empty() && text.back() == '%') {
-    // floor(percent / 100 * peak), exactly.
-    try {
-      return scale_decimal(text.substr(0, text.size() - 1), store_all_peak_bytes, "budget") / 100;
-    } catch (const std::invalid_argument& error) {
-      const std::string message = error.what();
-      const auto reason = message.find("': ");
-      throw std::invalid_argument(
-          "bad budget '" + text +
-          "': " + (reason == std::string::npos ? message : message.substr(reason + 3)) +
-          " (a percentage of the store-all peak, such as 50%)");
-    }
-  }
-  try {
-    return parse_size(text);
-  } catch (const std::invalid_argument& error) {
-    throw std::invalid_argument(std::string(error.what()) +
-                                " (or a percentage of the store-all peak, such as 50%)");
-  }
-}
-
 Format parse_format(const std::string& text) {
   if (text == "text") return Format::kText;
   if (text == "json") return Format::kJson;

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -27,12 +26,10 @@ def parse_budget(budget: Budget, store_all_peak: Optional[int] = None) -> int:
         raise TypeError(
             f"a budget is bytes (an int) or a string such as '700MiB' or '50%', not {type(budget).__name__}")
     text = budget.strip()
-    match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*%", text)
-    if match:
-        if store_all_peak is None:
-            raise ValueError(f"budget {budget!r}: a percentage needs the store-all peak (measure first)")
-        return int(float(match.group(1)) / 100 * store_all_peak)
-    return _C.parse_size(text)
+    if text.endswith("%") and store_all_peak is None:
+        raise ValueError(f"budget {budget!r}: a percentage needs the store-all peak (measure first)")
+    # The CLI's parser: the same sizes, and percentages floored exactly.
+    return _C.parse_budget(text, 0 if store_all_peak is None else store_all_peak)
 
 
 def format_bytes(n: int) -> str:
@@ -140,10 +137,9 @@ class Solution:
     """A schedule: its status (``optimal``, ``feasible`` or ``infeasible``, with the least
     budget that works), the operations, the predicted peak and time."""
 
-    def __init__(self, solution: "_C.Solution", chain: Chain, reserve: int = 0):
+    def __init__(self, solution: "_C.Solution", chain: Chain):
         self._solution = solution
         self.chain = chain
-        self._reserve = reserve  # the runtime's, included in the figures of a Checkpointable
 
     ok = property(lambda self: self._solution.ok, doc="Whether a schedule was found.")
     status = property(lambda self: self._solution.status)
@@ -257,6 +253,14 @@ def _as_list(x: Any) -> list:
     return list(x)
 
 
+def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
+                       loss: Optional[Callable], progress: bool) -> tuple:
+    """The profiler's options, as remat._C's profile and Checkpointable.measure take them."""
+    return (repeat, warmup, measure_time, name,
+            None if loss is None else (lambda outs: loss(*outs)),
+            _progress(name or "chain") if progress else None)
+
+
 def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Callable] = None,
             repeat: int = 5, warmup: int = 1, measure_time: bool = True, name: str = "",
             progress: bool = True) -> Chain:
@@ -268,6 +272,5 @@ def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Cal
 
     specs, _ = _stage_specs(module, takes_context=context is not None)
     inputs = _as_list(sample)
-    return Chain(_C.profile(specs, inputs, _as_list(context), repeat, warmup, measure_time, name,
-                            None if loss is None else (lambda outs: loss(*outs)),
-                            _progress(name or "chain") if progress else None))
+    return Chain(_C.profile(specs, inputs, _as_list(context),
+                            *_profile_arguments(repeat, warmup, measure_time, name, loss, progress)))

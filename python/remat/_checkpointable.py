@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
 from . import _C
-from ._api import Budget, Chain, Solution, _as_list, _progress, format_bytes, parse_budget
+from ._api import Budget, Chain, Solution, _as_list, _profile_arguments, format_bytes, parse_budget
 
 StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callable]]]
 
@@ -84,7 +84,6 @@ class Checkpointable(nn.Module):
         self._repeat = repeat
         self._progress = progress
         self.budget = budget
-        self._budget_bytes: Optional[int] = None
         if sample is not None:
             self.measure(sample, context=context)
             if budget is not None:
@@ -95,12 +94,8 @@ class Checkpointable(nn.Module):
     def measure(self, sample: Any, *, context: Any = None, loss: Optional[Callable] = None) -> Chain:
         """Profiles the chain on ``sample`` (its shapes, dtypes and device are those of the
         training inputs; a larger input is refused later)."""
-        inputs = _as_list(sample)
-        if any(isinstance(t, torch.Tensor) and t.is_floating_point() and not t.requires_grad for t in inputs):
-            pass  # an input without grad has no gradient: measured as given
-        chain = self._impl.measure(inputs, _as_list(context), self._repeat, 1, True, "",
-                                   None if loss is None else (lambda outs: loss(*outs)),
-                                   _progress("chain") if self._progress else None)
+        chain = self._impl.measure(_as_list(sample), _as_list(context),
+                                   *_profile_arguments(self._repeat, 1, True, "", loss, self._progress))
         return Chain(chain)
 
     @property
@@ -132,7 +127,6 @@ class Checkpointable(nn.Module):
         self.budget = budget
         budget_bytes = parse_budget(budget, self.store_all_peak())
         solution = self._impl.compute_sequence(budget_bytes, algorithm, slots, segments)
-        self._budget_bytes = budget_bytes
         return Solution(solution, self.chain)
 
     @property

@@ -58,8 +58,7 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
     options.loss([holder](const Tensors& outputs) {
       py::gil_scoped_acquire gil;
       py::list members;
-      for (const torch::Tensor& t : outputs)
-        members.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(t)));
+      for (const torch::Tensor& t : outputs) members.append(to_python(t));
       const py::object value = (*holder)(members);
       if (!THPVariable_Check(value.ptr()))
         throw InputError("the loss function returned a " +
@@ -110,6 +109,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.attr("WITH_CUDA") = py::bool_(REMAT_WITH_CUDA != 0);
   m.def("parse_size", &parse_size, py::arg("text"));
+  m.def("parse_budget", &parse_budget, py::arg("text"), py::arg("store_all_peak_bytes"));
   m.def("format_bytes", &format_bytes, py::arg("bytes"));
   m.def("algorithms", [] {
     std::vector<std::string> names;

@@ -16,6 +16,10 @@ std::string python_type_name(const py::handle& object) {
 
 }  // namespace
 
+py::object to_python(const torch::Tensor& tensor) {
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor));
+}
+
 PythonStage::PythonStage(py::object function, bool takes_context)
     : function_(std::move(function)), takes_context_(takes_context) {
   py::gil_scoped_acquire gil;
@@ -39,11 +43,8 @@ Tensors PythonStage::forward(const Tensors& inputs, const Tensors& context) {
   py::gil_scoped_acquire gil;
   const std::size_t count = inputs.size() + (takes_context_ ? context.size() : 0);
   py::tuple args(count);
-  std::size_t k = 0;
-  for (const torch::Tensor& t : inputs) args[k++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
-  if (takes_context_)
-    for (const torch::Tensor& t : context)
-      args[k++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+  for (std::size_t k = 0; k < count; ++k)
+    args[k] = to_python(k < inputs.size() ? inputs[k] : context[k - inputs.size()]);
   const py::object result = function_(*args);
   if (THPVariable_Check(result.ptr())) return {THPVariable_Unpack(result.ptr())};
   if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {

@@ -17,6 +17,9 @@
 
 namespace remat::python {
 
+/// A new Python reference to `tensor` (a torch.Tensor sharing it); needs the GIL.
+pybind11::object to_python(const torch::Tensor& tensor);
+
 class PythonStage : public StageModule {
  public:
   PythonStage(pybind11::object function, bool takes_context);

@@ -103,6 +103,28 @@ std::int64_t scale_decimal(std::string_view text, std::int64_t whole, std::strin
   return result;
 }
 
+std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_bytes) {
+  if (!text.empty() && text.back() == '%') {
+    // floor(percent / 100 * peak), exactly.
+    try {
+      return scale_decimal(text.substr(0, text.size() - 1), store_all_peak_bytes, "budget") / 100;
+    } catch (const std::invalid_argument& error) {
+      const std::string message = error.what();
+      const auto reason = message.find("': ");
+      throw std::invalid_argument(
+          "bad budget '" + std::string(text) +
+          "': " + (reason == std::string::npos ? message : message.substr(reason + 3)) +
+          " (a percentage of the store-all peak, such as 50%)");
+    }
+  }
+  try {
+    return parse_size(text);
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(std::string(error.what()) +
+                                " (or a percentage of the store-all peak, such as 50%)");
+  }
+}
+
 std::int64_t parse_size(std::string_view text) {
   const std::string input = trimmed(text);
   REMAT_CHECK(input.empty() || input[0] != '-', "bad size '", text, "': must not be negative");

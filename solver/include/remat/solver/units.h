@@ -18,6 +18,13 @@ std::int64_t parse_size(std::string_view text);
 /// `what` when the text is not a plain decimal number or the result exceeds int64.
 std::int64_t scale_decimal(std::string_view text, std::int64_t whole, std::string_view what);
 
+/// A budget as people give it (the CLI's --budget, the Python package's budget=): a size as
+/// parse_size reads it, or a percentage of a store-all peak (`50%`), floor(percent / 100 *
+/// store_all_peak_bytes) exactly. The CLI passes the chain's store-all peak for the solver's
+/// commands and the runtime's (Checkpointable::store_all_peak(), its reserve included) for
+/// those that train. Throws std::invalid_argument.
+std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_bytes);
+
 /// Human-readable size with a binary unit and 2 decimals: `700.00 MiB`, `512 B`.
 std::string format_bytes(std::int64_t bytes);
 
