@@ -59,6 +59,10 @@ class Checkpointable(nn.Module):
     of the store-all peak; without one, a CUDA chain gets the free memory of its GPU and a CPU
     chain the store-all peak (nothing recomputed).
 
+    The budget covers the chain. A loss computed from its output (say, cross-entropy over a
+    language model's logits) allocates memory of its own: give it as ``loss`` (called with the
+    chain's outputs, returning a scalar) and it is measured and counted in the budget too.
+
     In eval mode or under ``torch.no_grad()`` the modules run plainly.
 
     Example::
@@ -68,7 +72,8 @@ class Checkpointable(nn.Module):
     """
 
     def __init__(self, module: StageList, sample: Any = None, budget: Optional[Budget] = None, *,
-                 context: Any = None, repeat: int = 5, progress: bool = True):
+                 context: Any = None, loss: Optional[Callable] = None, repeat: int = 5,
+                 progress: bool = True):
         super().__init__()
         specs, stages = _stage_specs(module, takes_context=context is not None)
         # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
@@ -82,10 +87,11 @@ class Checkpointable(nn.Module):
         self._impl = _C.Checkpointable(specs)
         self._takes_context = context is not None
         self._repeat = repeat
+        self._loss = loss
         self._progress = progress
         self.budget = budget
         if sample is not None:
-            self.measure(sample, context=context)
+            self.measure(sample, context=context, loss=loss)
             if budget is not None:
                 self.compute_sequence(budget)
 
@@ -93,7 +99,11 @@ class Checkpointable(nn.Module):
 
     def measure(self, sample: Any, *, context: Any = None, loss: Optional[Callable] = None) -> Chain:
         """Profiles the chain on ``sample`` (its shapes, dtypes and device are those of the
-        training inputs; a larger input is refused later)."""
+        training inputs; a larger input is refused later). ``loss`` (default: the constructor's)
+        is measured with it. Under ``torch.autocast``, measure under the autocast of training:
+        the activations' sizes depend on it."""
+        if loss is None:
+            loss = self._loss
         chain = self._impl.measure(_as_list(sample), _as_list(context),
                                    *_profile_arguments(self._repeat, 1, True, "", loss, self._progress))
         return Chain(chain)
@@ -156,7 +166,7 @@ class Checkpointable(nn.Module):
         if not self.training or not torch.is_grad_enabled():
             return self._plain(list(inputs), context_list)
         if not self._impl.has_chain():
-            self.measure(tuple(inputs), context=context)
+            self.measure(tuple(inputs), context=context, loss=self._loss)
         if not self._impl.has_sequence():
             solution = self.compute_sequence(self.budget)
             if not solution.ok:

@@ -4,11 +4,12 @@
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
+#include <optional>
 #include <string>
 
-#include "remat/solver/check.h"
 #include "remat/core/generator_state.h"
 #include "remat/profiler/memory_tracker.h"
+#include "remat/solver/check.h"
 
 namespace remat::detail {
 namespace {
@@ -152,6 +153,11 @@ void Executor::run(std::size_t index) {
   const Op& op = sequence_[index];
   const int i = op.stage;
   const auto ui = static_cast<std::size_t>(i);
+  // A recomputation (after the loss) runs under the autocast state of the step's forward,
+  // whatever the caller's state during its backward.
+  std::optional<AutocastGuard> autocast;
+  if (op.is_forward() && index > loss_index_ && (autocast_.any() || AutocastState::capture().any()))
+    autocast.emplace(autocast_);
   switch (op.kind) {
     case OpKind::kForwardGrad: {
       before_forward(i);
@@ -299,6 +305,7 @@ Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
     }
     x_[0] = std::move(values);
     context_ = context;
+    autocast_ = AutocastState::capture();
     for (std::size_t k = 0; k <= loss_index_; ++k) run(k);
   } catch (...) {
     abandon();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "autocast.h"
 #include "remat/core/stage.h"
 #include "remat/core/stage_input.h"
 #include "remat/solver/chain.h"
@@ -81,6 +82,8 @@ class Executor {
   // Which members of x_0 the caller wants gradients of.
   std::vector<bool> input_requires_grad_;
   Tensors context_;
+  // The autocast state of the step's forward, in which the backward recomputes.
+  AutocastState autocast_;
   // When to drop the handles on activation values (the simulator's rule).
   ValueLifetimes lifetimes_;
   // x_[k]: our handles on the members of activation x_k, held while a later forward reads it.

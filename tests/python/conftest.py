@@ -1,15 +1,72 @@
 """Shared helpers of the Python package's tests."""
 
+import weakref
+from typing import Any, Callable
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 import remat
 
 
-def step_peak(step) -> int:
+def step_peak(step: Callable[[], Any]) -> int:
     """Peak bytes of CPU memory allocated during `step()` above what was live before it, as
     remat's CPU tracker counts them (every allocation through LibTorch's CPU allocator)."""
     return remat._C.peak_during(step, "cpu")
+
+
+class _StoragePeak(TorchDispatchMode):
+    """Counts the storages that operators create, from their creation to their release, and
+    keeps the peak of their sum. Written for the tests, independently of remat's tracker: it
+    sees every operator the step dispatches (Python, remat's C++ runtime and autograd's
+    backward alike), and counts an output only if it is new memory: not a view, an in-place or
+    out= result by the operator's schema, and not on the storage of an argument or of a tensor
+    counted already (``_unsafe_view`` returns a view its schema does not declare). It does not
+    see a kernel's scratch memory, which never becomes a tensor, so it counts the activations
+    and may count less than the allocator does, never more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._refs = []
+        self._counted = {}  # data pointer -> bytes, of the live storages counted
+
+    def _freed(self, pointer: int, nbytes: int, _ref: Any) -> None:
+        self.live -= nbytes
+        del self._counted[pointer]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        returns = func._schema.returns
+        values = (out,) if len(returns) == 1 else tuple(out)
+        arguments = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                     if isinstance(t, torch.Tensor)}
+        for ret, value in zip(returns, values):
+            if ret.alias_info is not None:
+                continue  # a view of, or a write into, an argument
+            for t in tree_flatten(value)[0]:
+                if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+                    continue
+                storage = t.untyped_storage()
+                pointer, nbytes = storage.data_ptr(), storage.nbytes()
+                if nbytes == 0 or pointer in arguments or pointer in self._counted:
+                    continue
+                self._counted[pointer] = nbytes
+                self._refs.append(weakref.ref(storage, lambda ref, p=pointer, n=nbytes: self._freed(p, n, ref)))
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+        return out
+
+
+def storage_peak(step: Callable[[], Any]) -> int:
+    """Peak bytes of the CPU tensor storages created during `step()` and alive at once, measured
+    by the tests' own dispatch mode (not by remat's tracker)."""
+    with _StoragePeak() as mode:
+        step()
+    return mode.peak
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential as torch_checkpoint_sequential
 
 import remat
-from conftest import step_peak
+from conftest import step_peak, storage_peak
 
 
 def mlp() -> nn.Sequential:
@@ -108,10 +108,11 @@ def test_measured_peak_is_within_the_budget(net):
         m(x).sum().backward()
 
     plain = step_peak(lambda: step(model))
+    plain_independent = storage_peak(lambda: step(model))
     full = chk.store_all_peak()
     least = chk.min_budget()
     assert least < full
-    peaks = []
+    peaks, independents = [], []
     for budget in (least, (least + full) // 2, full):
         solution = chk.compute_sequence(budget)
         assert solution.ok
@@ -120,7 +121,12 @@ def test_measured_peak_is_within_the_budget(net):
         # The loss's two scalars (8 bytes) are outside the chain.
         assert measured <= budget + 8, (budget, measured, solution.sequence)
         assert measured <= solution.peak_bytes + 8
+        # The tests' own count of the tensors alive at once agrees, within the budget.
+        independent = storage_peak(lambda: step(chk))
+        assert independent <= budget + 8, (budget, independent, solution.sequence)
+        independents.append(independent)
     assert peaks[0] < plain  # recomputation saves memory
+    assert independents[0] < plain_independent  # as the independent count sees too
 
 
 def test_stages_from_lists_pairs_and_tuples():

@@ -1,5 +1,7 @@
-#include <catch2/catch.hpp>
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
+#include <catch2/catch.hpp>
 #include <map>
 #include <string>
 
@@ -56,6 +58,84 @@ nn::Sequential fresh(Make make) {
   return make();
 }
 
+// `with torch.autocast(device, dtype)` in C++, with the API of the LibTorch at hand (2.4 gave
+// the functions a device-type argument and deprecated the old ones).
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device, c10::ScalarType dtype) : device_(device) {
+    set(true, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set(false, device_ == c10::kCPU ? c10::kBFloat16 : c10::kHalf);
+  }
+
+ private:
+  void set(bool on, c10::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(device_, on);
+    at::autocast::set_autocast_dtype(device_, dtype);
+#else
+    if (device_ == c10::kCPU) {
+      at::autocast::set_cpu_enabled(on);
+      at::autocast::set_autocast_cpu_dtype(dtype);
+    } else {
+      at::autocast::set_enabled(on);
+      at::autocast::set_autocast_gpu_dtype(dtype);
+    }
+#endif
+  }
+  c10::DeviceType device_;
+};
+
+// Steps whose forward runs under autocast and whose backward (the recomputations) does not,
+// as torch.autocast's documentation has users write them: gradients, BatchNorm statistics
+// and dropout masks equal plain autocast training's, at the least budget and between.
+void check_autocast_training(const torch::Device& device, c10::ScalarType dtype) {
+  const torch::Tensor sample = torch::randn({4, 3, 16, 16}).to(device);
+  auto make = [&] {
+    nn::Sequential net = remat::test::conv_chain(8, 10, true);
+    net->to(device);
+    return net;
+  };
+  const auto autocast_forward = [&](auto& forward) {
+    return [&](const torch::Tensor& x) {
+      const AutocastScope scope(device.type(), dtype);
+      return forward(x);
+    };
+  };
+  nn::Sequential reference_net = fresh(make);
+  auto plain_forward = [&](const torch::Tensor& x) { return reference_net->forward(x); };
+  const StepResult plain = train(*reference_net, autocast_forward(plain_forward), sample, 2, 5);
+  CHECK(plain.output.scalar_type() == dtype);  // autocast did run
+
+  nn::Sequential probe = fresh(make);
+  remat::Chain chain;
+  {
+    const AutocastScope scope(device.type(), dtype);
+    chain = remat::profile(probe, sample.clone().requires_grad_(true),
+                           remat::ProfileOptions().measure_time(false))
+                .chain;
+  }
+  const std::int64_t kR = remat::runtime_reserve_bytes(device);
+  const std::int64_t full = remat::store_all_peak(chain) + kR;
+  const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
+  for (const std::int64_t budget : {least, (least + full) / 2}) {
+    DYNAMIC_SECTION("at " << budget << " bytes") {
+      nn::Sequential net = fresh(make);
+      remat::Checkpointable chk(net);
+      chk->set_chain(chain);
+      const remat::Solution& s = chk->compute_sequence(budget);
+      INFO(remat::collapsed_string(s.sequence));
+      CHECK(s.sequence.size() > 2 * chain.stages.size() + 1);  // something is recomputed
+      auto remat_forward = [&](const torch::Tensor& x) { return chk->forward(x); };
+      const StepResult ours = train(*net, autocast_forward(remat_forward), sample, 2, 5);
+      check_equal(plain, ours);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("checkpointed training equals plain training, bit for bit", "[runtime]") {
@@ -95,6 +175,12 @@ TEST_CASE("checkpointed training equals plain training, bit for bit", "[runtime]
       check_equal(plain, ours);
     }
   }
+}
+
+TEST_CASE("under autocast, recomputations run as the forward did: bfloat16 on the CPU",
+          "[runtime]") {
+  torch::set_num_threads(1);
+  check_autocast_training(torch::kCPU, c10::kBFloat16);
 }
 
 TEST_CASE("the input may or may not require grad; eval and no-grad run the plain network",
@@ -464,6 +550,13 @@ TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, Batc
       check_equal(plain, ours);  // outputs, input and parameter gradients, BatchNorm buffers
     }
   }
+}
+
+TEST_CASE("on CUDA under autocast, recomputations run as the forward did: float16",
+          "[runtime][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  use_deterministic_cuda();
+  check_autocast_training(torch::Device(torch::kCUDA, 0), c10::kHalf);
 }
 
 TEST_CASE("on CUDA, the measured peak stays within the budget and close to the prediction",
