@@ -10,8 +10,8 @@
 #                                                 (docs/gpu-check.md)
 #   bash scripts/gpu-check.sh --cpu --build build --out DIR
 #                                                 CPU mode: tiny sizes, on an existing build (CI)
-# Options: --only build,tests,fidelity,throughput (the parts to run; CPU mode's default is
-# fidelity,throughput), --build DIR (default build-gpu), --out DIR (default $OUT),
+# Options: --only build,tests,fidelity,throughput,python (the parts to run; CPU mode's
+# default is fidelity,throughput,python), --build DIR (default build-gpu), --out DIR (default $OUT),
 # --models resnet50:128:224,... (throughput models, batch sizes and image sizes).
 # Environment: REMAT_PYTHON, the Python with torch and torchvision (default python3).
 # Exit status: 0 when every part ran and passed; 1 when a test failed or a measured peak
@@ -47,18 +47,20 @@ run() { "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
 
 if [ "$mode" = gpu ]; then
   device=cuda
-  [ -n "$only" ] || only=build,tests,fidelity,throughput
+  [ -n "$only" ] || only=build,tests,fidelity,throughput,python
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3 --batch 32 --steps 10 --warmup 3)
   [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,vgg16:64:224
   throughput_args=(--steps 20 --warmup 3)
   baseline_args=(--steps 20 --warmup 3)
+  python_bench_args=(--device cuda --steps 10)
 else
   device=cpu
-  [ -n "$only" ] || only=fidelity,throughput
+  [ -n "$only" ] || only=fidelity,throughput,python
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
   throughput_args=(--steps 3 --warmup 1 --repeat 1)
   baseline_args=(--steps 3 --warmup 1)
+  python_bench_args=(--device cpu --steps 1 --quick)
 fi
 has() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -78,7 +80,9 @@ if has build; then
     "$cuda_flag" -DREMAT_PYTHON="$(command -v "$python")" || { say "configure failed"; exit 1; }
   run cmake --build "$build" -j "$jobs" || { say "build failed"; exit 1; }
 fi
-[ -x "$build/bin/remat_training_bench" ] || { say "no $build/bin/remat_training_bench: build first (--only build)"; exit 1; }
+if has tests || has fidelity || has throughput; then
+  [ -x "$build/bin/remat_training_bench" ] || { say "no $build/bin/remat_training_bench: build first (--only build)"; exit 1; }
+fi
 
 if has tests; then
   say "tests: the CPU ones in parallel, then the CUDA ones one at a time"
@@ -123,6 +127,26 @@ with open(out + "/throughput.html", "w") as page:
         page.write(open(w + ".svg").read() + "\n")
     page.write("</body></html>\n")
 PY
+fi
+
+if has python; then
+  if [ "$mode" = gpu ]; then
+    # The package from this clone, built against this machine's torch (pip's build isolation
+    # off: no network here, and scikit-build-core and pybind11 are installed), into a folder
+    # of its own; then the Python tests, CUDA ones included.
+    say "the Python package: pip install (no build isolation), then its tests"
+    [ -f .devdeps/env.sh ] && source .devdeps/env.sh
+    export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
+    site=$build/python-site
+    rm -rf "$site"
+    run "$python" -m pip install --no-build-isolation --no-deps --no-index --target "$site" . || status=1
+    export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+    run "$python" -m pytest -q -p no:cacheprovider -rs tests/python || status=1
+  fi
+  say "the Python benchmark: remat, checkpoint_sequential and rockmate at 75/50/35% of store-all"
+  run "$python" bench/python_bench.py "${python_bench_args[@]}" --json "$out/python.json" \
+    --markdown "$out/python.md" || status=1
 fi
 
 say "done: $( [ $status = 0 ] && echo passed || echo FAILED ) in $(( SECONDS - started )) s; files in $out"

@@ -1,11 +1,11 @@
 // remat._C: the C++ solver, profiler, runtime and pictures for the Python package
 // (python/remat/). The Python layer gives them rotor's API; everything that decides or
 // executes is here, in the same code as the C++ library's.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
-#include <pybind11/functional.h>
-#include <pybind11/stl.h>
 
 #include <memory>
 #include <stdexcept>
@@ -18,6 +18,7 @@
 #include "remat/profiler/memory_tracker.h"
 #include "remat/profiler/profiler.h"
 #include "remat/report/plots.h"
+#include "remat/runtime/allocator.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/solver.h"
@@ -122,6 +123,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("counted_bytes", [](const std::string& device, std::int64_t nbytes) {
     return counted_bytes(c10::Device(device), nbytes);
   });
+
+  m.def("keep_freed_memory", &keep_freed_memory, py::arg("pad_bytes") = std::int64_t{256} << 20);
 
   m.def("peak_during", [](py::function step, const std::string& device) {
     // remat's tracker (installed on the CPU by the first call): the peak of the step's

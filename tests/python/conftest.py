@@ -1,5 +1,6 @@
 """Shared helpers of the Python package's tests."""
 
+import os
 import weakref
 from typing import Any, Callable
 
@@ -9,6 +10,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import remat
+
+# Deterministic cuBLAS for the CUDA tests: read when cuBLAS starts, so set before any test runs.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def step_peak(step: Callable[[], Any]) -> int:

@@ -1,0 +1,107 @@
+"""remat.Checkpointable on a CUDA GPU (run by the GPU check; skipped where there is none):
+gradients, BatchNorm statistics and dropout masks as plain training with deterministic
+algorithms, the caching allocator's peak within the budget and at the prediction, autocast in
+float16, and the default budget (the GPU's free memory)."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import remat
+from test_checkpointable import assert_same_state, cnn, train_step
+
+pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and remat._C.WITH_CUDA),
+                                reason="no CUDA GPU, or remat built without CUDA")
+
+
+@pytest.fixture
+def deterministic():
+    # CUBLAS_WORKSPACE_CONFIG is set by conftest.py, before cuBLAS starts.
+    torch.use_deterministic_algorithms(True)
+    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+    yield
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.benchmark = benchmark
+
+
+def cuda_cnn() -> nn.Sequential:
+    torch.manual_seed(0)
+    return cnn().cuda()
+
+
+@pytest.mark.parametrize("fraction", ["least", 0.5, 1.0])
+def test_cuda_training_equals_plain(deterministic, fraction):
+    plain = cuda_cnn()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(8, 3, 32, 32, device="cuda", requires_grad=True)
+    chk = remat.Checkpointable(ours, x, progress=False)
+    least, full = chk.min_budget(), chk.store_all_peak()
+    budget = least if fraction == "least" else least + int(fraction * (full - least))
+    assert chk.compute_sequence(budget).ok
+    for seed in (1, 2):
+        x_plain = x.detach().clone().requires_grad_(True)
+        x_ours = x.detach().clone().requires_grad_(True)
+        out_plain, loss_plain = train_step(plain, x_plain, seed)
+        out_ours, loss_ours = train_step(chk, x_ours, seed)
+        assert torch.equal(out_plain, out_ours)
+        assert torch.equal(x_plain.grad, x_ours.grad)
+        assert_same_state(plain, ours)
+
+
+def test_cuda_peak_is_within_the_budget_and_at_the_prediction():
+    model = cuda_cnn()
+    x = torch.randn(8, 3, 32, 32, device="cuda", requires_grad=True)
+    chk = remat.Checkpointable(model, x, progress=False)
+    least, full = chk.min_budget(), chk.store_all_peak()
+    x0 = remat._C.counted_bytes("cuda", x.nbytes)
+    reserve = remat._C.runtime_reserve_bytes("cuda")
+    for budget in (least, (least + full) // 2, full):
+        solution = chk.compute_sequence(budget)
+        x.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        torch.manual_seed(0)
+        chk(x).sum().backward()
+        torch.cuda.synchronize()
+        # The caching allocator's own statistics: independent of remat's tracker. The input x_0
+        # (allocated before) and the runtime's reserve are in the prediction; the loss's two
+        # scalars (512-byte blocks each) and the gradient seed are not.
+        measured = torch.cuda.max_memory_allocated() - before + x0 + reserve
+        assert measured <= budget + 3 * 512, (budget, measured, solution.sequence)
+        assert abs(measured - solution.peak_bytes) <= 3 * 512, (solution.peak_bytes, measured)
+
+
+def test_cuda_autocast_float16_recomputes_in_float16(deterministic):
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(0.2), nn.Linear(256, 256), nn.GELU(),
+                          nn.Linear(256, 256), nn.LayerNorm(256), nn.Linear(256, 10)).cuda()
+    ours = copy.deepcopy(plain)
+    x = torch.randn(32, 64, device="cuda")
+    chk = remat.Checkpointable(ours, progress=False)
+    with torch.autocast("cuda", dtype=torch.float16):
+        chk.measure(x)
+    solution = chk.compute_sequence(chk.min_budget())
+    assert "Fn" in solution.sequence or "CF" in solution.sequence
+    for seed in (1, 2):
+        outs = []
+        for model in (plain, chk):
+            torch.manual_seed(seed)
+            with torch.autocast("cuda", dtype=torch.float16):
+                out = model(x)
+            assert out.dtype == torch.float16
+            out.float().square().mean().backward()
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1])
+        assert_same_state(plain, ours)
+
+
+def test_cuda_default_budget_is_the_free_memory():
+    model = cuda_cnn()
+    chk = remat.Checkpointable(model, torch.randn(4, 3, 16, 16, device="cuda"), progress=False)
+    free, _ = torch.cuda.mem_get_info()
+    solution = chk.compute_sequence()
+    assert solution.ok
+    assert abs(solution.budget_bytes - free) <= free // 10
