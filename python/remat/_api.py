@@ -51,22 +51,12 @@ def format_bytes(n: int) -> str:
 
 
 def _write_text(path: Union[str, os.PathLike], text: str) -> None:
-    # Through a temporary file and a rename, as the CLI writes: never half a file.
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".remat-", suffix=".tmp")
+    # The CLI's writer: a temporary made by mkstemp in the same folder, then a rename; never
+    # half a file, never through a planted link, never onto a directory, FIFO or device.
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        _C.write_text_file(os.fspath(path), text)
+    except RuntimeError as error:
+        raise OSError(str(error)) from None
 
 
 class Chain:

@@ -21,6 +21,7 @@
 #include "remat/runtime/allocator.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
+#include "remat/solver/files.h"
 #include "remat/solver/solver.h"
 #include "remat/solver/tradeoff.h"
 #include "remat/solver/units.h"
@@ -124,6 +125,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return counted_bytes(c10::Device(device), nbytes);
   });
 
+  m.def("write_text_file", [](const std::string& path, const std::string& text) {
+    py::gil_scoped_release release;
+    write_text_file(path, text);
+  }, py::arg("path"), py::arg("text"));
   m.def("keep_freed_memory", &keep_freed_memory, py::arg("pad_bytes") = std::int64_t{256} << 20);
 
   m.def("peak_during", [](py::function step, const std::string& device) {

@@ -1,26 +1,128 @@
 #include "remat/solver/files.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace remat {
+namespace {
+
+std::string error_text(int error) { return std::strerror(error); }
+
+// What kind of file `mode` describes, for a message.
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string directory_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+void write_all(int fd, const std::string& text, const std::string& path, const std::string& what) {
+  const char* data = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(path + ": writing " + what + " failed: " + error_text(errno));
+    }
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& what) {
+  if (path.empty()) throw std::runtime_error("an empty path for " + what);
+  if (path == "-") return;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      throw std::runtime_error(path + ": cannot write " + what + " there: it is " + kind_of(st.st_mode) +
+                               ", not a regular file");
+  } else if (errno != ENOENT) {
+    throw std::runtime_error(path + ": cannot write " + what + ": " + error_text(errno));
+  }
+  const std::string directory = directory_of(path);
+  struct stat dir {};
+  if (::stat(directory.c_str(), &dir) != 0)
+    throw std::runtime_error(path + ": cannot write " + what + ": the folder " + directory + " " +
+                             (errno == ENOENT ? std::string("does not exist") : error_text(errno)));
+  if (!S_ISDIR(dir.st_mode))
+    throw std::runtime_error(path + ": cannot write " + what + ": " + directory + " is not a folder");
+  if (::access(directory.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error(path + ": cannot write " + what + ": the folder " + directory +
+                             " is not writable");
+}
 
 void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
-  const std::string temporary = path + ".tmp-remat";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(path + ": cannot write " + what);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temporary.c_str());
-      throw std::runtime_error(path + ": writing " + what + " failed");
+  if (path == "-") {
+    // Standard output: a failed write (a full disk, a closed pipe) is an error too.
+    std::fflush(stdout);
+    write_all(STDOUT_FILENO, text, "standard output", what);
+    return;
+  }
+  check_output_path(path, what);
+  // A temporary of an unpredictable name, created exclusively in the destination's folder
+  // (mkstemp: O_CREAT | O_EXCL, so never through a link someone planted), then renamed over
+  // the destination, which replaces a planted link rather than following it.
+  std::string pattern = directory_of(path) + "/." + base_name(path) + ".remat-XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) throw std::runtime_error(path + ": cannot write " + what + ": " + error_text(errno));
+  const std::string temporary(name.data());
+  bool open = true;
+  try {
+    // mkstemp makes the file readable by its owner only; give it what a new file would get
+    // (the destination's permissions when it exists).
+    struct stat st {};
+    mode_t mode = 0;
+    if (::stat(path.c_str(), &st) == 0) {
+      mode = st.st_mode & 07777;
+    } else {
+      const mode_t mask = ::umask(0);
+      ::umask(mask);
+      mode = 0666 & ~mask;
     }
+    if (::fchmod(fd, mode) != 0)
+      throw std::runtime_error(path + ": cannot write " + what + ": " + error_text(errno));
+    write_all(fd, text, path, what);
+    if (::fsync(fd) != 0)
+      throw std::runtime_error(path + ": writing " + what + " failed: " + error_text(errno));
+    open = false;
+    if (::close(fd) != 0)
+      throw std::runtime_error(path + ": writing " + what + " failed: " + error_text(errno));
+  } catch (...) {
+    if (open) ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw std::runtime_error(path + ": cannot replace " + what);
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    throw std::runtime_error(path + ": cannot replace " + what + ": " + error_text(error));
   }
 }
 

@@ -65,6 +65,14 @@ def test_pictures(chain, tmp_path):
     path = tmp_path / "schedule.svg"
     s.save_svg(path)
     assert path.read_text() == s.svg()
+    # The CLI's writer: no temporary left, a directory or a symbolic link refused as OSError.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["schedule.svg"]
+    with pytest.raises(OSError, match="it is a directory"):
+        s.save_svg(tmp_path)
+    (tmp_path / "link.svg").symlink_to(path)
+    with pytest.raises(OSError, match="it is a symbolic link"):
+        chain.save_svg(tmp_path / "link.svg")
+    assert path.read_text() == s.svg()
     t = remat.tradeoff(chain, points=5)
     assert len(t.budgets) == 5 and t.budgets[-1] == chain.store_all_peak()
     assert all(p.feasible for p in t.optimal)

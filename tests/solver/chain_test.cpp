@@ -1,9 +1,17 @@
 // The chain formats remat-chain/2 and /1: what is accepted, what is rejected and how errors
 // read.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "remat/solver.h"
@@ -216,12 +224,111 @@ TEST_CASE("chains survive a JSON round trip and are saved atomically", "[solver]
   // A folder that does not exist: an error, and nothing written anywhere.
   const std::string missing = std::string(folder) + "/no/such/chain.json";
   CHECK_THROWS_WITH(save_chain(chain, missing), Catch::Contains("cannot write"));
-  std::ifstream probe(missing + ".tmp-remat");
-  CHECK_FALSE(probe.good());
   CHECK_THROWS_WITH(load_chain(std::string(folder) + "/absent.json"),
                     Catch::Contains("absent.json: cannot open the chain file"));
   std::remove(path.c_str());
   std::remove(folder);
+}
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> folder_entries(const std::string& folder) {
+  std::vector<std::string> names;
+  DIR* dir = opendir(folder.c_str());
+  REQUIRE(dir != nullptr);
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("output files: never through a planted link, never onto a non-regular file", "[solver]") {
+  char made[] = "/tmp/remat-files-XXXXXX";
+  REQUIRE(mkdtemp(made) != nullptr);
+  const std::string folder = made;
+  const std::string path = folder + "/out.svg";
+  const std::string victim = folder + "/victim";
+  { std::ofstream(victim) << "precious"; }
+
+  // Links planted at the names the old writer used (path + ".tmp-remat") or at any guess of a
+  // temporary name are not followed: the victim keeps its contents.
+  REQUIRE(symlink(victim.c_str(), (path + ".tmp-remat").c_str()) == 0);
+  write_text_file(path, "new");
+  CHECK(read_file(path) == "new");
+  CHECK(read_file(victim) == "precious");
+  // Nothing else left behind: no temporary.
+  CHECK(folder_entries(folder) == std::vector<std::string>{"out.svg", "out.svg.tmp-remat", "victim"});
+
+  // The destination's permissions are kept; a new file gets the umask's.
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
+  write_text_file(path, "again");
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  const mode_t mask = umask(022);
+  write_text_file(folder + "/fresh.json", "{}");
+  umask(mask);
+  REQUIRE(stat((folder + "/fresh.json").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0644);
+
+  // A destination that is not a regular file is refused, and left as it is.
+  const std::string link = folder + "/link.json";
+  REQUIRE(symlink(victim.c_str(), link.c_str()) == 0);
+  CHECK_THROWS_WITH(write_text_file(link, "x", "the chain file"),
+                    Catch::Contains("link.json: cannot write the chain file there: it is a symbolic link"));
+  CHECK(read_file(victim) == "precious");
+  struct stat lst {};
+  REQUIRE(lstat(link.c_str(), &lst) == 0);
+  CHECK(S_ISLNK(lst.st_mode));
+  CHECK_THROWS_WITH(write_text_file(folder, "x"), Catch::Contains("it is a directory"));
+  const std::string fifo = folder + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(write_text_file(fifo, "x"), Catch::Contains("it is a FIFO"));  // and does not block
+  CHECK_THROWS_WITH(write_text_file("/dev/null", "x"), Catch::Contains("it is a device"));
+  // Checked before any work: a missing folder, a non-regular destination.
+  CHECK_THROWS_WITH(check_output_path(folder + "/no/such/x.svg", "the plot"),
+                    Catch::Contains("x.svg: cannot write the plot: the folder " + folder + "/no/such does not exist"));
+  CHECK_THROWS_WITH(check_output_path(fifo), Catch::Contains("it is a FIFO"));
+  CHECK_NOTHROW(check_output_path(folder + "/new.json"));
+  CHECK_NOTHROW(check_output_path("-"));
+
+  for (const std::string& name : folder_entries(folder)) std::remove((folder + "/" + name).c_str());
+  rmdir(folder.c_str());
+}
+
+TEST_CASE("output files: a failed write to standard output is an error", "[solver]") {
+  // Standard output becomes a pipe whose reader is gone: the write fails with EPIPE (SIGPIPE
+  // ignored, as the CLI's caller may have it), and write_text_file("-") reports it.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  close(fds[0]);
+  std::fflush(stdout);
+  const int saved = dup(STDOUT_FILENO);
+  REQUIRE(dup2(fds[1], STDOUT_FILENO) >= 0);
+  close(fds[1]);
+  const auto previous = std::signal(SIGPIPE, SIG_IGN);
+  std::string message;
+  try {
+    write_text_file("-", "text", "the chain");
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  std::signal(SIGPIPE, previous);
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  CHECK_THAT(message, Catch::Contains("standard output: writing the chain failed"));
 }
 
 TEST_CASE("validate() holds chains built in code to the same rules", "[solver]") {
