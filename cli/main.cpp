@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& error) {
     fmt::print(stderr, "remat: {}\n", error.what());
     return kExitBadInput;
+  } catch (const remat::FileError& error) {  // an output that cannot be written
+    fmt::print(stderr, "remat: {}\n", error.what());
+    return kExitBadInput;
 #if REMAT_TORCH_COMMANDS
   } catch (const c10::OutOfMemoryError& error) {
     fmt::print(stderr, "remat: out of memory: {}\nTry a smaller --batch or --image (or, for "

@@ -17,6 +17,7 @@ void check_plot_path(const std::string& path) {
   const std::string suffix = ".svg";
   if (path.size() <= suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)
     throw std::invalid_argument("--plot '" + path + "': plots are SVG files; give a name ending in .svg");
+  check_output_path(path, "the plot");  // before the work, not after it
 }
 
 CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name) {

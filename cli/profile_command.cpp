@@ -71,6 +71,8 @@ Action add_profile_command(CLI::App& app) {
   return [args]() -> int {
     const Format format = parse_format(args->format);
     check_plot_path(args->plot);
+    if (!args->output.empty())
+      check_output_path(args->output, "the chain file");  // before profiling
     const ModelInput in = resolve_model_input(args->model, args->image, args->device);
     const models::ModelInfo& info = *in.info;
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");

@@ -44,7 +44,7 @@ void write_all(int fd, const std::string& text, const std::string& path, const s
     const ssize_t n = ::write(fd, data, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error(path + ": writing " + what + " failed: " + error_text(errno));
+      throw FileError(path + ": writing " + what + " failed: " + error_text(errno));
     }
     data += n;
     left -= static_cast<std::size_t>(n);
@@ -54,26 +54,26 @@ void write_all(int fd, const std::string& text, const std::string& path, const s
 }  // namespace
 
 void check_output_path(const std::string& path, const std::string& what) {
-  if (path.empty()) throw std::runtime_error("an empty path for " + what);
+  if (path.empty()) throw FileError("an empty path for " + what);
   if (path == "-") return;
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
-      throw std::runtime_error(path + ": cannot write " + what + " there: it is " + kind_of(st.st_mode) +
-                               ", not a regular file");
+      throw FileError(path + ": cannot write " + what + " there: it is " + kind_of(st.st_mode) +
+                      ", not a regular file");
   } else if (errno != ENOENT) {
-    throw std::runtime_error(path + ": cannot write " + what + ": " + error_text(errno));
+    throw FileError(path + ": cannot write " + what + ": " + error_text(errno));
   }
   const std::string directory = directory_of(path);
   struct stat dir {};
   if (::stat(directory.c_str(), &dir) != 0)
-    throw std::runtime_error(path + ": cannot write " + what + ": the folder " + directory + " " +
-                             (errno == ENOENT ? std::string("does not exist") : error_text(errno)));
+    throw FileError(path + ": cannot write " + what + ": the folder " + directory + " " +
+                    (errno == ENOENT ? std::string("does not exist") : error_text(errno)));
   if (!S_ISDIR(dir.st_mode))
-    throw std::runtime_error(path + ": cannot write " + what + ": " + directory + " is not a folder");
+    throw FileError(path + ": cannot write " + what + ": " + directory + " is not a folder");
   if (::access(directory.c_str(), W_OK | X_OK) != 0)
-    throw std::runtime_error(path + ": cannot write " + what + ": the folder " + directory +
-                             " is not writable");
+    throw FileError(path + ": cannot write " + what + ": the folder " + directory +
+                    " is not writable");
 }
 
 void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
@@ -91,7 +91,7 @@ void write_text_file(const std::string& path, const std::string& text, const std
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) throw std::runtime_error(path + ": cannot write " + what + ": " + error_text(errno));
+  if (fd < 0) throw FileError(path + ": cannot write " + what + ": " + error_text(errno));
   const std::string temporary(name.data());
   bool open = true;
   try {
@@ -107,13 +107,13 @@ void write_text_file(const std::string& path, const std::string& text, const std
       mode = 0666 & ~mask;
     }
     if (::fchmod(fd, mode) != 0)
-      throw std::runtime_error(path + ": cannot write " + what + ": " + error_text(errno));
+      throw FileError(path + ": cannot write " + what + ": " + error_text(errno));
     write_all(fd, text, path, what);
     if (::fsync(fd) != 0)
-      throw std::runtime_error(path + ": writing " + what + " failed: " + error_text(errno));
+      throw FileError(path + ": writing " + what + " failed: " + error_text(errno));
     open = false;
     if (::close(fd) != 0)
-      throw std::runtime_error(path + ": writing " + what + " failed: " + error_text(errno));
+      throw FileError(path + ": writing " + what + " failed: " + error_text(errno));
   } catch (...) {
     if (open) ::close(fd);
     ::unlink(temporary.c_str());
@@ -122,7 +122,7 @@ void write_text_file(const std::string& path, const std::string& text, const std
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary.c_str());
-    throw std::runtime_error(path + ": cannot replace " + what + ": " + error_text(error));
+    throw FileError(path + ": cannot replace " + what + ": " + error_text(error));
   }
 }
 

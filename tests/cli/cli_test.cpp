@@ -822,6 +822,13 @@ TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli
     CHECK_THAT(run.err, Catch::Contains(fragment));
     CHECK_FALSE(std::filesystem::exists(path));
   }
+  // An output folder that does not exist: refused before profiling.
+  const RunResult nodir =
+      run_remat({"profile", "--model", "convnet", "--batch", "2", "-o", dir.path() + "/no/x.json"});
+  INFO(describe(nodir));
+  CHECK(nodir.exit_code == 2);
+  CHECK_THAT(nodir.err, Catch::Contains("x.json: cannot write the chain file: the folder"));
+  CHECK_THAT(nodir.out, !Catch::Contains("stage"));  // no table: nothing was measured
   // CUDA: without CUDA in the build, or without a GPU, a clear error.
   const RunResult cuda = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16",
                                     "--repeat", "1", "--device", "cuda", "-o", path});
@@ -876,6 +883,18 @@ TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]"
   const RunResult png = run_remat({"schedule", "--chain", chain, "--budget", "50%", "--plot", dir.path() + "/x.png"});
   CHECK(png.exit_code == 2);
   CHECK_THAT(png.err, Catch::Contains("plots are SVG files"));
+  // An output that cannot be written is bad input (exit 2), found before any work.
+  const RunResult missing = run_remat(
+      {"schedule", "--chain", chain, "--budget", "50%", "--plot", dir.path() + "/no/x.svg"});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("x.svg: cannot write the plot: the folder " + dir.path() +
+                                          "/no does not exist"));
+  std::filesystem::create_directory(dir.path() + "/folder.svg");
+  const RunResult folder = run_remat(
+      {"schedule", "--chain", chain, "--budget", "50%", "--plot", dir.path() + "/folder.svg"});
+  CHECK(folder.exit_code == 2);
+  CHECK_THAT(folder.err,
+             Catch::Contains("folder.svg: cannot write the plot there: it is a directory"));
 }
 
 TEST_CASE("tradeoff prints makespan against budget, as text, JSON and a plot", "[cli][plot]") {

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -269,7 +269,8 @@ TEST_CASE("output files: never through a planted link, never onto a non-regular 
   CHECK(read_file(path) == "new");
   CHECK(read_file(victim) == "precious");
   // Nothing else left behind: no temporary.
-  CHECK(folder_entries(folder) == std::vector<std::string>{"out.svg", "out.svg.tmp-remat", "victim"});
+  CHECK(folder_entries(folder) ==
+        std::vector<std::string>{"out.svg", "out.svg.tmp-remat", "victim"});
 
   // The destination's permissions are kept; a new file gets the umask's.
   REQUIRE(chmod(path.c_str(), 0600) == 0);
@@ -286,8 +287,9 @@ TEST_CASE("output files: never through a planted link, never onto a non-regular 
   // A destination that is not a regular file is refused, and left as it is.
   const std::string link = folder + "/link.json";
   REQUIRE(symlink(victim.c_str(), link.c_str()) == 0);
-  CHECK_THROWS_WITH(write_text_file(link, "x", "the chain file"),
-                    Catch::Contains("link.json: cannot write the chain file there: it is a symbolic link"));
+  CHECK_THROWS_WITH(
+      write_text_file(link, "x", "the chain file"),
+      Catch::Contains("link.json: cannot write the chain file there: it is a symbolic link"));
   CHECK(read_file(victim) == "precious");
   struct stat lst {};
   REQUIRE(lstat(link.c_str(), &lst) == 0);
@@ -295,11 +297,13 @@ TEST_CASE("output files: never through a planted link, never onto a non-regular 
   CHECK_THROWS_WITH(write_text_file(folder, "x"), Catch::Contains("it is a directory"));
   const std::string fifo = folder + "/fifo";
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
-  CHECK_THROWS_WITH(write_text_file(fifo, "x"), Catch::Contains("it is a FIFO"));  // and does not block
+  CHECK_THROWS_WITH(write_text_file(fifo, "x"),
+                    Catch::Contains("it is a FIFO"));  // and does not block
   CHECK_THROWS_WITH(write_text_file("/dev/null", "x"), Catch::Contains("it is a device"));
   // Checked before any work: a missing folder, a non-regular destination.
   CHECK_THROWS_WITH(check_output_path(folder + "/no/such/x.svg", "the plot"),
-                    Catch::Contains("x.svg: cannot write the plot: the folder " + folder + "/no/such does not exist"));
+                    Catch::Contains("x.svg: cannot write the plot: the folder " + folder +
+                                    "/no/such does not exist"));
   CHECK_THROWS_WITH(check_output_path(fifo), Catch::Contains("it is a FIFO"));
   CHECK_NOTHROW(check_output_path(folder + "/new.json"));
   CHECK_NOTHROW(check_output_path("-"));
