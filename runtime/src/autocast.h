@@ -22,7 +22,6 @@ class AutocastState {
 
   bool any() const { return cpu_ || cuda_; }
 
-
  private:
   friend class AutocastGuard;
   // PyTorch 2.4 replaced the per-device functions by ones taking the device type, and

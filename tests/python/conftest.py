@@ -1,11 +1,13 @@
 """Shared helpers of the Python package's tests."""
 
+import copy
 import os
 import weakref
 from typing import Any, Callable
 
 import pytest
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -63,6 +65,44 @@ class _StoragePeak(TorchDispatchMode):
                 self.live += nbytes
                 self.peak = max(self.peak, self.live)
         return out
+
+
+def assert_same_training(plain: nn.Module, ours: nn.Module) -> None:
+    """Every parameter gradient and every buffer of `ours` equals `plain`'s, bit for bit."""
+    for (name, p), q in zip(plain.named_parameters(), ours.parameters()):
+        assert p.grad is not None and torch.equal(p.grad, q.grad), f"gradient of {name}"
+    for (name, u), v in zip(plain.named_buffers(), ours.buffers()):
+        assert torch.equal(u, v), f"buffer {name}"
+
+
+def check_autocast_training(device: str, dtype: torch.dtype) -> None:
+    """Two steps whose forward runs under torch.autocast(device, dtype) and whose backward does
+    not, as torch's documentation has users write them, at the least budget: the output (in
+    `dtype`), the gradients and the dropout masks equal plain autocast training's, so the
+    recomputations ran in `dtype` too; nothing of autocast leaks into the caller's state."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Dropout(0.2), nn.Linear(128, 128), nn.GELU(),
+                          nn.Linear(128, 128), nn.LayerNorm(128), nn.Linear(128, 10)).to(device)
+    ours = copy.deepcopy(plain)
+    x = torch.randn(16, 32, device=device)
+    chk = remat.Checkpointable(ours, progress=False)
+    with torch.autocast(device, dtype=dtype):
+        chk.measure(x)  # measured under autocast: the activations are in `dtype`
+    solution = chk.compute_sequence(chk.min_budget())
+    assert "Fn" in solution.sequence or "CF" in solution.sequence  # something is recomputed
+    weights = torch.linspace(-1, 1, 10, device=device)
+    for seed in (1, 2):
+        outs = []
+        for model in (plain, chk):
+            torch.manual_seed(seed)
+            with torch.autocast(device, dtype=dtype):
+                out = model(x)
+            assert out.dtype == dtype
+            (out.float() * weights).square().mean().backward()
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1])
+        assert_same_training(plain, ours)
+    assert not torch.is_autocast_enabled(device)
 
 
 def storage_peak(step: Callable[[], Any]) -> int:

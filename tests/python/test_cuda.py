@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 import remat
-from test_checkpointable import assert_same_state, cnn, train_step
+from conftest import assert_same_training, check_autocast_training
+from test_checkpointable import cnn, train_step
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and remat._C.WITH_CUDA),
                                 reason="no CUDA GPU, or remat built without CUDA")
@@ -47,7 +48,7 @@ def test_cuda_training_equals_plain(deterministic, fraction):
         out_ours, loss_ours = train_step(chk, x_ours, seed)
         assert torch.equal(out_plain, out_ours)
         assert torch.equal(x_plain.grad, x_ours.grad)
-        assert_same_state(plain, ours)
+        assert_same_training(plain, ours)
 
 
 def test_cuda_peak_is_within_the_budget_and_at_the_prediction():
@@ -75,27 +76,7 @@ def test_cuda_peak_is_within_the_budget_and_at_the_prediction():
 
 
 def test_cuda_autocast_float16_recomputes_in_float16(deterministic):
-    torch.manual_seed(0)
-    plain = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(0.2), nn.Linear(256, 256), nn.GELU(),
-                          nn.Linear(256, 256), nn.LayerNorm(256), nn.Linear(256, 10)).cuda()
-    ours = copy.deepcopy(plain)
-    x = torch.randn(32, 64, device="cuda")
-    chk = remat.Checkpointable(ours, progress=False)
-    with torch.autocast("cuda", dtype=torch.float16):
-        chk.measure(x)
-    solution = chk.compute_sequence(chk.min_budget())
-    assert "Fn" in solution.sequence or "CF" in solution.sequence
-    for seed in (1, 2):
-        outs = []
-        for model in (plain, chk):
-            torch.manual_seed(seed)
-            with torch.autocast("cuda", dtype=torch.float16):
-                out = model(x)
-            assert out.dtype == torch.float16
-            out.float().square().mean().backward()
-            outs.append(out)
-        assert torch.equal(outs[0], outs[1])
-        assert_same_state(plain, ours)
+    check_autocast_training("cuda", torch.float16)
 
 
 def test_cuda_default_budget_is_the_free_memory():

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import remat
-from conftest import storage_peak
+from conftest import assert_same_training, check_autocast_training, storage_peak
 
 torchvision = pytest.importorskip("torchvision")
 
@@ -118,13 +118,6 @@ def loss_of(out: torch.Tensor) -> torch.Tensor:
     return (out * weights).square().mean()
 
 
-def assert_same_training(plain: nn.Module, ours: nn.Module) -> None:
-    for (name, p), q in zip(plain.named_parameters(), ours.parameters()):
-        assert p.grad is not None and torch.equal(p.grad, q.grad), f"gradient of {name}"
-    for (name, u), v in zip(plain.named_buffers(), ours.buffers()):
-        assert torch.equal(u, v), f"buffer {name}"
-
-
 def check_training(make, inputs, context=(), fractions=("least", 0.5)):
     """Two steps of the chain plainly and under each budget (the least, and fractions of the way
     from it to the store-all peak): equal bit for bit; the peak of the
@@ -205,28 +198,6 @@ def test_transformer_with_token_ids_and_a_mask_trains_as_plain_bit_for_bit():
 
 
 def test_autocast_recomputes_in_the_forward_precision():
-    """The forward runs under torch.autocast (bfloat16 on the CPU), the backward outside it, as
-    torch's documentation has users write a step: the recomputations run in bfloat16 too."""
-    torch.manual_seed(0)
-    plain = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Dropout(0.2), nn.Linear(128, 128), nn.GELU(),
-                          nn.Linear(128, 128), nn.LayerNorm(128), nn.Linear(128, 10))
-    ours = copy.deepcopy(plain)
-    x = torch.randn(16, 32)
-    chk = remat.Checkpointable(ours, progress=False)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        chk.measure(x)  # measured under autocast: the activations are bfloat16
-    solution = chk.compute_sequence(chk.min_budget())
-    assert "Fn" in solution.sequence or "CF" in solution.sequence  # something is recomputed
-    for seed in (1, 2):
-        outs = []
-        for model in (plain, chk):
-            torch.manual_seed(seed)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                out = model(x)
-            assert out.dtype == torch.bfloat16
-            loss_of(out.float()).backward()
-            outs.append(out)
-        assert torch.equal(outs[0], outs[1])
-        assert_same_training(plain, ours)
-    # Nothing of autocast leaks into the caller's state.
-    assert not torch.is_autocast_enabled("cpu")
+    """The forward runs under torch.autocast (bfloat16 on the CPU), the backward outside it: the
+    recomputations run in bfloat16 too."""
+    check_autocast_training("cpu", torch.bfloat16)

@@ -60,6 +60,7 @@ nn::Sequential fresh(Make make) {
 
 // `with torch.autocast(device, dtype)` in C++, with the API of the LibTorch at hand (2.4 gave
 // the functions a device-type argument and deprecated the old ones).
+// Its own, not runtime/src/autocast.h's: the reference must not be set by the code it checks.
 class AutocastScope {
  public:
   AutocastScope(c10::DeviceType device, c10::ScalarType dtype) : device_(device) {
