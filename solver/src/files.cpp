@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -51,16 +52,17 @@ void write_all(int fd, const std::string& text, const std::string& path, const s
   }
 }
 
-}  // namespace
-
-void check_output_path(const std::string& path, const std::string& what) {
+// Checks that `path` can be written, as check_output_path documents; returns the permissions
+// of the regular file already there, if any.
+std::optional<mode_t> inspect_destination(const std::string& path, const std::string& what) {
   if (path.empty()) throw FileError("an empty path for " + what);
-  if (path == "-") return;
+  std::optional<mode_t> existing;
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode))
       throw FileError(path + ": cannot write " + what + " there: it is " + kind_of(st.st_mode) +
                       ", not a regular file");
+    existing = st.st_mode & 07777;
   } else if (errno != ENOENT) {
     throw FileError(path + ": cannot write " + what + ": " + error_text(errno));
   }
@@ -74,6 +76,13 @@ void check_output_path(const std::string& path, const std::string& what) {
   if (::access(directory.c_str(), W_OK | X_OK) != 0)
     throw FileError(path + ": cannot write " + what + ": the folder " + directory +
                     " is not writable");
+  return existing;
+}
+
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& what) {
+  if (path != "-") inspect_destination(path, what);
 }
 
 void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
@@ -83,7 +92,7 @@ void write_text_file(const std::string& path, const std::string& text, const std
     write_all(STDOUT_FILENO, text, "standard output", what);
     return;
   }
-  check_output_path(path, what);
+  const std::optional<mode_t> existing = inspect_destination(path, what);
   // A temporary of an unpredictable name, created exclusively in the destination's folder
   // (mkstemp: O_CREAT | O_EXCL, so never through a link someone planted), then renamed over
   // the destination, which replaces a planted link rather than following it.
@@ -95,12 +104,12 @@ void write_text_file(const std::string& path, const std::string& text, const std
   const std::string temporary(name.data());
   bool open = true;
   try {
-    // mkstemp makes the file readable by its owner only; give it what a new file would get
-    // (the destination's permissions when it exists).
-    struct stat st {};
+    // mkstemp makes the file readable by its owner only; give it the destination's
+    // permissions, or what a new file would get (umask can only be read by setting it: a
+    // thread creating a file in between would get 0 as its mask).
     mode_t mode = 0;
-    if (::stat(path.c_str(), &st) == 0) {
-      mode = st.st_mode & 07777;
+    if (existing) {
+      mode = *existing;
     } else {
       const mode_t mask = ::umask(0);
       ::umask(mask);
