@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -10,7 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <sstream>
+#include <new>
 #include <unordered_map>
 #include <utility>
 
@@ -31,15 +32,20 @@ namespace {
   throw StateDictError(where + ": " + what);
 }
 
-// A stream with its position and size known, so that a truncated file is reported as such, with
-// the offset, and a corrupt length can never make us allocate more than the file holds.
+// Bytes read in order from a stream or from memory, with their position and size known, so that a
+// truncated file is reported as such, with the offset, and a corrupt length can never make us
+// allocate more than the file holds.
 class Input {
  public:
   Input(std::istream& stream, uint64_t size, std::string where)
-      : stream_(stream), size_(size), where_(std::move(where)) {}
+      : stream_(&stream), size_(size), where_(std::move(where)) {}
+  // `data` (not copied) must outlive the Input.
+  Input(const char* data, uint64_t size, std::string where)
+      : data_(data), size_(size), where_(std::move(where)) {}
 
   const std::string& where() const { return where_; }
   uint64_t pos() const { return pos_; }
+  uint64_t size() const { return size_; }
   uint64_t remaining() const { return size_ - pos_; }
 
   void need(uint64_t n, const std::string& what) const {
@@ -51,8 +57,12 @@ class Input {
   }
   void read(void* out, uint64_t n, const std::string& what) {
     need(n, what);
-    stream_.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
-    if (!stream_) fail(where_, "read error at byte " + std::to_string(pos_));
+    if (data_ != nullptr) {
+      if (n > 0) std::memcpy(out, data_ + pos_, n);
+    } else {
+      stream_->read(static_cast<char*>(out), static_cast<std::streamsize>(n));
+      if (!*stream_) fail(where_, "read error at byte " + std::to_string(pos_));
+    }
     pos_ += n;
   }
   std::string read_string(uint64_t n, const std::string& what) {
@@ -80,7 +90,8 @@ class Input {
   }
 
  private:
-  std::istream& stream_;
+  std::istream* stream_ = nullptr;
+  const char* data_ = nullptr;
   uint64_t pos_ = 0;
   uint64_t size_;
   std::string where_;
@@ -109,8 +120,14 @@ struct Value {
   Kind kind = Kind::kNone;
   int64_t integer = 0;  // kBool, kInt
   double real = 0;      // kFloat
-  // kStr, kBytes, kBigInt (little-endian two's complement), kGlobal ("module.name"), kStorage (key)
-  std::string text;
+  // kStr, kBytes, kBigInt (little-endian two's complement), kGlobal ("module.name"), kStorage
+  // (key). Shared, so that copying a value (DUP, a memo entry used again) never copies its text:
+  // a few bytes of pickle could otherwise copy a long string millions of times.
+  std::shared_ptr<const std::string> text;
+  const std::string& str() const {
+    static const std::string empty;
+    return text ? *text : empty;
+  }
   std::shared_ptr<Items> items;  // kTuple, kList; shared so that a memoized list sees APPENDs
   std::shared_ptr<Dict> dict;    // kDict (dict or OrderedDict)
   at::Storage storage;           // kStorage, bytes shared by every tensor that views it
@@ -130,7 +147,7 @@ Value make(Kind kind, int64_t integer = 0, std::string text = {}) {
   Value value;
   value.kind = kind;
   value.integer = integer;
-  value.text = std::move(text);
+  if (!text.empty()) value.text = std::make_shared<const std::string>(std::move(text));
   if (kind == Kind::kTuple || kind == Kind::kList) value.items = std::make_shared<Items>();
   if (kind == Kind::kDict) value.dict = std::make_shared<Dict>();
   return value;
@@ -141,7 +158,7 @@ std::string kind_name(const Value& value) {
                                       "str",    "bytes",   "tuple", "list", "dict",
                                       "global", "storage", "tensor"};
   const std::string name = names[static_cast<int>(value.kind)];
-  return value.kind == Kind::kGlobal ? name + " " + value.text : name;
+  return value.kind == Kind::kGlobal ? name + " " + value.str() : name;
 }
 
 // "an int", "a list", "None": for messages.
@@ -151,45 +168,76 @@ std::string a_kind(const Value& value) {
   return (std::string("aeiou").find(kind[0]) == std::string::npos ? "a " : "an ") + kind;
 }
 
-// A string equal for two keys exactly when Python finds them equal (bool and int alike); false
-// for an unhashable key (a list, a dict).
-bool hash_key(const Value& key, std::string& out) {
+// The longest dict key hash_key() makes. Keys of a state dict are names of a few dozen bytes;
+// the cap bounds the memory and time a hostile key can take (a tuple of tuples sharing memo
+// entries doubles its size with every two bytes of pickle).
+constexpr size_t kMaxKeyBytes = 4096;
+
+enum class KeyHash { kOk, kUnhashable, kTooLong };
+
+// A string equal for two keys exactly when Python finds them equal (bool and int alike):
+// kUnhashable for a list or a dict, kTooLong above kMaxKeyBytes. Iterative, so that a tuple
+// nested to any depth cannot overflow the call stack.
+KeyHash hash_key(const Value& key, std::string& out) {
   const auto tagged = [&](char tag, const std::string& text) {
-    out += tag + std::to_string(text.size()) + ":" + text;
+    out += tag + std::to_string(text.size()) + ":";
+    if (text.size() > kMaxKeyBytes) return false;
+    out += text;
     return true;
   };
-  switch (key.kind) {
-    case Kind::kNone:
-      return tagged('N', "");
-    case Kind::kBool:
-    case Kind::kInt:
-      return tagged('i', std::to_string(key.integer));
-    case Kind::kBigInt:
-      return tagged('L', key.text);
-    case Kind::kFloat: {
-      uint64_t bits = 0;
-      std::memcpy(&bits, &key.real, sizeof bits);
-      return tagged('f', std::to_string(bits));
-    }
-    case Kind::kStr:
-      return tagged('s', key.text);
-    case Kind::kBytes:
-      return tagged('b', key.text);
-    case Kind::kTuple:
-      out += "t(";
-      for (const Value& item : *key.items) {
-        if (!hash_key(item, out)) return false;
+  // Each open tuple and the index of its next item.
+  std::vector<std::pair<const Items*, size_t>> open;
+  const Value* next = &key;
+  for (;;) {
+    if (next != nullptr) {
+      bool ok = true;
+      switch (next->kind) {
+        case Kind::kNone:
+          ok = tagged('N', "");
+          break;
+        case Kind::kBool:
+        case Kind::kInt:
+          ok = tagged('i', std::to_string(next->integer));
+          break;
+        case Kind::kBigInt:
+          ok = tagged('L', next->str());
+          break;
+        case Kind::kFloat: {
+          uint64_t bits = 0;
+          std::memcpy(&bits, &next->real, sizeof bits);
+          ok = tagged('f', std::to_string(bits));
+          break;
+        }
+        case Kind::kStr:
+          ok = tagged('s', next->str());
+          break;
+        case Kind::kBytes:
+          ok = tagged('b', next->str());
+          break;
+        case Kind::kTuple:
+          out += "t(";
+          open.emplace_back(next->items.get(), 0);
+          break;
+        default:
+          return KeyHash::kUnhashable;
       }
+      if (!ok || out.size() > kMaxKeyBytes) return KeyHash::kTooLong;
+    }
+    if (open.empty()) return KeyHash::kOk;
+    auto& [items, index] = open.back();
+    if (index < items->size()) {
+      next = &(*items)[index++];
+    } else {
       out += ")";
-      return true;
-    default:
-      return false;
+      open.pop_back();
+      next = nullptr;
+    }
   }
 }
 
 const Value* find_str_key(const Dict& dict, const std::string& name) {
   std::string key;
-  hash_key(make(Kind::kStr, 0, name), key);
+  if (hash_key(make(Kind::kStr, 0, name), key) != KeyHash::kOk) return nullptr;
   const auto it = dict.index.find(key);
   return it == dict.index.end() ? nullptr : &dict.items[it->second].second;
 }
@@ -227,12 +275,24 @@ struct StorageId {
 };
 using StorageLoader = std::function<at::Storage(const StorageId&)>;
 
+// Caps on what a pickle may build, so that the memory a file takes stays proportional to its size
+// (a value costs about 150 bytes). A state dict's pickle makes about a dozen values per tensor and
+// keeps few on its stack (a SETITEMS of at most 1,000 entries) and in its memo (one entry per
+// string, storage and tensor); the largest state dicts have some thousands of tensors.
+constexpr size_t kMaxStack = size_t{1} << 20;  // values on the stack, and MARKs
+constexpr size_t kMaxMemo = size_t{1} << 20;   // memo entries
+// Values built by a pickle that takes `stored_bytes` in the file. Each opcode builds at most one
+// value, so an uncompressed pickle (what torch.save writes) never reaches this; a compressed one
+// would otherwise build up to 1,032 values per byte of the file.
+uint64_t max_values_for(uint64_t stored_bytes) { return 16 * stored_bytes + (uint64_t{1} << 16); }
+
 // A pickle virtual machine for the opcodes of protocols 2 to 5 that torch.save emits, building
 // Values; REDUCE runs only the known functions above.
 class Unpickler {
  public:
-  Unpickler(Input& in, StorageLoader load_storage)
-      : in_(in), load_storage_(std::move(load_storage)) {}
+  // At most `max_values` values built, over all the pickles read.
+  Unpickler(Input& in, StorageLoader load_storage, uint64_t max_values)
+      : in_(in), load_storage_(std::move(load_storage)), max_values_(max_values) {}
   Unpickler(const Unpickler&) = delete;
   Unpickler& operator=(const Unpickler&) = delete;
 
@@ -245,13 +305,30 @@ class Unpickler {
     }
   }
 
-  // Reads one pickle, up to its STOP; a file may hold several in a row.
+  // Reads one pickle, up to its STOP; a file may hold several in a row. Every failure is a
+  // StateDictError with the opcode's offset, an allocation failure included.
   Value load() {
     stack_.clear();
     marks_.clear();
     memo_.clear();
-    for (;;) {
+    for (Value result;;) {
       op_pos_ = in_.pos();
+      try {
+        if (run_op(result)) return result;
+      } catch (const StateDictError&) {
+        throw;
+      } catch (const std::bad_alloc&) {
+        error("out of memory");
+      } catch (const c10::Error& e) {  // from LibTorch, allocating or viewing a storage
+        error(e.what_without_backtrace());
+      }
+    }
+  }
+
+ private:
+  // Runs the opcode at the input's position; true, with the pickle's value, at its STOP.
+  bool run_op(Value& result) {
+    {
       const auto op = static_cast<unsigned char>(read(1));
       switch (op) {
         case 0x80: {  // PROTO
@@ -263,10 +340,14 @@ class Unpickler {
           read(8);
           break;
         case '(':  // MARK
+          if (marks_.size() >= kMaxStack) {
+            error("more than " + std::to_string(kMaxStack) + " MARKs open");
+          }
           marks_.push_back(stack_.size());
           break;
         case '.':  // STOP
-          return pop();
+          result = pop();
+          return true;
         case '0':  // POP
           pop();
           break;
@@ -388,7 +469,7 @@ class Unpickler {
           if (module.kind != Kind::kStr || name.kind != Kind::kStr) {
             error("STACK_GLOBAL of non-str");
           }
-          push(make_global(module.text, name.text));
+          push(make_global(module.str(), name.str()));
           break;
         }
         case 'R':     // REDUCE
@@ -405,13 +486,13 @@ class Unpickler {
           if (top().kind != Kind::kDict) error("BUILD (setting the state) of " + a_kind(top()));
           break;
         case 'q':  // BINPUT
-          memo_[read(1)] = top();
+          memo_put(read(1));
           break;
         case 'r':  // LONG_BINPUT
-          memo_[read(4)] = top();
+          memo_put(read(4));
           break;
         case 0x94:  // MEMOIZE
-          memo_[memo_.size()] = top();
+          memo_put(memo_.size());
           break;
         case 'h':  // BINGET
           push(memo_get(read(1)));
@@ -429,9 +510,9 @@ class Unpickler {
         }
       }
     }
+    return false;
   }
 
- private:
   // `detail` goes after the offset: a hint on what to do.
   [[noreturn]] void error(const std::string& what, const std::string& detail = "") const {
     fail(in_.where(), what + " at byte " + std::to_string(op_pos_) + detail);
@@ -470,7 +551,23 @@ class Unpickler {
 
   // Items above the innermost MARK belong to it: popping them otherwise means a corrupt pickle.
   size_t stack_floor() const { return marks_.empty() ? 0 : marks_.back(); }
-  void push(Value value) { stack_.push_back(std::move(value)); }
+  void push(Value value) {
+    // Every value the pickle builds is pushed: counting pushes bounds them all.
+    if (++values_ > max_values_) {
+      error("the pickle builds more than " + std::to_string(max_values_) +
+            " values, more than a file of its size can honestly need");
+    }
+    if (stack_.size() >= kMaxStack) {
+      error("pickle stack deeper than " + std::to_string(kMaxStack) + " values");
+    }
+    stack_.push_back(std::move(value));
+  }
+  void memo_put(uint64_t key) {
+    if (memo_.size() >= kMaxMemo && memo_.count(key) == 0) {
+      error("pickle memo larger than " + std::to_string(kMaxMemo) + " entries");
+    }
+    memo_[key] = top();
+  }
   Value& top() {
     if (stack_.size() <= stack_floor()) error("pickle stack underflow");
     return stack_.back();
@@ -498,7 +595,15 @@ class Unpickler {
     Dict& dict = *top().dict;
     for (size_t i = 0; i < pairs.size(); i += 2) {
       std::string key;
-      if (!hash_key(pairs[i], key)) error("unhashable dict key (" + kind_name(pairs[i]) + ")");
+      switch (hash_key(pairs[i], key)) {
+        case KeyHash::kOk:
+          break;
+        case KeyHash::kUnhashable:
+          error("unhashable dict key (" + kind_name(pairs[i]) + ")");
+        case KeyHash::kTooLong:
+          error("dict key (" + kind_name(pairs[i]) + ") longer than " +
+                std::to_string(kMaxKeyBytes) + " bytes");
+      }
       const auto [it, inserted] = dict.index.emplace(key, dict.items.size());
       if (inserted) {
         dict.items.emplace_back(std::move(pairs[i]), std::move(pairs[i + 1]));
@@ -527,9 +632,9 @@ class Unpickler {
 
   Value call(const Value& callable, const Value& args) {
     if (callable.kind != Kind::kGlobal) error("call of " + a_kind(callable));
-    if (args.kind != Kind::kTuple) error("arguments of " + callable.text + " are not a tuple");
+    if (args.kind != Kind::kTuple) error("arguments of " + callable.str() + " are not a tuple");
     const Items& arg = *args.items;
-    const std::string& name = callable.text;
+    const std::string& name = callable.str();
     if (name == "collections.OrderedDict") {
       if (!arg.empty()) error("OrderedDict with arguments");
       return container(Kind::kDict);
@@ -582,7 +687,7 @@ class Unpickler {
     if (bad || (!empty && last >= capacity)) {
       error("tensor of size " + c10::str(c10::IntArrayRef(sizes)) + ", stride " +
             c10::str(c10::IntArrayRef(strides)) + " at offset " + std::to_string(offset) +
-            " does not fit its storage '" + storage.text + "' of " + std::to_string(capacity) +
+            " does not fit its storage '" + storage.str() + "' of " + std::to_string(capacity) +
             " elements");
     }
     Value value = make(Kind::kTensor);
@@ -596,16 +701,16 @@ class Unpickler {
   Value persistent_load(const Value& pid) {
     const Items* fields = pid.kind == Kind::kTuple ? pid.items.get() : nullptr;
     if (fields == nullptr || (fields->size() != 5 && fields->size() != 6) ||
-        (*fields)[0].kind != Kind::kStr || (*fields)[0].text != "storage" ||
+        (*fields)[0].kind != Kind::kStr || (*fields)[0].str() != "storage" ||
         (*fields)[1].kind != Kind::kGlobal || (*fields)[2].kind != Kind::kStr) {
       error("persistent id that is not ('storage', type, key, location, numel)");
     }
     if (fields->size() == 6 && (*fields)[5].kind != Kind::kNone) {
       error("storage view (written by torch older than 0.4)");
     }
-    const auto type = storage_types().find((*fields)[1].text);
-    if (type == storage_types().end()) error("storage of type " + (*fields)[1].text);
-    const StorageId id{(*fields)[2].text, type->second, to_int((*fields)[4], "storage size")};
+    const auto type = storage_types().find((*fields)[1].str());
+    if (type == storage_types().end()) error("storage of type " + (*fields)[1].str());
+    const StorageId id{(*fields)[2].str(), type->second, to_int((*fields)[4], "storage size")};
     if (id.numel < 0) error("negative storage size");
     Value value = make(Kind::kStorage, 0, id.key);
     value.storage = load_storage_(id);
@@ -620,6 +725,8 @@ class Unpickler {
   std::unordered_map<uint64_t, Value> memo_;
   std::vector<Value> containers_;  // every tuple, list and dict made
   uint64_t op_pos_ = 0;
+  uint64_t max_values_;
+  uint64_t values_ = 0;
 };
 
 // Why `value` is not a state dict, or "" when it is a dict of str -> tensor.
@@ -627,7 +734,7 @@ std::string why_not_state_dict(const Value& value) {
   if (value.kind != Kind::kDict) return "it is " + a_kind(value);
   for (const auto& [key, item] : value.dict->items) {
     if (key.kind != Kind::kStr) return "it has a key of type " + kind_name(key);
-    if (item.kind != Kind::kTensor) return "'" + key.text + "' holds " + a_kind(item);
+    if (item.kind != Kind::kTensor) return "'" + key.str() + "' holds " + a_kind(item);
   }
   return "";
 }
@@ -653,11 +760,153 @@ std::vector<StateDictEntry> state_dict_entries(const Value& top, const std::stri
   }
   std::vector<StateDictEntry> entries;
   for (const auto& [key, item] : state_dict->dict->items)
-    entries.push_back({key.text, item.tensor});
+    entries.push_back({key.str(), item.tensor});
   return entries;
 }
 
-std::vector<StateDictEntry> read_zip(const std::string& path) {
+// A zip archive's entry as its central directory declares it.
+struct ZipEntry {
+  uint64_t header = 0;      // offset of its local header
+  uint64_t data = 0;        // offset of its (compressed) bytes
+  uint64_t compressed = 0;  // bytes in the file
+  uint64_t size = 0;        // bytes once decompressed: what LibTorch allocates to read it
+};
+
+// The most a deflated stream can expand: 1,032 times (258 bytes from each 2-bit code, less
+// the block headers), plus a small constant.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+uint64_t le(const std::string& bytes, size_t at, int width) {
+  uint64_t value = 0;
+  for (int i = 0; i < width; ++i)
+    value |= uint64_t{static_cast<unsigned char>(bytes[at + i])} << 8 * i;
+  return value;
+}
+
+// Checks the sizes a zip archive declares before LibTorch allocates anything from them (it
+// allocates each record's declared decompressed size, then reads): every entry lies inside the
+// file, no two entries share bytes, and no entry expands beyond what its compression can give.
+// So the records LibTorch reads take at most the file's size, or 1,032 times it when deflated.
+// Returns the entries by name less the archive's top folder ("data.pkl", "data/0").
+std::unordered_map<std::string, ZipEntry> check_zip(std::istream& file, uint64_t file_size,
+                                                    const std::string& path) {
+  const auto bad = [&](uint64_t offset, const std::string& what) {
+    fail(path, "not a zip archive written by torch.save, or a truncated one (" + what +
+                   " at byte " + std::to_string(offset) + ")");
+  };
+  const auto read_at = [&](uint64_t offset, uint64_t n, const std::string& what) {
+    if (offset > file_size || n > file_size - offset) bad(offset, what + " beyond the end");
+    std::string bytes(n, '\0');
+    file.clear();
+    file.seekg(static_cast<std::streamoff>(offset));
+    file.read(bytes.data(), static_cast<std::streamsize>(n));
+    if (!file) fail(path, "read error at byte " + std::to_string(offset));
+    return bytes;
+  };
+  // The end of central directory record: 22 bytes and a comment of up to 65,535.
+  const uint64_t tail_size = std::min<uint64_t>(file_size, 22 + 65535);
+  const std::string tail = read_at(file_size - tail_size, tail_size, "the end record");
+  size_t end = std::string::npos;
+  for (size_t i = tail_size >= 22 ? tail_size - 22 + 1 : 0; i-- > 0;) {
+    if (tail.compare(i, 4, "PK\x05\x06") == 0) {
+      end = i;
+      break;
+    }
+  }
+  if (end == std::string::npos) bad(file_size, "no end of central directory record");
+  const uint64_t end_offset = file_size - tail_size + end;
+  uint64_t count = le(tail, end + 10, 2);
+  uint64_t directory_size = le(tail, end + 12, 4);
+  uint64_t directory = le(tail, end + 16, 4);
+  if (count == 0xffff || directory_size == 0xffffffff || directory == 0xffffffff) {  // zip64
+    if (end_offset < 20) bad(end_offset, "no zip64 locator");
+    const std::string locator = read_at(end_offset - 20, 20, "the zip64 locator");
+    if (locator.compare(0, 4, "PK\x06\x07") != 0) bad(end_offset - 20, "no zip64 locator");
+    const uint64_t record_offset = le(locator, 8, 8);
+    const std::string record = read_at(record_offset, 56, "the zip64 end record");
+    if (record.compare(0, 4, "PK\x06\x06") != 0) bad(record_offset, "no zip64 end record");
+    count = le(record, 32, 8);
+    directory_size = le(record, 40, 8);
+    directory = le(record, 48, 8);
+  }
+  if (directory > end_offset || directory_size > end_offset - directory) {
+    bad(end_offset, "central directory beyond the end");
+  }
+  if (count > directory_size / 46) bad(end_offset, "more entries than the central directory holds");
+  const std::string entries = read_at(directory, directory_size, "the central directory");
+  std::unordered_map<std::string, ZipEntry> by_name;
+  std::vector<ZipEntry> all;
+  size_t at = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t offset = directory + at;
+    if (entries.size() - at < 46 || entries.compare(at, 4, "PK\x01\x02") != 0) {
+      bad(offset, "central directory entry " + std::to_string(i) + " is corrupt");
+    }
+    const uint64_t method = le(entries, at + 10, 2);
+    ZipEntry entry;
+    entry.compressed = le(entries, at + 20, 4);
+    entry.size = le(entries, at + 24, 4);
+    const uint64_t name_size = le(entries, at + 28, 2);
+    const uint64_t extra_size = le(entries, at + 30, 2);
+    const uint64_t comment_size = le(entries, at + 32, 2);
+    entry.header = le(entries, at + 42, 4);
+    if (entries.size() - at - 46 < name_size + extra_size + comment_size) {
+      bad(offset, "central directory entry " + std::to_string(i) + " is corrupt");
+    }
+    const std::string name = entries.substr(at + 46, name_size);
+    // The zip64 extra field holds, in this order, each of the sizes and the offset that the
+    // fixed fields mark 0xffffffff.
+    for (size_t e = at + 46 + name_size; e + 4 <= at + 46 + name_size + extra_size;) {
+      const uint64_t id = le(entries, e, 2);
+      const uint64_t length = le(entries, e + 2, 2);
+      if (e + 4 + length > at + 46 + name_size + extra_size) break;
+      if (id == 0x0001) {
+        size_t field = e + 4;
+        for (uint64_t* value : {&entry.size, &entry.compressed, &entry.header}) {
+          if (*value != 0xffffffff) continue;
+          if (field + 8 > e + 4 + length) bad(offset, "zip64 field of " + name + " is short");
+          *value = le(entries, field, 8);
+          field += 8;
+        }
+      }
+      e += 4 + length;
+    }
+    at += 46 + name_size + extra_size + comment_size;
+    if (method != 0 && method != 8) {
+      bad(offset, "record " + name + " is compressed with method " + std::to_string(method) +
+                      ", not stored or deflated");
+    }
+    if (method == 0 ? entry.size != entry.compressed
+                    : entry.compressed > file_size ||
+                          entry.size > kMaxDeflateRatio * entry.compressed + 1024) {
+      bad(offset, "record " + name + " declares " + std::to_string(entry.size) + " bytes from " +
+                      std::to_string(entry.compressed) + " in the file");
+    }
+    const std::string local = read_at(entry.header, 30, "the local header of " + name);
+    if (local.compare(0, 4, "PK\x03\x04") != 0) bad(entry.header, "no local header for " + name);
+    entry.data = entry.header + 30 + le(local, 26, 2) + le(local, 28, 2);
+    if (entry.data > directory || entry.compressed > directory - entry.data) {
+      bad(entry.header, "record " + name + " runs past the central directory");
+    }
+    const size_t slash = name.find('/');
+    by_name[slash == std::string::npos ? name : name.substr(slash + 1)] = entry;
+    all.push_back(entry);
+  }
+  std::sort(all.begin(), all.end(),
+            [](const ZipEntry& a, const ZipEntry& b) { return a.header < b.header; });
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (all[i].header < all[i - 1].data + all[i - 1].compressed) {
+      bad(all[i].header, "two records share bytes");
+    }
+  }
+  file.clear();
+  file.seekg(0);
+  return by_name;
+}
+
+std::vector<StateDictEntry> read_zip(std::istream& file, uint64_t file_size,
+                                     const std::string& path) {
+  const std::unordered_map<std::string, ZipEntry> zip = check_zip(file, file_size, path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
@@ -666,8 +915,14 @@ std::vector<StateDictEntry> read_zip(const std::string& path) {
                    e.what_without_backtrace() + ")");
   }
   const auto record = [&](const std::string& name) {
-    if (!reader->hasRecord(name)) fail(path, "record " + name + " missing");
-    return reader->getRecord(name);
+    const auto entry = zip.find(name);
+    if (!reader->hasRecord(name) || entry == zip.end()) fail(path, "record " + name + " missing");
+    try {
+      return reader->getRecord(name);
+    } catch (const c10::Error& e) {
+      fail(path, "record " + name + " at byte " + std::to_string(entry->second.header) + ": " +
+                     e.what_without_backtrace());
+    }
   };
   // torch >= 2.0 writes the byte order; files without one are little-endian.
   if (reader->hasRecord("byteorder")) {
@@ -677,23 +932,26 @@ std::vector<StateDictEntry> read_zip(const std::string& path) {
     }
   }
   const auto [pickle, pickle_size] = record("data.pkl");
-  std::istringstream stream(std::string(static_cast<const char*>(pickle.get()), pickle_size));
-  Input in(stream, pickle_size, path + ": data.pkl");
+  // Read where LibTorch put it, not copied again.
+  Input in(static_cast<const char*>(pickle.get()), pickle_size, path + ": data.pkl");
   std::unordered_map<std::string, at::Storage> storages;
   // Storages shared by several tensors (views) are read once.
   const auto load_storage = [&](const StorageId& id) {
     if (const auto it = storages.find(id.key); it != storages.end()) return it->second;
     auto [data, size] = record("data/" + id.key);
-    const uint64_t needed = id.numel * c10::elementSize(id.dtype);
-    if (size < needed) {
+    uint64_t needed = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(id.numel), c10::elementSize(id.dtype),
+                               &needed) ||
+        size < needed) {
       fail(path, "record data/" + id.key + " holds " + std::to_string(size) +
-                     " bytes, its storage needs " + std::to_string(needed));
+                     " bytes, less than its storage of " + std::to_string(id.numel) +
+                     " elements needs");
     }
     const at::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(size),
                               std::move(data), /*allocator=*/nullptr, /*resizable=*/false);
     return storages.emplace(id.key, storage).first->second;
   };
-  Unpickler unpickler(in, load_storage);
+  Unpickler unpickler(in, load_storage, max_values_for(zip.at("data.pkl").compressed));
   const Value top = unpickler.load();
   return state_dict_entries(top, path);
 }
@@ -712,22 +970,28 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
     bool filled = false;
   };
   std::unordered_map<std::string, Pending> pending;
+  uint64_t pending_bytes = 0;  // with the 8-byte size before each storage's bytes
   bool in_header = true;
   const auto allocate_storage = [&](const StorageId& id) {
     if (in_header) fail(path, "storage '" + id.key + "' in a header pickle of the legacy format");
     auto it = pending.find(id.key);
     if (it == pending.end()) {
       const auto element_size = static_cast<int64_t>(c10::elementSize(id.dtype));
-      if (static_cast<uint64_t>(id.numel) > in.remaining() / element_size) {
+      // All the storages named so far must fit in what is left of the file: so together they
+      // never take more memory than the file's size.
+      const uint64_t available = in.remaining() - std::min(pending_bytes, in.remaining());
+      if (static_cast<uint64_t>(id.numel) > in.remaining() / element_size ||
+          8 + static_cast<uint64_t>(id.numel * element_size) > available) {
         fail(path, "truncated file: storage '" + id.key +
                        "' needs more bytes than the file holds (download or save it again)");
       }
+      pending_bytes += 8 + id.numel * element_size;
       torch::Tensor bytes = torch::empty({id.numel * element_size}, at::kByte);
       it = pending.emplace(id.key, Pending{bytes, id.numel}).first;
     }
     return it->second.bytes.storage();
   };
-  Unpickler unpickler(in, allocate_storage);
+  Unpickler unpickler(in, allocate_storage, max_values_for(size));
 
   Value magic;
   try {
@@ -736,7 +1000,7 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
     not_a_torch_file(path);
   }
   // 0x1950a86a20f9469cfc6c as Python's LONG1 writes it.
-  if (magic.kind != Kind::kBigInt || magic.text != "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19") {
+  if (magic.kind != Kind::kBigInt || magic.str() != "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19") {
     not_a_torch_file(path);
   }
   const Value version = unpickler.load();
@@ -755,10 +1019,10 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
   const Value keys = unpickler.load();
   if (keys.kind != Kind::kList) fail(path, "the legacy storage key list is " + a_kind(keys));
   for (const Value& key : *keys.items) {
-    const auto it = key.kind == Kind::kStr ? pending.find(key.text) : pending.end();
+    const auto it = key.kind == Kind::kStr ? pending.find(key.str()) : pending.end();
     if (it == pending.end()) fail(path, "the legacy storage key list names an unused storage");
     Pending& storage = it->second;
-    const std::string what = "storage '" + key.text + "'";
+    const std::string what = "storage '" + key.str() + "'";
     const auto numel = static_cast<int64_t>(in.read_uint(8, "the size of " + what));
     if (numel != storage.numel || storage.filled) {
       fail(path, what + " has " + std::to_string(numel) +
@@ -786,10 +1050,14 @@ std::vector<StateDictEntry> read_state_dict(const std::string& path) {
   file.clear();
   file.seekg(0);
   try {
-    if (size >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return read_zip(path);
+    if (size >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return read_zip(file, size, path);
     if (size >= 2 && static_cast<unsigned char>(head[0]) == 0x80) {  // a pickle's PROTO
       return read_legacy(file, size, path);
     }
+  } catch (const StateDictError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    fail(path, "out of memory");
   } catch (const c10::Error& e) {  // from LibTorch on input we did not foresee: still the file's
     fail(path, e.what_without_backtrace());
   }
