@@ -316,6 +316,22 @@ void Chain::validate(const std::string& source) const {
   auto check_ms = [&](double ms, const std::string& where) {
     if (!std::isfinite(ms)) fail(source, where, "must be finite");
     if (ms < 0) fail(source, where, str_cat("(", ms, ") must not be negative"));
+    if (ms > kMaxStageMs)
+      fail(source, where,
+           str_cat("(", ms,
+                   ") exceeds the largest time, 1e15 ms (about 31,700 years): check its "
+                   "unit; sums of such times could overflow"));
+  };
+  // The sum that kMaxChainTotalBytes bounds. Each addend has been checked to be at most
+  // kMaxChainBytes and the sum is checked after each one, so the sum itself cannot overflow.
+  std::int64_t total = 0;
+  auto add_to_total = [&](std::int64_t bytes, const std::string& where) {
+    total += bytes;
+    if (total > kMaxChainTotalBytes)
+      fail(source, where,
+           "brings the chain's sizes past 2^60 bytes in all (each activation counted twice, "
+           "for its gradient, with every state and temporary): remat's sums of sizes could "
+           "overflow; check the units of the sizes");
   };
   // Each index once, within 0..size-1.
   auto check_indices = [&](const std::vector<int>& indices, std::size_t size,
@@ -340,8 +356,17 @@ void Chain::validate(const std::string& source) const {
       fail(source, str_cat("inputs[", k, "]"), "cannot be carried: x_0 has no stage before it");
   }
   if (stages.empty()) fail(source, "stages", "is empty: a chain needs at least one stage");
+  if (stages.size() > static_cast<std::size_t>(kMaxStages))
+    fail(source, "stages",
+         str_cat("has ", stages.size(), " stages, more than remat handles (", kMaxStages,
+                 "): the optimal solver's tables grow as the square of the number of stages; "
+                 "group layers into fewer stages"));
   check_bytes(context_bytes, "context_bytes");
   check_bytes(loss_tmp_bytes, "loss_tmp_bytes");
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    add_to_total(2 * inputs[k].bytes, str_cat("inputs[", k, "]"));
+  add_to_total(context_bytes, "context_bytes");
+  add_to_total(loss_tmp_bytes, "loss_tmp_bytes");
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const Stage& stage = stages[i];
     const std::string where = stage_where(i);
@@ -383,6 +408,11 @@ void Chain::validate(const std::string& source) const {
         fail(source, str_cat(where, ".saved_outputs[", k, "]"),
              str_cat("(", stage.saved_outputs[k],
                      ") is a carried member: it is the input's tensor, list it in saved_inputs"));
+    for (const Member& member : stage.outputs) add_to_total(2 * member.bytes, where);
+    add_to_total(stage.state_bytes, where);
+    add_to_total(stage.fwd_tmp_bytes, where);
+    add_to_total(stage.nograd_tmp_bytes(), where);
+    add_to_total(stage.bwd_tmp_bytes, where);
   }
   bool any_gradient = false;
   for (const Member& member : stages.back().outputs) any_gradient = any_gradient || member.grad;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,11 @@ namespace remat {
 namespace detail {
 
 inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// How errors name a chain the caller built: `chain 'NAME'`, or `chain` when it has no name.
+inline std::string chain_source(const Chain& chain) {
+  return chain.name.empty() ? std::string("chain") : "chain '" + chain.name + "'";
+}
 
 // The chain as the dynamic program sees it, in memory units (sizes rounded up), with the loss
 // as a pseudo-stage L. Activations x_0..x_{L+1} (x[L+1] = g[L+1] = 0), stages 0..L:
@@ -157,6 +163,17 @@ class PersistentTable {
   Sequence rebuild(std::int64_t m) const;
   // Bytes held by the table's rows.
   std::int64_t stored_bytes() const { return stored_bytes_; }
+
+  // How a table of `length` stages with rows of `width` memories is computed: `block`
+  // segment starts at a time, `tile` segment ends at a time, by `workers` threads (`threads`
+  // as the constructor takes it). Each worker holds block * tile rows being computed per state
+  // of a segment start, and allocates the rows it stores in arena blocks of up to
+  // kArenaBlockBytes.
+  struct Plan {
+    int block = 1, tile = 1, workers = 1;
+  };
+  static Plan plan(int length, std::int64_t width, int threads);
+  static constexpr std::int64_t kArenaBlockBytes = std::int64_t{32} << 20;
 
  private:
   struct Row {

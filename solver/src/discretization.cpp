@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "detail.h"
 #include "remat/solver/check.h"
@@ -26,6 +28,30 @@ constexpr std::int64_t kMaxAutoSlots = 1 << 16;
 double table_bytes(int length, double capacity) {
   const double pairs = (length + 1.0) * (length + 2.0) / 2.0;
   return pairs * (capacity + 1.0) * sizeof(double);
+}
+
+// Bytes the optimal solver holds for every pair (i, l) of stages (the tables are square),
+// whatever the slots. At most 88 at any one time: the minimum-memory table a solve keeps (16:
+// fresh and taped, 8 bytes each) with the persistent table's row descriptors (64: 32 bytes,
+// fresh and taped) and, in tradeoff(), revolve's counts (8); or, near the least memory, two
+// minimum-memory tables (32), the least-memory search (24) and revolve's counts (8); or a
+// minimum-memory table being built (40 with the copy it keeps). Counted as 120, for margin.
+constexpr int kFixedBytesPerPair = 120;
+
+// An estimate in messages, "up to 2.00 GiB" (it can exceed int64).
+std::string up_to(double bytes) {
+  if (bytes >= 0x1p62) return "more than 4096 PiB";
+  return "up to " + format_bytes(static_cast<std::int64_t>(bytes));
+}
+
+// The largest size of the chain: from this unit on, every size is 0 or 1 unit.
+std::int64_t largest_size(const Chain& chain) {
+  std::int64_t largest =
+      std::max<std::int64_t>({1, chain.input_bytes(), chain.loss_tmp_bytes, chain.context_bytes});
+  for (const Stage& stage : chain.stages)
+    largest = std::max({largest, stage.out_bytes(), stage.kept_bytes(), stage.fwd_tmp_bytes,
+                        stage.nograd_tmp_bytes(), stage.bwd_tmp_bytes});
+  return largest;
 }
 
 }  // namespace
@@ -57,15 +83,138 @@ Discretization discretize_filled(std::int64_t budget, std::int64_t slots) {
   return out;
 }
 
-void check_table_fits_in_memory(int length, std::int64_t capacity) {
-  const double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
-  const double page_size = static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  const double physical = pages > 0 && page_size > 0 ? pages * page_size : 8e9;
-  const double needed = table_bytes(length, static_cast<double>(capacity));
-  REMAT_CHECK(needed <= 0.8 * physical, "the dynamic program for ", length, " stages and ",
-              capacity, " memory slots may need up to ",
-              format_bytes(static_cast<std::int64_t>(needed)), ", more than this machine has (",
-              format_bytes(static_cast<std::int64_t>(physical)), "): use fewer slots");
+MemoryLimit memory_limit(std::int64_t requested) {
+  MemoryLimit out;
+  if (requested > 0) {
+    out.bytes = requested;
+    out.description = str_cat("the memory limit of ", format_bytes(requested));
+    return out;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    const double physical = static_cast<double>(pages) * static_cast<double>(page_size);
+    out.bytes = static_cast<std::int64_t>(std::min(0.8 * physical, 0x1p62));
+    out.description =
+        str_cat(format_bytes(out.bytes), ", 80% of this machine's memory (",
+                format_bytes(static_cast<std::int64_t>(std::min(physical, 0x1p62))), ")");
+  } else {
+    out.bytes = std::int64_t{8} << 30;
+    out.description = "8.00 GiB (this machine's memory is unknown)";
+  }
+  return out;
+}
+
+TableMemory::TableMemory(const Chain& chain, int threads)
+    : length_(chain.length()), threads_(threads), rows_(0), two_states_(false) {
+  // Two states where the sizes differ in bytes: in units they can only coincide. (A chain
+  // has at most kMaxStages stages: every figure here is far below 2^62.)
+  const UnitChain exact = make_unit_chain(chain, 1, true);
+  for (int i = 0; i <= length_; ++i) {
+    const bool two = exact.two_states(i);
+    two_states_ = two_states_ || two;
+    rows_ += (length_ + 1.0 - i) * (two ? 2.0 : 1.0);
+  }
+  const double pairs = (length_ + 1.0) * (length_ + 1.0);
+  fixed_bytes_ = pairs * kFixedBytesPerPair;
+}
+
+double TableMemory::stored_bytes(std::int64_t capacity) const {
+  const std::int64_t width = std::min(capacity, std::int64_t{1} << 62) + 1;
+  const double row_bytes = static_cast<double>(width) * sizeof(double);
+  const PersistentTable::Plan plan = PersistentTable::plan(length_, width, threads_);
+  const double values = rows_ * row_bytes;
+  // The arenas' unused memory: the end of each worker's last block (at most what it stored
+  // before it, or a block of 32 MiB; at least the first block, 4 KiB), and less than a row at
+  // the end of every earlier block (13 doubling ones, then one per 32 MiB) when rows are
+  // smaller than blocks (larger rows get blocks of their own size).
+  const double block_bytes = static_cast<double>(PersistentTable::kArenaBlockBytes);
+  const double arena_slack =
+      std::min(values, plan.workers * block_bytes) + plan.workers * 4096.0 +
+      (row_bytes < block_bytes ? (values / block_bytes + 13.0 * plan.workers) * row_bytes : 0.0);
+  return values + arena_slack;
+}
+
+double TableMemory::bytes(std::int64_t capacity) const {
+  const std::int64_t width = std::min(capacity, std::int64_t{1} << 62) + 1;
+  const double row_bytes = static_cast<double>(width) * sizeof(double);
+  const PersistentTable::Plan plan = PersistentTable::plan(length_, width, threads_);
+  const double states = two_states_ ? 2.0 : 1.0;
+  // Per worker: the rows being computed and the prefix sums and forward memories of a block.
+  const double per_worker =
+      states * plan.block * plan.tile * row_bytes + plan.block * (length_ + 2.0) * 16.0;
+  return fixed_bytes_ + stored_bytes(capacity) + plan.workers * per_worker;
+}
+
+std::int64_t TableMemory::largest_capacity(std::int64_t limit) const {
+  const double most = static_cast<double>(limit);
+  if (bytes(0) > most) return -1;
+  // bytes() grows with the capacity but for the workers' buffers, which the plan keeps near
+  // 4 MiB: the bisection returns a capacity that fits, the largest or close to it.
+  std::int64_t lo = 0, hi = std::int64_t{1} << 62;
+  if (bytes(hi) <= most) return hi;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (bytes(mid) <= most ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void TableMemory::check_fixed(const MemoryLimit& limit) const {
+  REMAT_CHECK(fixed_bytes_ <= static_cast<double>(limit.bytes), "the optimal solver's tables for ",
+              length_, " stages need at least ",
+              format_bytes(static_cast<std::int64_t>(fixed_bytes_)), " (", kFixedBytesPerPair,
+              " bytes for every pair of stages, before any memory slot), more than ",
+              limit.description,
+              ": group layers into fewer stages, or use a heuristic (periodic or revolve)");
+}
+
+void TableMemory::check_given_slots(std::int64_t slots, std::int64_t capacity,
+                                    const MemoryLimit& limit) const {
+  const double needed = bytes(capacity);
+  if (needed <= static_cast<double>(limit.bytes)) return;
+  const std::int64_t fitting = largest_capacity(limit.bytes);
+  REMAT_CHECK(false, "the optimal solver's table for ", length_, " stages and ", slots,
+              " memory slots may need ", up_to(needed), ", more than ", limit.description,
+              fitting >= 1 ? str_cat(": use at most ", fitting, " slots")
+                           : std::string(": use fewer stages or a heuristic"));
+}
+
+std::int64_t slots_within_memory(const TableMemory& memory, const MemoryLimit& limit,
+                                 std::int64_t budget, std::int64_t slots, bool filled,
+                                 std::string& warning) {
+  const auto capacity_of = [&](std::int64_t count) {
+    return (filled ? discretize_filled(budget, count) : discretize(budget, count)).capacity_units;
+  };
+  const auto fits = [&](std::int64_t count) {
+    return memory.bytes(capacity_of(count)) <= static_cast<double>(limit.bytes);
+  };
+  if (fits(slots)) return slots;
+  // The capacity grows with the slot count: bisect for the most slots that fit.
+  std::int64_t lo = 0, hi = slots;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  REMAT_CHECK(lo >= kMinCoarseSlots, "the optimal solver's table for ", memory.length(),
+              " stages with the automatic ", slots, " memory slots may need ",
+              up_to(memory.bytes(capacity_of(slots))), ", more than ", limit.description, "; only ",
+              lo, " slots would fit, fewer than ", kMinCoarseSlots,
+              " (too coarse to be worth solving): give the slots explicitly, group layers into "
+              "fewer stages, or use a heuristic (periodic or revolve)");
+  warning =
+      str_cat("the table was coarsened to ", lo, " memory slots (the automatic choice was ", slots,
+              ") to fit in ", limit.description, "; finer units might give a faster schedule");
+  return lo;
+}
+
+std::int64_t min_slots(const Chain& chain, const SolveOptions& options) {
+  // With a unit of the largest size every size that is not zero is one unit: the least the
+  // chain can take in units, whatever the budget.
+  const UnitChain units = make_unit_chain(chain, largest_size(chain), options.use_nograd_time(),
+                                          options.reference_recurrence());
+  const MinMemoryTable table(units);
+  return units.context + std::max<std::int64_t>(units.x[0] + 1, table.at(0, units.length));
 }
 
 std::int64_t refined_slot_limit(int length, std::int64_t slots) {
@@ -99,14 +248,15 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
     const UnitChain units = make_unit_chain(chain, unit, nograd, published);
     return fits(units, MinMemoryTable(units, slots), slots);
   };
-  std::int64_t largest =
-      std::max<std::int64_t>({1, chain.input_bytes(), chain.loss_tmp_bytes, chain.context_bytes});
-  for (const Stage& stage : chain.stages)
-    largest = std::max({largest, stage.out_bytes(), stage.kept_bytes(), stage.fwd_tmp_bytes,
-                        stage.nograd_tmp_bytes(), stage.bwd_tmp_bytes});
+  const std::int64_t largest = largest_size(chain);
+  // The budget of a unit: unit * slots, -1 (none) beyond int64.
+  const auto budget_of = [slots](std::int64_t unit) {
+    return unit > std::numeric_limits<std::int64_t>::max() / slots ? std::int64_t{-1}
+                                                                   : unit * slots;
+  };
   // No unit below exact_min / slots can work; from `largest` on every size is 0 or 1 unit.
   std::int64_t lo = std::max<std::int64_t>(1, exact_min / slots);
-  if (feasible(lo)) return lo * slots;
+  if (feasible(lo)) return budget_of(lo);
   if (!feasible(largest)) return -1;
   // Gallop up from lo, then bisect: feasible(hi), !feasible(lo).
   std::int64_t step = std::max<std::int64_t>(1, lo / 64);
@@ -120,7 +270,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
     const std::int64_t mid = lo + (hi - lo) / 2;
     (feasible(mid) ? hi : lo) = mid;
   }
-  return hi * slots;
+  return budget_of(hi);
 }
 
 }  // namespace detail

@@ -2,6 +2,7 @@
 // How the optimal solver turns bytes into memory units (docs/algorithms.md).
 
 #include <cstdint>
+#include <string>
 
 #include "remat/solver/chain.h"
 #include "remat/solver/solver.h"
@@ -36,9 +37,62 @@ std::int64_t exact_min_budget(const Chain& chain, const SolveOptions& options);
 // (automatic slots): up to 16 times as many, within twice the automatic table allowance.
 std::int64_t refined_slot_limit(int length, std::int64_t slots);
 
-// Throws std::invalid_argument when the table for `length` stages and `capacity` units could
-// not fit in this machine's memory.
-void check_table_fits_in_memory(int length, std::int64_t capacity);
+// How much memory the optimal solver may take (docs/algorithms.md, "Limits"): `bytes`, and
+// words for messages saying where the figure comes from.
+struct MemoryLimit {
+  std::int64_t bytes = 0;
+  std::string description;
+};
+// `requested` bytes if positive (SolveOptions::memory_limit_bytes), else 80% of this
+// machine's physical memory.
+MemoryLimit memory_limit(std::int64_t requested);
+
+// Fewest slots automatic coarsening goes down to; below, the solve is refused.
+inline constexpr std::int64_t kMinCoarseSlots = 100;
+
+// The memory the optimal solver may allocate for a chain, estimated before allocating: the
+// tables that grow with the square of the length (the minimum-memory tables, the persistent
+// table's row descriptors, the least-memory search), and the persistent table's values at its
+// worst (every row over every memory, a second row for every segment start with two states),
+// with the workers' buffers.
+class TableMemory {
+ public:
+  TableMemory(const Chain& chain, int threads);
+  int length() const { return length_; }
+  // Bytes of the tables that do not depend on the memory axis.
+  double fixed_bytes() const { return fixed_bytes_; }
+  // The most the table's rows of `capacity` units can hold (PersistentTable::stored_bytes()).
+  double stored_bytes(std::int64_t capacity) const;
+  // The whole estimate for a table of `capacity` units: the fixed tables, the rows, and the
+  // workers' buffers.
+  double bytes(std::int64_t capacity) const;
+  // The largest capacity whose estimate is within `limit` bytes; -1 if none.
+  std::int64_t largest_capacity(std::int64_t limit) const;
+
+  // Throws std::invalid_argument when the fixed tables alone exceed the limit.
+  void check_fixed(const MemoryLimit& limit) const;
+  // Throws std::invalid_argument, saying how much it would need, when a table of `capacity`
+  // units (with `slots` given by the caller) exceeds the limit.
+  void check_given_slots(std::int64_t slots, std::int64_t capacity, const MemoryLimit& limit) const;
+
+ private:
+  int length_;
+  int threads_;
+  double rows_;  // rows of the persistent table: segments (i <= l), per state of their start
+  bool two_states_;
+  double fixed_bytes_;
+};
+
+// Automatic slots (SolveOptions::slots() == 0) limited to the memory limit: `slots` if its
+// table fits, else the most slots whose table does (capacities as discretize_filled makes
+// them for `budget` when `filled`, else as discretize makes them, at most the slot count),
+// with `warning` saying so. Throws std::invalid_argument when fewer than kMinCoarseSlots fit.
+std::int64_t slots_within_memory(const TableMemory& memory, const MemoryLimit& limit,
+                                 std::int64_t budget, std::int64_t slots, bool filled,
+                                 std::string& warning);
+
+// The fewest slots with which some budget is feasible (min_feasible_slots()).
+std::int64_t min_slots(const Chain& chain, const SolveOptions& options);
 
 }  // namespace detail
 }  // namespace remat

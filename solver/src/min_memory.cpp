@@ -12,7 +12,10 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
   REMAT_INTERNAL_ASSERT(unit_bytes >= 1);
   const int length = chain.length();
   const auto n = static_cast<std::size_t>(length);
-  auto units = [unit_bytes](std::int64_t bytes) { return (bytes + unit_bytes - 1) / unit_bytes; };
+  // ceil(bytes / unit), without forming bytes + unit - 1 (the unit can be near int64's largest).
+  auto units = [unit_bytes](std::int64_t bytes) {
+    return bytes / unit_bytes + (bytes % unit_bytes != 0 ? 1 : 0);
+  };
   UnitChain c;
   c.length = length;
   c.published_chain_step = published_chain_step;

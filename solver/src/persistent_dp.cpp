@@ -102,7 +102,8 @@ void relax_right_constant(double* __restrict best, const double* __restrict a, d
 
 // Arena blocks grow from 4 KiB to 32 MiB: small tables stay small, large ones allocate rarely.
 constexpr std::int64_t kFirstArenaBlock = 512;  // doubles
-constexpr std::int64_t kLargestArenaBlock = std::int64_t{1} << 22;
+constexpr std::int64_t kLargestArenaBlock =
+    PersistentTable::kArenaBlockBytes / static_cast<std::int64_t>(sizeof(double));
 
 // A block of kBlockStarts segment starts is computed kTileEnds segment ends at a time: each
 // row a tile reads from memory is used for several of the rows it computes, from cache.
@@ -148,21 +149,10 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   REMAT_INTERNAL_ASSERT(capacity >= 0);
   const int length = chain.length;
   const std::int64_t width = capacity + 1;
-  // The rows being computed, block x tile of them, are what every leaf writes: they should
-  // stay in the core's cache (1 MiB at 500 slots with 16 x 16). With wide rows (many slots),
-  // fewer ends per tile, then fewer starts per block.
-  const double row_bytes = static_cast<double>(width) * sizeof(double);
-  int block = std::min(kBlockStarts, length + 1), tile = kTileEnds;
-  while (tile > 1 && block * tile * row_bytes > kPendingBytes) tile /= 2;
-  while (block > 1 && block * tile * row_bytes > kPendingBytes) block /= 2;
+  const Plan how = plan(length, width, threads);
+  const int block = how.block, tile = how.tile;
   const int blocks = (length + 1 + block - 1) / block;
-  // Automatic: one worker per hardware thread, the small problems on the calling thread alone.
-  if (threads <= 0) {
-    const double work = (length + 1.0) * (length + 1.0) * (length + 1.0) / 6.0 * width;
-    threads = work < 2e7 ? 1 : static_cast<int>(std::thread::hardware_concurrency());
-  }
-  const int workers = std::max(1, std::min(threads, blocks));
-  WorkerPool pool(workers);
+  WorkerPool pool(how.workers);
   arenas_.resize(static_cast<std::size_t>(pool.size()));
   std::vector<std::vector<double>> scratch(arenas_.size());
   const int states = taped_rows_.empty() ? 1 : 2;
@@ -191,6 +181,26 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   });
   if (error) std::rethrow_exception(error);
   for (const Arena& arena : arenas_) stored_bytes_ += arena.bytes;
+}
+
+PersistentTable::Plan PersistentTable::plan(int length, std::int64_t width, int threads) {
+  // The rows being computed, block x tile of them, are what every leaf writes: they should
+  // stay in the core's cache (1 MiB at 500 slots with 16 x 16). With wide rows (many slots),
+  // fewer ends per tile, then fewer starts per block.
+  const double row_bytes = static_cast<double>(width) * sizeof(double);
+  Plan out;
+  out.block = std::min(kBlockStarts, length + 1);
+  out.tile = kTileEnds;
+  while (out.tile > 1 && out.block * out.tile * row_bytes > kPendingBytes) out.tile /= 2;
+  while (out.block > 1 && out.block * out.tile * row_bytes > kPendingBytes) out.block /= 2;
+  const int blocks = (length + 1 + out.block - 1) / out.block;
+  // Automatic: one worker per hardware thread, the small problems on the calling thread alone.
+  if (threads <= 0) {
+    const double work = (length + 1.0) * (length + 1.0) * (length + 1.0) / 6.0 * width;
+    threads = work < 2e7 ? 1 : static_cast<int>(std::thread::hardware_concurrency());
+  }
+  out.workers = std::max(1, std::min(threads, blocks));
+  return out;
 }
 
 double* PersistentTable::allocate(int worker, std::int64_t count) {

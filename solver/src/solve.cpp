@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "detail.h"
@@ -37,6 +38,10 @@ void accept(Sequence sequence, Simulation sim, SolveStatus status, Solution& out
   out.makespan_ms = sim.makespan_ms;
   out.peak_bytes = sim.peak_bytes;
   out.simulation = std::move(sim);
+}
+
+void add_warning(Solution& out, const std::string& warning) {
+  out.warning += (out.warning.empty() ? "" : "; ") + warning;
 }
 
 // A heuristic's sequence against the budget; its smallest budget is `min_budget`, or its own
@@ -78,28 +83,67 @@ void fall_back_to_least_memory(const Chain& chain, const SolveOptions& options,
   const detail::RevolvePlanner planner(length, length);
   for (int snapshots = 1; snapshots <= length; ++snapshots) consider(planner.sequence(snapshots));
   out.discretization = Discretization{1, options.budget_bytes()};
-  out.warning = detail::str_cat(
-      "the budget is within the rounding of ", slots_tried,
-      " memory slots of the least memory the chain can run in (", out.min_feasible_budget_bytes,
-      " bytes): the sequence is the least-memory one or the fastest heuristic that fits, not "
-      "the optimum; a slightly larger budget lets the dynamic program choose");
+  add_warning(
+      out,
+      detail::str_cat(
+          "the budget is within the rounding of ", slots_tried,
+          " memory slots of the least memory the chain can run in (", out.min_feasible_budget_bytes,
+          " bytes): the sequence is the least-memory one or the fastest heuristic that "
+          "fits, not the optimum; a slightly larger budget lets the dynamic program choose"));
   accept(std::move(best), std::move(best_sim), SolveStatus::kFeasible, out);
+}
+
+// The slots of an optimal solve with the reference's discretization (given slots, or automatic
+// ones with the published recurrence), within the memory limit: automatic slots are coarsened
+// (capacities at most the slot count, whatever the budget); given slots whose table would not
+// fit are refused.
+std::int64_t reference_slots(const Chain& chain, const SolveOptions& options,
+                             const detail::TableMemory& memory, const detail::MemoryLimit& limit,
+                             std::string& warning) {
+  const std::int64_t slots = detail::slot_count(chain, options.slots());
+  if (options.slots() == 0)
+    return detail::slots_within_memory(memory, limit, std::numeric_limits<std::int64_t>::max(),
+                                       slots, false, warning);
+  memory.check_given_slots(
+      slots,
+      detail::discretize(std::max<std::int64_t>(options.budget_bytes(), 0), slots).capacity_units,
+      limit);
+  return slots;
 }
 
 void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& out) {
   const std::int64_t budget = options.budget_bytes();
-  const std::int64_t slots = detail::slot_count(chain, options.slots());
   const bool automatic = options.slots() == 0 && !options.reference_recurrence();
-  out.min_feasible_budget_bytes = detail::min_feasible_budget_for_slots(chain, options, slots);
-  // Without --slots, a budget that holds every activation gets store-all, which no schedule
-  // beats (every stage runs Fe and B once); the discretized table could miss it by rounding.
-  if (automatic && budget >= store_all_peak(chain)) {
-    Sequence sequence = detail::store_all_sequence(chain.length());
-    Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
-    out.discretization = detail::discretize_filled(budget, slots);
-    accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
-    return;
+  // The memory the solve will need is estimated before anything is allocated.
+  const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
+  const detail::TableMemory memory(chain, options.threads());
+  memory.check_fixed(limit);
+  std::int64_t slots = 0;
+  std::string coarsened;
+  if (automatic) {
+    slots = detail::slot_count(chain, 0);
+    // Without --slots, a budget that holds every activation gets store-all, which no schedule
+    // beats (every stage runs Fe and B once); the discretized table could miss it by rounding.
+    // It needs no table; below it, a table that cannot fit is refused before the least budget
+    // is searched for (which does not depend on automatic slots).
+    const bool store_all = budget >= store_all_peak(chain);
+    const std::int64_t fitting =
+        store_all ? slots
+                  : detail::slots_within_memory(memory, limit, budget, slots, true, coarsened);
+    out.min_feasible_budget_bytes = detail::min_feasible_budget_for_slots(chain, options, slots);
+    if (store_all) {
+      Sequence sequence = detail::store_all_sequence(chain.length());
+      Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
+      out.discretization = detail::discretize_filled(budget, slots);
+      accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
+      return;
+    }
+    slots = fitting;
+  } else {
+    slots = reference_slots(chain, options, memory, limit, coarsened);
+    out.min_feasible_budget_bytes = detail::min_feasible_budget_for_slots(chain, options, slots);
   }
+  if (!coarsened.empty()) add_warning(out, coarsened);
   Discretization disc =
       automatic ? detail::discretize_filled(budget, slots) : detail::discretize(budget, slots);
   out.discretization = disc;
@@ -114,23 +158,26 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
     // Rounding sizes up to whole units put the budget out of reach, although the chain fits
     // it in exact bytes: finer units, as far as the table's allowance goes.
     bool found = false;
-    const std::int64_t limit = detail::refined_slot_limit(chain.length(), slots);
-    for (std::int64_t finer = 2 * slots; !found && finer <= limit && disc.unit_bytes > 1;
+    std::int64_t tried = slots;  // the finest slot count tried
+    const std::int64_t finest = detail::refined_slot_limit(chain.length(), slots);
+    for (std::int64_t finer = 2 * slots; !found && finer <= finest && disc.unit_bytes > 1;
          finer *= 2) {
-      disc = detail::discretize_filled(budget, finer);
+      const Discretization candidate = detail::discretize_filled(budget, finer);
+      if (memory.bytes(candidate.capacity_units) > static_cast<double>(limit.bytes)) break;
+      disc = candidate;
+      tried = finer;
       units = std::make_unique<detail::UnitChain>(
           detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false));
       min_memory = std::make_unique<detail::MinMemoryTable>(*units, disc.capacity_units);
       found = detail::fits(*units, *min_memory, disc.capacity_units);
     }
     if (!found) {
-      fall_back_to_least_memory(chain, options, limit, out);
+      fall_back_to_least_memory(chain, options, tried, out);
       return;
     }
   }
   out.discretization = disc;
   const std::int64_t available = disc.capacity_units - units->context;
-  detail::check_table_fits_in_memory(chain.length(), available);
   const detail::PersistentTable table(*units, *min_memory, available, options.threads());
   Sequence sequence = table.rebuild(available);
   Simulation sim = simulate(chain, sequence, TimeModel{options.use_nograd_time()});
@@ -214,6 +261,10 @@ namespace {
 void check_options(const SolveOptions& options) {
   REMAT_CHECK(options.slots() >= 0, "slots (", options.slots(), ") must not be negative");
   REMAT_CHECK(options.threads() >= 0, "threads (", options.threads(), ") must not be negative");
+  REMAT_CHECK(options.threads() <= kMaxThreads, "threads (", options.threads(),
+              ") must be at most ", kMaxThreads, " (0, the default, runs one per core)");
+  REMAT_CHECK(options.memory_limit_bytes() >= 0, "memory_limit_bytes (",
+              options.memory_limit_bytes(), ") must not be negative");
 }
 }  // namespace
 
@@ -223,7 +274,7 @@ std::int64_t store_all_peak(const Chain& chain) {
 
 Solution solve(const Chain& chain, const SolveOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  chain.validate();
+  chain.validate(detail::chain_source(chain));
   REMAT_CHECK(options.budget_bytes() >= 0, "the budget (", options.budget_bytes(),
               " bytes) must not be negative");
   check_options(options);
@@ -263,13 +314,30 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
 
 std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options) {
   if (options.algorithm() == Algorithm::kOptimal) {
-    chain.validate();
+    chain.validate(detail::chain_source(chain));
     check_options(options);
-    return detail::min_feasible_budget_for_slots(chain, options,
-                                                 detail::slot_count(chain, options.slots()));
+    const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
+    const detail::TableMemory memory(chain, options.threads());
+    memory.check_fixed(limit);
+    // Automatic slots (without the published recurrence) give the least memory in bytes,
+    // whatever their number; the reference's discretization depends on it.
+    std::int64_t slots = detail::slot_count(chain, options.slots());
+    std::string ignored;
+    if (options.reference_recurrence() && options.slots() == 0)
+      slots = detail::slots_within_memory(memory, limit, std::numeric_limits<std::int64_t>::max(),
+                                          slots, false, ignored);
+    return detail::min_feasible_budget_for_slots(chain, options, slots);
   }
   SolveOptions copy = options;
   return solve(chain, copy.budget_bytes(0)).min_feasible_budget_bytes;
+}
+
+std::int64_t min_feasible_slots(const Chain& chain, const SolveOptions& options) {
+  chain.validate(detail::chain_source(chain));
+  check_options(options);
+  detail::TableMemory(chain, options.threads())
+      .check_fixed(detail::memory_limit(options.memory_limit_bytes()));
+  return detail::min_slots(chain, options);
 }
 
 }  // namespace remat

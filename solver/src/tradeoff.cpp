@@ -3,20 +3,35 @@
 // costs one rebuild and one simulation. The table's unit is the largest budget's, coarser
 // than a solve at a smaller budget would use; where that rounding makes a small budget
 // infeasible, the point falls back to a solve of its own.
+#include "remat/solver/tradeoff.h"
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
+#include <string>
 
 #include "detail.h"
 #include "discretization.h"
 #include "remat/solver/check.h"
 #include "remat/solver/simulator.h"
-#include "remat/solver/tradeoff.h"
 
 namespace remat {
+namespace {
+
+// The optimal point of a sequence at `budget`, checked against it.
+TradeoffPoint point_of(const Chain& chain, const Sequence& sequence, const TimeModel& time,
+                       std::int64_t budget) {
+  const Simulation sim = simulate(chain, sequence, time);
+  REMAT_INTERNAL_ASSERT(sim.peak_bytes <= budget, "tradeoff: peak ", sim.peak_bytes,
+                        " above the budget ", budget);
+  return TradeoffPoint{budget, true, sim.makespan_ms, sim.peak_bytes, 0};
+}
+
+}  // namespace
 
 Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
-  chain.validate("chain");
+  chain.validate(detail::chain_source(chain));
   REMAT_CHECK(options.points() >= 2, "tradeoff: points must be at least 2 (got ",
               options.points(), ")");
   const TimeModel time{options.use_nograd_time()};
@@ -24,79 +39,107 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
     return SolveOptions(budget)
         .slots(options.slots())
         .use_nograd_time(options.use_nograd_time())
-        .threads(options.threads());
+        .threads(options.threads())
+        .memory_limit_bytes(options.memory_limit_bytes());
   };
   Tradeoff out;
   out.store_all_peak_bytes = store_all_peak(chain);
   out.store_all_makespan_ms = chain.store_all_ms();
+  // Checks the options, and that the tables that do not depend on the slots fit.
   out.min_feasible_budget_bytes = min_feasible_budget(chain, solve_options(0));
-  const std::int64_t from =
-      options.from_bytes() > 0 ? options.from_bytes() : out.min_feasible_budget_bytes;
+
+  // Revolve: every checkpoint count simulated once; periodic: every segment count.
+  const int length = chain.length();
+  std::vector<TradeoffPoint> revolve_by_snapshots;
+  {
+    const detail::RevolvePlanner planner(length, length);
+    for (int snapshots = 1; snapshots <= length; ++snapshots) {
+      const Simulation sim = simulate(chain, planner.sequence(snapshots), time);
+      revolve_by_snapshots.push_back(
+          {sim.peak_bytes, true, sim.makespan_ms, sim.peak_bytes, snapshots});
+    }
+  }
+  for (int segments = 1; segments <= length; ++segments) {
+    const Simulation sim = simulate(chain, detail::periodic_sequence(length, segments), time);
+    out.periodic.push_back({sim.peak_bytes, true, sim.makespan_ms, sim.peak_bytes, segments});
+  }
+
+  // The grid starts at optimal's least budget or, when no budget works for optimal with the
+  // slots given, at the least budget of revolve and periodic.
+  std::int64_t least = out.min_feasible_budget_bytes;
+  if (least < 0) {
+    least = out.store_all_peak_bytes;
+    for (const TradeoffPoint& p : revolve_by_snapshots) least = std::min(least, p.peak_bytes);
+    for (const TradeoffPoint& p : out.periodic) least = std::min(least, p.peak_bytes);
+  }
+  const std::int64_t from = options.from_bytes() > 0 ? options.from_bytes() : least;
   const std::int64_t to = options.to_bytes() > 0 ? options.to_bytes() : out.store_all_peak_bytes;
   REMAT_CHECK(from <= to, "tradeoff: the smallest budget (", from,
               " bytes) is above the largest (", to, " bytes)");
   for (int k = 0; k < options.points(); ++k) {
     const long double step = static_cast<long double>(to - from) / (options.points() - 1);
-    const auto budget = static_cast<std::int64_t>(std::floor(from + step * k));
+    // Rounding can put the last points a little above `to`, which may be int64's largest.
+    const long double value = std::floor(from + step * k);
+    const std::int64_t budget = value >= to ? to : static_cast<std::int64_t>(value);
     if (out.budgets.empty() || budget > out.budgets.back()) out.budgets.push_back(budget);
   }
   out.budgets.back() = to;
 
-  // Optimal: one table at the largest budget below the store-all peak.
+  // Optimal: one table at the largest budget below the store-all peak, its slots within the
+  // memory limit (automatic ones coarsened, given ones refused if too many).
   const std::int64_t largest = std::min(to, out.store_all_peak_bytes - 1);
-  const std::int64_t slots = detail::slot_count(chain, options.slots());
-  const Discretization disc = detail::discretize(std::max<std::int64_t>(largest, 1), slots);
-  out.unit_bytes = disc.unit_bytes;
-  const detail::UnitChain units =
-      detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false);
-  const detail::MinMemoryTable min_memory(units, disc.capacity_units);
-  std::unique_ptr<detail::PersistentTable> table;
-  if (largest >= from && detail::fits(units, min_memory, disc.capacity_units)) {
-    detail::check_table_fits_in_memory(chain.length(), disc.capacity_units - units.context);
-    table = std::make_unique<detail::PersistentTable>(
-        units, min_memory, disc.capacity_units - units.context, options.threads());
+  std::vector<std::size_t> own_solves;  // points that need a solve of their own
+  out.optimal.resize(out.budgets.size());
+  {
+    const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
+    const detail::TableMemory memory(chain, options.threads());
+    std::int64_t slots = detail::slot_count(chain, options.slots());
+    const std::int64_t table_budget = std::max<std::int64_t>(largest, 1);
+    if (largest >= from) {
+      if (options.slots() == 0)
+        slots = detail::slots_within_memory(memory, limit, std::numeric_limits<std::int64_t>::max(),
+                                            slots, false, out.warning);
+      else
+        memory.check_given_slots(slots, detail::discretize(table_budget, slots).capacity_units,
+                                 limit);
+    }
+    const Discretization disc = detail::discretize(table_budget, slots);
+    out.unit_bytes = disc.unit_bytes;
+    const detail::UnitChain units =
+        detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false);
+    const detail::MinMemoryTable min_memory(units, disc.capacity_units);
+    std::unique_ptr<detail::PersistentTable> table;
+    if (largest >= from && detail::fits(units, min_memory, disc.capacity_units))
+      table = std::make_unique<detail::PersistentTable>(
+          units, min_memory, disc.capacity_units - units.context, options.threads());
+    for (std::size_t k = 0; k < out.budgets.size(); ++k) {
+      const std::int64_t budget = out.budgets[k];
+      Sequence sequence;
+      if (budget >= out.store_all_peak_bytes) {
+        sequence = detail::store_all_sequence(chain.length());
+      } else if (table) {
+        const std::int64_t capacity =
+            std::min(disc.capacity_units, budget / disc.unit_bytes) - units.context;
+        if (capacity - units.x[0] >= 0 &&
+            table->value(0, chain.length(), capacity) < detail::kInfinity)
+          sequence = table->rebuild(capacity);
+      }
+      if (sequence.empty()) {
+        own_solves.push_back(k);
+      } else {
+        out.optimal[k] = point_of(chain, sequence, time, budget);
+      }
+    }
   }
-  for (const std::int64_t budget : out.budgets) {
-    TradeoffPoint point;
-    point.budget_bytes = budget;
-    Sequence sequence;
-    if (budget >= out.store_all_peak_bytes) {
-      sequence = detail::store_all_sequence(chain.length());
-    } else if (table) {
-      const std::int64_t capacity =
-          std::min(disc.capacity_units, budget / disc.unit_bytes) - units.context;
-      if (capacity - units.x[0] >= 0 &&
-          table->value(0, chain.length(), capacity) < detail::kInfinity)
-        sequence = table->rebuild(capacity);
-    }
-    if (sequence.empty()) {  // rounding at this unit: a solve of its own
-      const Solution own = solve(chain, solve_options(budget));
-      if (own.ok()) sequence = own.sequence;
-    }
-    if (!sequence.empty()) {
-      const Simulation sim = simulate(chain, sequence, time);
-      REMAT_INTERNAL_ASSERT(sim.peak_bytes <= budget, "tradeoff: peak ", sim.peak_bytes,
-                            " above the budget ", budget);
-      point.feasible = true;
-      point.makespan_ms = sim.makespan_ms;
-      point.peak_bytes = sim.peak_bytes;
-    }
-    out.optimal.push_back(point);
+  // Rounding at the table's unit: a solve of its own, once the table is freed (a solve
+  // estimates its memory as if it were alone).
+  for (const std::size_t k : own_solves) {
+    const std::int64_t budget = out.budgets[k];
+    const Solution own = solve(chain, solve_options(budget));
+    out.optimal[k] = own.ok() ? point_of(chain, own.sequence, time, budget)
+                              : TradeoffPoint{budget, false, 0, 0, 0};
   }
 
-  // Revolve: every checkpoint count simulated once; at each budget the most that fit.
-  const int length = chain.length();
-  const detail::RevolvePlanner planner(length, length);
-  std::vector<TradeoffPoint> revolve_by_snapshots;
-  for (int snapshots = 1; snapshots <= length; ++snapshots) {
-    const Simulation sim = simulate(chain, planner.sequence(snapshots), time);
-    revolve_by_snapshots.push_back({sim.peak_bytes, true, sim.makespan_ms, sim.peak_bytes, snapshots});
-  }
-  // Periodic: every segment count.
-  for (int segments = 1; segments <= length; ++segments) {
-    const Simulation sim = simulate(chain, detail::periodic_sequence(length, segments), time);
-    out.periodic.push_back({sim.peak_bytes, true, sim.makespan_ms, sim.peak_bytes, segments});
-  }
   for (const std::int64_t budget : out.budgets) {
     TradeoffPoint revolve{budget, false, 0, 0, 0};
     for (auto it = revolve_by_snapshots.rbegin(); it != revolve_by_snapshots.rend(); ++it) {

@@ -4,6 +4,8 @@
 // infeasible exactly below the reported minimum).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "discretization.h"
 #include "remat/solver.h"
@@ -234,6 +236,163 @@ TEST_CASE("with N slots, rounding can make a larger budget slower; measured", "[
   WARN("--slots 50: makespan increased in " << increases << " of " << pairs
                                             << " budget steps, by at most " << 100 * worst << "%");
   CHECK(pairs > 1000);
+}
+
+}  // namespace remat
+
+namespace remat {
+
+TEST_CASE("enormous times are bad input for every algorithm, never an internal error", "[solver]") {
+  Chain chain = test::uniform_chain(4);
+  chain.stages[1].fwd_ms = 1e308;  // finite, but 1e308 + 1e308 is not
+  for (const Algorithm algorithm : all_algorithms()) {
+    INFO(algorithm_name(algorithm));
+    CHECK_THROWS_AS(solve(chain, SolveOptions(1000).algorithm(algorithm)), ChainError);
+    CHECK_THROWS_WITH(solve(chain, SolveOptions(1000).algorithm(algorithm)),
+                      Catch::StartsWith("chain 'uniform-4': stages[1].fwd_ms (1e+308) exceeds"));
+  }
+  CHECK_THROWS_AS(min_feasible_budget(chain, SolveOptions(0)), ChainError);
+  CHECK_THROWS_AS(tradeoff(chain), ChainError);
+  // At the largest time every sum stays finite, recompute-all's L^2 / 2 forwards included.
+  const Chain slow = test::uniform_chain(60, 10, kMaxStageMs, kMaxStageMs);
+  const std::int64_t budget = store_all_peak(slow) / 3;
+  for (const Algorithm algorithm : all_algorithms()) {
+    INFO(algorithm_name(algorithm));
+    const Solution solution = solve(slow, SolveOptions(store_all_peak(slow)).algorithm(algorithm));
+    REQUIRE(solution.ok());
+    CHECK(std::isfinite(solution.makespan_ms));
+  }
+  const Solution tight = solve(slow, SolveOptions(budget));
+  REQUIRE(tight.ok());
+  CHECK(close(tight.makespan_ms, simulate(slow, tight.sequence).makespan_ms));
+  CHECK(tight.makespan_ms > slow.store_all_ms());
+}
+
+TEST_CASE(
+    "given slots: int64's largest budget does not overflow the units, and too few slots "
+    "are infeasible at every budget",
+    "[solver]") {
+  constexpr std::int64_t kLargest = std::numeric_limits<std::int64_t>::max();
+  CHECK(Discretization{kLargest, 1}.units(1000) == 1);
+  CHECK(Discretization{kLargest, 1}.units(kLargest) == 1);
+  CHECK(Discretization{kLargest, 1}.units(0) == 0);
+  CHECK(Discretization{3, 1}.units(7) == 3);
+  for (std::uint64_t seed = 0; seed < 30; ++seed) {
+    test::RandomChainSpec spec;
+    spec.partial_keeps = seed % 2 == 1;
+    spec.max_bytes = 1 << 20;
+    const Chain chain = test::random_chain(seed + 4400, spec);
+    const std::int64_t needed = min_feasible_slots(chain, SolveOptions(0));
+    INFO("seed " << seed << ", needs " << needed << " slots");
+    REQUIRE(needed >= 1);
+    for (const std::int64_t budget : {kLargest, kLargest / 3, 1000 * store_all_peak(chain)}) {
+      if (needed > 1) {
+        const Solution few = solve(chain, SolveOptions(budget).slots(needed - 1));
+        CHECK_FALSE(few.ok());
+        CHECK(few.min_feasible_budget_bytes == -1);
+      }
+      const Solution enough = solve(chain, SolveOptions(budget).slots(needed));
+      REQUIRE(enough.ok());
+      CHECK(enough.peak_bytes <= budget);
+      CHECK(enough.min_feasible_budget_bytes >= 0);
+      CHECK(enough.min_feasible_budget_bytes <= budget);
+    }
+    if (needed > 1) {
+      CHECK(min_feasible_budget(chain, SolveOptions(0).slots(needed - 1)) == -1);
+      CHECK(min_feasible_budget(chain, SolveOptions(0).slots(1)) == -1);
+    }
+  }
+}
+
+TEST_CASE("threads are at most kMaxThreads", "[solver]") {
+  const Chain chain = test::uniform_chain(5);
+  CHECK_THROWS_AS(solve(chain, SolveOptions(1000).threads(kMaxThreads + 1)), std::invalid_argument);
+  CHECK_THROWS_WITH(solve(chain, SolveOptions(1000).threads(kMaxThreads + 1)),
+                    "threads (1025) must be at most 1024 (0, the default, runs one per core)");
+  CHECK_THROWS_WITH(min_feasible_budget(chain, SolveOptions(0).threads(1 << 30)),
+                    Catch::Contains("must be at most 1024"));
+  CHECK_THROWS_WITH(tradeoff(chain, TradeoffOptions().threads(kMaxThreads + 1)),
+                    Catch::Contains("threads (1025)"));
+  // The most is accepted (a chain this short has one block of segment starts: one worker).
+  CHECK(solve(chain, SolveOptions(store_all_peak(chain) - 1).threads(kMaxThreads)).ok());
+}
+
+TEST_CASE(
+    "the optimal solver estimates its memory before allocating: automatic slots are "
+    "coarsened, given ones refused",
+    "[solver]") {
+  test::RandomChainSpec spec;
+  spec.min_length = spec.max_length = 40;
+  spec.max_bytes = 1 << 20;
+  spec.partial_keeps = true;
+  const Chain chain = test::random_chain(77, spec);
+  const std::int64_t budget =
+      (store_all_peak(chain) + min_feasible_budget(chain, SolveOptions(0))) / 2;
+  const Solution fine = solve(chain, SolveOptions(budget));
+  REQUIRE(fine.ok());
+  REQUIRE(fine.warning.empty());
+  const std::int64_t automatic = detail::slot_count(chain, 0);
+  REQUIRE(automatic > 1000);
+  const detail::TableMemory memory(chain, 0);
+  REQUIRE(memory.bytes(fine.discretization.capacity_units) > 4 * memory.bytes(1000));
+
+  // A limit that holds the table of 1000 slots: the automatic count is coarsened to about that.
+  const auto limit = static_cast<std::int64_t>(
+      std::ceil(memory.bytes(detail::discretize_filled(budget, 1000).capacity_units)));
+  const Solution coarse = solve(chain, SolveOptions(budget).memory_limit_bytes(limit));
+  REQUIRE(coarse.ok());
+  CHECK(coarse.peak_bytes <= budget);
+  CHECK(memory.bytes(coarse.discretization.capacity_units) <= static_cast<double>(limit));
+  CHECK(coarse.discretization.capacity_units >= 1000);
+  CHECK(coarse.discretization.capacity_units < fine.discretization.capacity_units);
+  CHECK_THAT(coarse.warning, Catch::Contains("the table was coarsened to") &&
+                                 Catch::Contains("memory slots (the automatic choice was " +
+                                                 std::to_string(automatic) + ")") &&
+                                 Catch::Contains("the memory limit of"));
+  // The same limit and the slots given: refused, saying how much they need and how many fit.
+  CHECK_THROWS_AS(solve(chain, SolveOptions(budget).slots(automatic).memory_limit_bytes(limit)),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(
+      solve(chain, SolveOptions(budget).slots(automatic).memory_limit_bytes(limit)),
+      Catch::StartsWith("the optimal solver's table for 40 stages and " +
+                        std::to_string(automatic) + " memory slots may need up to ") &&
+          Catch::Contains("more than the memory limit of") && Catch::Contains(": use at most "));
+  CHECK(solve(chain, SolveOptions(budget).slots(1000).memory_limit_bytes(limit)).ok());
+  // Room for fewer than 100 slots: refused too.
+  const auto tight = static_cast<std::int64_t>(memory.bytes(50));
+  CHECK_THROWS_WITH(solve(chain, SolveOptions(budget).memory_limit_bytes(tight)),
+                    Catch::Contains("fewer than 100 (too coarse to be worth solving)"));
+  // ... but store-all, at its peak, needs no table.
+  CHECK(solve(chain, SolveOptions(store_all_peak(chain)).memory_limit_bytes(tight)).ok());
+  // Not even the tables that do not depend on the slots fit.
+  const auto below_fixed = static_cast<std::int64_t>(memory.fixed_bytes()) - 1;
+  CHECK_THROWS_WITH(solve(chain, SolveOptions(budget).memory_limit_bytes(below_fixed)),
+                    Catch::StartsWith("the optimal solver's tables for 40 stages need at least"));
+  // Heuristics build no table.
+  CHECK(
+      solve(chain, SolveOptions(budget).algorithm(Algorithm::kRevolve).memory_limit_bytes(1)).ok());
+  // tradeoff(): its one table is coarsened, or refused, alike.
+  const Tradeoff curve = tradeoff(chain, TradeoffOptions().points(5).memory_limit_bytes(limit));
+  CHECK_THAT(curve.warning, Catch::Contains("the table was coarsened to"));
+  for (std::size_t k = 0; k < curve.budgets.size(); ++k) CHECK(curve.optimal[k].feasible);
+  CHECK_THROWS_WITH(tradeoff(chain, TradeoffOptions().slots(automatic).memory_limit_bytes(limit)),
+                    Catch::Contains("memory slots may need up to"));
+}
+
+TEST_CASE("a long chain whose tables exceed the limit is refused before anything is allocated",
+          "[solver]") {
+  // 2,000 stages: 4e6 pairs of stages, 480 MB of tables before any slot; a 64 MiB limit.
+  const Chain chain = test::uniform_chain(2000);
+  const SolveOptions options = SolveOptions(store_all_peak(chain) / 2).memory_limit_bytes(64 << 20);
+  const std::string message =
+      "the optimal solver's tables for 2000 stages need at least 458.22 MiB (120 bytes for every "
+      "pair of stages, before any memory slot), more than the memory limit of 64.00 MiB: group "
+      "layers into fewer stages, or use a heuristic (periodic or revolve)";
+  CHECK_THROWS_WITH(solve(chain, options), message);
+  CHECK_THROWS_WITH(min_feasible_budget(chain, options), message);
+  CHECK_THROWS_WITH(min_feasible_slots(chain, options), message);
+  CHECK_THROWS_WITH(tradeoff(chain, TradeoffOptions().memory_limit_bytes(64 << 20)), message);
+  CHECK(solve(chain, SolveOptions(options).algorithm(Algorithm::kPeriodic)).ok());
 }
 
 }  // namespace remat

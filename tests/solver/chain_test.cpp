@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -350,6 +351,75 @@ TEST_CASE("validate() holds chains built in code to the same rules", "[solver]")
   chain.stages.clear();
   CHECK_THROWS_WITH(chain.validate("built"), Catch::Contains("stages is empty"));
   CHECK_THROWS_AS(solve(chain, SolveOptions(100)), ChainError);
+}
+
+TEST_CASE("times are at most kMaxStageMs: enormous ones are refused, naming the stage",
+          "[solver]") {
+  // 1e308 is finite, but two of them add up to infinity.
+  CHECK(error_of(edited("\"fwd_ms\": 1, \"bwd_ms\": 2, \"out_bytes\": 4e1",
+                        "\"fwd_ms\": 1e308, \"bwd_ms\": 2, \"out_bytes\": 4e1")) ==
+        "c.json: stages[1].fwd_ms (1e+308) exceeds the largest time, 1e15 ms (about 31,700 "
+        "years): check its unit; sums of such times could overflow");
+  CHECK_THAT(error_of(edited("\"fwd_nograd_ms\": 1.25", "\"fwd_nograd_ms\": 1e16")),
+             Catch::Contains("c.json: stages[0].fwd_nograd_ms (1e+16) exceeds the largest time"));
+  Chain chain = test::uniform_chain(3);
+  chain.stages[2].bwd_ms = kMaxStageMs;
+  chain.validate("built");  // the largest time itself is accepted
+  chain.stages[2].bwd_ms = std::nextafter(kMaxStageMs, 2 * kMaxStageMs);
+  CHECK_THROWS_WITH(chain.validate("built"),
+                    Catch::StartsWith("built: stages[2].bwd_ms (1e+15) exceeds the largest time"));
+}
+
+TEST_CASE(
+    "sums of sizes are at most kMaxChainTotalBytes: a chain past it is refused, naming "
+    "the stage",
+    "[solver]") {
+  // Each stage adds twice its output (for its gradient): the input and stages 0..510 make
+  // 512 * 2^51 = 2^60 bytes, stage 511 goes past.
+  Chain chain = test::uniform_chain(600, kMaxChainBytes);
+  CHECK_THROWS_AS(chain.validate("big.json"), ChainError);
+  CHECK_THROWS_WITH(chain.validate("big.json"),
+                    "big.json: stages[511] brings the chain's sizes past 2^60 bytes in all (each "
+                    "activation counted twice, for its gradient, with every state and "
+                    "temporary): remat's sums of sizes could overflow; check the units of the "
+                    "sizes");
+  chain.stages.resize(511);
+  chain.validate("big.json");
+  CHECK(store_all_peak(chain) > 0);  // every sum fits
+  // Temporaries count too, and a solve names the chain.
+  chain.stages[510].bwd_tmp_bytes = 1;
+  CHECK_THROWS_WITH(solve(chain, SolveOptions(1000)),
+                    Catch::StartsWith("chain 'uniform-600': stages[510] brings the chain's sizes "
+                                      "past 2^60 bytes"));
+  // So do the members of one activation, each at most 2^50 bytes.
+  Chain wide = test::uniform_chain(1);
+  wide.stages[0].outputs.assign(600, Member{kMaxChainBytes});
+  CHECK_THROWS_WITH(wide.validate("wide.json"),
+                    Catch::StartsWith("wide.json: stages[0] brings the chain's sizes past"));
+  // The file format reaches the same check.
+  std::string text = R"({"format": "remat-chain/1", "name": "big", "input_bytes": 1,
+    "stages": [)";
+  for (int i = 0; i < 520; ++i)
+    text += std::string(i ? "," : "") +
+            R"({"name": "s", "fwd_ms": 1, "bwd_ms": 1, "out_bytes": 1125899906842624,
+                "saved_bytes": 1125899906842624, "fwd_tmp_bytes": 0, "bwd_tmp_bytes": 0})";
+  text += "]}";
+  CHECK_THAT(error_of(text), Catch::StartsWith("c.json: stages[511] brings the chain's sizes"));
+}
+
+TEST_CASE("the number of stages is at most kMaxStages", "[solver]") {
+  Chain chain = test::uniform_chain(kMaxStages + 1);
+  CHECK_THROWS_AS(chain.validate("long.json"), ChainError);
+  CHECK_THROWS_WITH(chain.validate("long.json"),
+                    "long.json: stages has 10001 stages, more than remat handles (10000): the "
+                    "optimal solver's tables grow as the square of the number of stages; group "
+                    "layers into fewer stages");
+  // Every algorithm refuses it before allocating anything that grows with it.
+  for (const Algorithm algorithm : all_algorithms())
+    CHECK_THROWS_WITH(solve(chain, SolveOptions(1000).algorithm(algorithm)),
+                      Catch::StartsWith("chain 'uniform-10001': stages has 10001 stages"));
+  chain.stages.pop_back();
+  chain.validate("long.json");
 }
 
 TEST_CASE("sizes are parsed with units", "[solver]") {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "detail.h"
+#include "discretization.h"
 #include "reference_dp.h"
 #include "remat/solver.h"
 #include "test_chains.h"
@@ -110,6 +111,39 @@ TEST_CASE("persistent DP on long chains equals the top-down recurrence", "[solve
   }
   CHECK(compared == 84);
   CHECK(two_states > 20);
+}
+
+// The estimate the solver refuses or coarsens by (docs/algorithms.md, "Limits") must not be
+// below what the table really allocates.
+TEST_CASE("the memory estimate bounds what the persistent table allocates", "[solver]") {
+  int tables = 0;
+  for (std::uint64_t seed = 0; seed < 16; ++seed) {
+    test::RandomChainSpec spec;
+    spec.min_length = 5;
+    spec.max_length = 60;
+    spec.max_bytes = 1 << 12;
+    spec.partial_keeps = seed % 2 == 1;
+    const Chain chain = test::random_chain(seed + 6100, spec);
+    for (const int threads : {1, 2}) {
+      const detail::TableMemory memory(chain, threads);
+      for (const std::int64_t slots : {10, 300, 5000}) {
+        const std::int64_t budget = store_all_peak(chain) - 1;
+        const Discretization disc = detail::discretize(budget, slots);
+        const detail::UnitChain units = detail::make_unit_chain(chain, disc.unit_bytes, true);
+        const detail::MinMemoryTable min_memory(units, disc.capacity_units);
+        if (!detail::fits(units, min_memory, disc.capacity_units)) continue;
+        const std::int64_t capacity = disc.capacity_units - units.context;
+        const detail::PersistentTable table(units, min_memory, capacity, threads);
+        const double bound = memory.stored_bytes(capacity);
+        CHECK(memory.bytes(capacity) > memory.fixed_bytes() + bound);
+        INFO("seed " << seed << " L " << chain.length() << " slots " << slots << " threads "
+                     << threads);
+        CHECK(static_cast<double>(table.stored_bytes()) <= bound);
+        ++tables;
+      }
+    }
+  }
+  CHECK(tables > 60);
 }
 
 TEST_CASE("the minimum-memory table is exact up to its limit, above it at least the limit",

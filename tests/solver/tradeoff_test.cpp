@@ -83,3 +83,39 @@ TEST_CASE("tradeoff: bad options are errors", "[solver][tradeoff]") {
   CHECK_THROWS_WITH(remat::tradeoff(chain, remat::TradeoffOptions().from_bytes(500).to_bytes(400)),
                     Catch::Contains("is above the largest"));
 }
+
+TEST_CASE("tradeoff: too few slots for optimal at any budget still gives revolve and periodic",
+          "[solver][tradeoff]") {
+  const remat::Chain chain = remat::test::uniform_chain(10, 1000);
+  const std::int64_t needed = remat::min_feasible_slots(chain, SolveOptions(0));
+  REQUIRE(needed > 1);
+  for (const std::int64_t slots : {std::int64_t{1}, needed - 1}) {
+    const remat::Tradeoff t =
+        remat::tradeoff(chain, remat::TradeoffOptions().points(6).slots(slots));
+    CHECK(t.min_feasible_budget_bytes == -1);
+    // The grid starts at the least budget of the heuristics: revolve's with one checkpoint.
+    REQUIRE(t.budgets.size() == 6);
+    CHECK(t.budgets.front() ==
+          remat::solve(chain, SolveOptions(0).algorithm(Algorithm::kRecomputeAll))
+              .min_feasible_budget_bytes);
+    CHECK(t.budgets.back() == t.store_all_peak_bytes);
+    CHECK(t.revolve.front().feasible);
+    for (std::size_t k = 0; k + 1 < t.budgets.size(); ++k) CHECK_FALSE(t.optimal[k].feasible);
+    CHECK(t.optimal.back().feasible);  // store-all, at its own peak
+  }
+  CHECK(remat::tradeoff(chain, remat::TradeoffOptions().slots(needed)).min_feasible_budget_bytes >
+        0);
+}
+
+TEST_CASE("tradeoff: a grid up to int64's largest budget", "[solver][tradeoff]") {
+  const remat::Chain chain = remat::test::uniform_chain(6, 1000);
+  constexpr std::int64_t kLargest = std::numeric_limits<std::int64_t>::max();
+  for (const int points : {2, 7, 1000}) {
+    const remat::Tradeoff t =
+        remat::tradeoff(chain, remat::TradeoffOptions().points(points).to_bytes(kLargest));
+    REQUIRE(t.budgets.back() == kLargest);
+    for (std::size_t k = 1; k < t.budgets.size(); ++k) CHECK(t.budgets[k] > t.budgets[k - 1]);
+    CHECK(t.optimal.back().feasible);
+    CHECK(t.optimal.back().makespan_ms == t.store_all_makespan_ms);
+  }
+}

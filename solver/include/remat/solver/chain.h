@@ -14,9 +14,28 @@ namespace remat {
 inline constexpr const char* kChainFormat = "remat-chain/2";
 inline constexpr const char* kChainFormatV1 = "remat-chain/1";
 
-/// Largest byte count a chain may hold in one field (2^50 bytes = 1 PiB): sums of a few
-/// thousand such numbers still fit in int64, and JSON readers keep them exact.
+/// Largest byte count a chain may hold in one field (2^50 bytes = 1 PiB): JSON readers keep
+/// such numbers exact.
 inline constexpr std::int64_t kMaxChainBytes = std::int64_t{1} << 50;
+
+/// Largest sum of a chain's sizes (2^60 bytes = 1 EiB): twice every activation (members
+/// carried over a stage counted again, as the dynamic program counts them; twice for their
+/// gradients), plus every state, every temporary, the context and the loss's temporary. Every
+/// memory figure remat computes (a peak, a table entry, a sum of a few of those) is at most a
+/// few times this, so no sum of sizes can overflow int64.
+inline constexpr std::int64_t kMaxChainTotalBytes = std::int64_t{1} << 60;
+
+/// Largest time a chain may hold in one field, in milliseconds (10^15 ms, about 31,700 years):
+/// a schedule runs at most a few times kMaxStages^2 operations, so every sum of times the
+/// solver forms stays finite and far from overflow (docs/algorithms.md, "Limits").
+inline constexpr double kMaxStageMs = 1e15;
+
+/// Most stages a chain may have. The optimal solver's tables hold about 120 bytes for every
+/// pair of stages before their memory axis (docs/algorithms.md, "Limits"): 12 GB at 10,000
+/// stages, and its time grows as the cube of the length; the heuristics' schedules grow as the
+/// square (recompute-all runs L^2 / 2 forwards). Longer networks should be grouped into fewer
+/// stages.
+inline constexpr int kMaxStages = 10000;
 
 /// One tensor of an activation x_k (activations are tuples of tensors). Either a new storage
 /// of `bytes` bytes, or a tensor of the previous activation passed on unchanged (a skip
@@ -105,8 +124,9 @@ struct Chain {
   /// Time of store-all: every forward with autograd, then every backward.
   double store_all_ms() const;
 
-  /// Checks every invariant of the cost model; throws ChainError naming `source`, the stage
-  /// index and the field. Example: `chain.validate("resnet.json")`.
+  /// Checks every invariant of the cost model and the limits above (kMaxChainBytes per size,
+  /// kMaxChainTotalBytes in all, kMaxStageMs per time, kMaxStages); throws ChainError naming
+  /// `source`, the stage index and the field. Example: `chain.validate("resnet.json")`.
   void validate(const std::string& source = "chain") const;
 };
 

@@ -24,6 +24,10 @@ Algorithm parse_algorithm(std::string_view name);
 /// Every algorithm, in the order above.
 const std::vector<Algorithm>& all_algorithms();
 
+/// Most worker threads a solve may be given (SolveOptions::threads). More threads than
+/// cores only add contention, and each worker holds its own buffers (docs/algorithms.md).
+inline constexpr int kMaxThreads = 1024;
+
 /// Options of solve(). The budget is required; the rest have defaults.
 /// Example: `solve(chain, SolveOptions(700LL << 20).slots(500))`.
 struct SolveOptions {
@@ -41,8 +45,16 @@ struct SolveOptions {
   REMAT_ARG(int, segments) = 0;
   /// Cost `Fn`/`CF` with `fwd_nograd_ms` (the reference always uses `fwd_ms`).
   REMAT_ARG(bool, use_nograd_time) = true;
-  /// Worker threads of the dynamic program; 0 means one per hardware thread.
+  /// Worker threads of the dynamic program, at most kMaxThreads; 0 means one per hardware
+  /// thread.
   REMAT_ARG(int, threads) = 0;
+  /// `optimal` only: the most memory, in bytes, the dynamic program's tables may take; 0 means
+  /// 80% of this machine's physical memory. The memory a solve needs is estimated before
+  /// anything is allocated (docs/algorithms.md, "Limits"): above the limit, automatic slots
+  /// are coarsened (with a warning; never below 100 slots) and a solve that still does not fit,
+  /// or whose `slots` were given, is refused with std::invalid_argument saying how much it
+  /// would need.
+  REMAT_ARG(std::int64_t, memory_limit_bytes) = 0;
   /// `optimal` only: check the chain step's memory as the published recurrence does, to
   /// reproduce the reference's numbers exactly. With fwd_tmp_bytes > 0 that recurrence can
   /// return a sequence that exceeds the budget (reported in Solution::warning) or miss one that
@@ -61,8 +73,10 @@ struct Discretization {
   std::int64_t unit_bytes = 1;
   /// Units available for the whole chain, x_0 included.
   std::int64_t capacity_units = 0;
-  /// Size in whole units, rounded up.
-  std::int64_t units(std::int64_t bytes) const { return (bytes + unit_bytes - 1) / unit_bytes; }
+  /// Size in whole units, rounded up (without overflow, whatever the unit).
+  std::int64_t units(std::int64_t bytes) const {
+    return bytes / unit_bytes + (bytes % unit_bytes != 0 ? 1 : 0);
+  }
 };
 
 /// The result of solve(). A budget that cannot be met is a status, not an exception.
@@ -78,7 +92,8 @@ struct Solution {
   double store_all_makespan_ms = 0;
   /// Exact simulated peak of the sequence in bytes (0 when infeasible).
   std::int64_t peak_bytes = 0;
-  /// Smallest budget at which this algorithm, with these options, finds a sequence.
+  /// Smallest budget at which this algorithm, with these options, finds a sequence; -1 when
+  /// none does (`optimal` with too few slots).
   std::int64_t min_feasible_budget_bytes = 0;
   /// `optimal` only: the discretization used.
   Discretization discretization;
@@ -99,8 +114,15 @@ struct Solution {
 Solution solve(const Chain& chain, const SolveOptions& options);
 
 /// The smallest budget in bytes for which solve(chain, options) is not infeasible; the
-/// options' budget is ignored. Same as solve(...).min_feasible_budget_bytes.
+/// options' budget is ignored. Same as solve(...).min_feasible_budget_bytes. -1 when no budget
+/// up to 2^63 - 1 bytes works (`optimal` with too few slots: see min_feasible_slots()).
 std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options);
+
+/// The fewest slots N with which `optimal` with `slots(N)` finds a schedule at some budget
+/// (the options' budget and slots are ignored): with fewer, the chain cannot fit in N units
+/// even when every size that is not zero takes only one. Example: `remat schedule --slots 1`
+/// says how many slots the chain needs.
+std::int64_t min_feasible_slots(const Chain& chain, const SolveOptions& options);
 
 /// Exact simulated peak of store-all (every activation kept), in bytes.
 std::int64_t store_all_peak(const Chain& chain);

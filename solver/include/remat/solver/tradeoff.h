@@ -7,6 +7,7 @@
 ///   for (const auto& p : t.optimal) std::printf("%lld %f\n", p.budget_bytes, p.makespan_ms);
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "remat/solver/chain.h"
@@ -24,7 +25,10 @@ struct TradeoffOptions {
   /// Memory slots of the one table (0: automatic, as SolveOptions::slots).
   REMAT_ARG(std::int64_t, slots) = 0;
   REMAT_ARG(bool, use_nograd_time) = true;
+  /// As SolveOptions::threads.
   REMAT_ARG(int, threads) = 0;
+  /// As SolveOptions::memory_limit_bytes, for the one table and every solve.
+  REMAT_ARG(std::int64_t, memory_limit_bytes) = 0;
 };
 
 struct TradeoffPoint {
@@ -41,7 +45,9 @@ struct TradeoffPoint {
 struct Tradeoff {
   std::int64_t store_all_peak_bytes = 0;
   double store_all_makespan_ms = 0;
-  /// Least budget for which the optimal solver finds a schedule.
+  /// Least budget for which the optimal solver finds a schedule; -1 when none does with the
+  /// slots given (min_feasible_slots() says how many it needs). Then the grid starts, by
+  /// default, at the least budget of revolve and periodic.
   std::int64_t min_feasible_budget_bytes = 0;
   /// Unit of the table the optimal points come from (1: exact bytes).
   std::int64_t unit_bytes = 1;
@@ -53,6 +59,9 @@ struct Tradeoff {
   std::vector<TradeoffPoint> periodic_best;
   /// One point per segment count K = 1..L, budget_bytes = its peak.
   std::vector<TradeoffPoint> periodic;
+  /// Non-empty when the optimal points deserve a caution (automatic slots coarsened to fit
+  /// the memory limit).
+  std::string warning;
 };
 
 /// Throws std::invalid_argument for bad options (points < 2, from > to).
