@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -163,6 +164,8 @@ Action add_schedule_command(CLI::App& app) {
     REMAT_CHECK(!args->reference_recurrence || algorithm == Algorithm::kOptimal,
                 "--reference-recurrence applies to --algorithm optimal only");
     REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
+    REMAT_CHECK(args->threads <= kMaxThreads, "--threads (", args->threads, ") must be at most ",
+                kMaxThreads, " (0, the default, runs one per core)");
     check_plot_path(args->plot);
     const Chain chain = load_chain(args->chain_path);
     const std::int64_t budget = parse_budget(args->budget, store_all_peak(chain));
@@ -188,8 +191,18 @@ Action add_schedule_command(CLI::App& app) {
                    algorithm_name(algorithm), bytes_and_units(budget),
                    bytes_and_units(solution.min_feasible_budget_bytes));
       } else {
-        fmt::print(stderr, "remat: infeasible: no budget works with {} slots; use more slots\n",
-                   args->slots);
+        const std::int64_t needed = min_feasible_slots(chain, options);
+        if (needed > args->slots) {
+          fmt::print(stderr,
+                     "remat: infeasible: no budget works with {} slots: this chain needs at least "
+                     "{} (--slots {})\n",
+                     args->slots, needed, needed);
+        } else {  // every budget up to int64's largest rounds to too few units
+          fmt::print(stderr,
+                     "remat: infeasible: no budget up to {} bytes works with {} slots; use fewer "
+                     "slots\n",
+                     std::numeric_limits<std::int64_t>::max(), args->slots);
+        }
       }
       return kExitInfeasible;
     }

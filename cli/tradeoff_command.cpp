@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -61,6 +62,8 @@ Action add_tradeoff_command(CLI::App& app) {
                 ") must be between 2 and 10000");
     REMAT_CHECK(args->slots >= 0, "--slots (", args->slots, ") must be a positive number of slots");
     REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
+    REMAT_CHECK(args->threads <= kMaxThreads, "--threads (", args->threads, ") must be at most ",
+                kMaxThreads, " (0, the default, runs one per core)");
     const Chain chain = load_chain(args->chain_path);
     TradeoffOptions options;
     options.points(args->points).slots(args->slots).threads(args->threads);
@@ -76,7 +79,9 @@ Action add_tradeoff_command(CLI::App& app) {
       out["stages"] = chain.length();
       out["store_all_peak_bytes"] = t.store_all_peak_bytes;
       out["store_all_makespan_ms"] = t.store_all_makespan_ms;
-      out["min_feasible_budget_bytes"] = t.min_feasible_budget_bytes;
+      out["min_feasible_budget_bytes"] = t.min_feasible_budget_bytes >= 0
+                                             ? nlohmann::json(t.min_feasible_budget_bytes)
+                                             : nlohmann::json();
       out["unit_bytes"] = t.unit_bytes;
       out["points"] = nlohmann::json::array();
       for (std::size_t k = 0; k < t.budgets.size(); ++k)
@@ -93,8 +98,14 @@ Action add_tradeoff_command(CLI::App& app) {
       fmt::print("chain        {} ({} stages)\n", chain.name.empty() ? "-" : chain.name, chain.length());
       fmt::print("store-all    peak {} ({} bytes), {:.3f} ms\n", format_bytes(t.store_all_peak_bytes),
                  t.store_all_peak_bytes, t.store_all_makespan_ms);
-      fmt::print("min budget   {} ({} bytes) for optimal\n", format_bytes(t.min_feasible_budget_bytes),
-                 t.min_feasible_budget_bytes);
+      if (t.min_feasible_budget_bytes >= 0) {
+        fmt::print("min budget   {} ({} bytes) for optimal\n",
+                   format_bytes(t.min_feasible_budget_bytes), t.min_feasible_budget_bytes);
+      } else {
+        const std::int64_t needed = min_feasible_slots(chain, SolveOptions(0));
+        fmt::print("min budget   none for optimal with {} slots{}\n", args->slots,
+                   needed > args->slots ? fmt::format(" (it needs at least {})", needed) : "");
+      }
       fmt::print("optimal      from one table, unit {}\n\n",
                  t.unit_bytes == 1 ? std::string("1 byte (exact)") : format_bytes(t.unit_bytes));
       fmt::print("{:>12} {:>30} {:>30} {:>30}\n", "budget", "optimal ms", "revolve ms",
@@ -104,6 +115,10 @@ Action add_tradeoff_command(CLI::App& app) {
                    cell(t.optimal[k], t.store_all_makespan_ms, nullptr),
                    cell(t.revolve[k], t.store_all_makespan_ms, "ckpt"),
                    cell(t.periodic_best[k], t.store_all_makespan_ms, "seg"));
+    }
+    if (!t.warning.empty()) {
+      std::fflush(stdout);  // keep stdout and stderr in order when both go to one place
+      fmt::print(stderr, "remat: warning: {}\n", t.warning);
     }
     if (!args->plot.empty()) {
       write_text_file(args->plot, tradeoff_svg(chain, t));
