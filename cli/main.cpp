@@ -3,6 +3,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 
@@ -76,7 +79,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-' && !known) {
     std::string names;
     for (const CLI::App* c : commands) names += (names.empty() ? "" : ", ") + c->get_name();
-    fmt::print(stderr, "remat: unknown command '{}' (commands: {})\n", argv[1], names);
+    fmt::print(stderr, "remat: unknown command '{}' (commands: {})\n", printable(argv[1]), names);
     fmt::print(stderr, "Run 'remat --help' for usage.\n");
     return kExitBadInput;
   }
@@ -89,37 +92,46 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& version) {
     return app.exit(version);
   } catch (const CLI::ParseError& error) {
-    fmt::print(stderr, "remat: {}\n", error.what());
+    fmt::print(stderr, "remat: {}\n", printable(error.what()));
     fmt::print(stderr, "Run 'remat --help' or 'remat <command> --help' for usage.\n");
     return kExitBadInput;
   }
   try {
-    if (app.got_subcommand("schedule")) return schedule();
-    if (app.got_subcommand("tradeoff")) return tradeoff();
-    if (app.got_subcommand("profile")) return profile();
-    if (app.got_subcommand("demo")) return demo();
-    if (app.got_subcommand("models")) return models();
-    if (app.got_subcommand("train")) return train();
+    int code = kExitInternal;
+    if (app.got_subcommand("schedule")) code = schedule();
+    if (app.got_subcommand("tradeoff")) code = tradeoff();
+    if (app.got_subcommand("profile")) code = profile();
+    if (app.got_subcommand("demo")) code = demo();
+    if (app.got_subcommand("models")) code = models();
+    if (app.got_subcommand("train")) code = train();
+    // Results that did not reach standard output (a full disk, a closed pipe) are a failure.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      fmt::print(stderr, "remat: writing to standard output failed: {}\n", std::strerror(errno));
+      return kExitBadInput;
+    }
+    return code;
   } catch (const std::invalid_argument& error) {
-    fmt::print(stderr, "remat: {}\n", error.what());
+    fmt::print(stderr, "remat: {}\n", printable(error.what()));
     return kExitBadInput;
   } catch (const remat::FileError& error) {  // an output that cannot be written
-    fmt::print(stderr, "remat: {}\n", error.what());
+    fmt::print(stderr, "remat: {}\n", printable(error.what()));
     return kExitBadInput;
 #if REMAT_TORCH_COMMANDS
   } catch (const c10::OutOfMemoryError& error) {
-    fmt::print(stderr, "remat: out of memory: {}\nTry a smaller --batch or --image (or, for "
-                       "training, a smaller --budget).\n", error.what_without_backtrace());
+    fmt::print(stderr,
+               "remat: out of memory: {} (try a smaller --batch or --image, or for training a "
+               "smaller --budget)\n",
+               printable(error.what_without_backtrace()));
     return kExitOutOfMemory;
   } catch (const c10::ValueError& error) {  // bad input, as remat's LibTorch code reports it
-    fmt::print(stderr, "remat: {}\n", error.what_without_backtrace());
+    fmt::print(stderr, "remat: {}\n", printable(error.what_without_backtrace()));
     return kExitBadInput;
   } catch (const c10::Error& error) {
-    fmt::print(stderr, "remat: internal error: {}\n", error.what_without_backtrace());
+    fmt::print(stderr, "remat: internal error: {}\n", printable(error.what_without_backtrace()));
     return kExitInternal;
 #endif
   } catch (const std::exception& error) {
-    fmt::print(stderr, "remat: internal error: {}\n", error.what());
+    fmt::print(stderr, "remat: internal error: {}\n", printable(error.what()));
     return kExitInternal;
   }
   return kExitInternal;

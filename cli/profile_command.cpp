@@ -3,12 +3,14 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <cstdio>
 #include <sstream>
+#include <vector>
 
 #include "cli.h"
-#include "torch_common.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
+#include "torch_common.h"
 
 namespace remat::cli {
 namespace {
@@ -26,11 +28,11 @@ struct ProfileArgs {
   std::string plot;
 };
 
-void print_table(const Profile& p) {
+void print_table(const Profile& p, std::FILE* out) {
   const Chain& chain = p.chain;
-  fmt::print("chain      {}\n", chain.name);
-  fmt::print("profiled   in {:.1f} s\n\n", p.seconds);
-  fmt::print("{:>4}  {:<18} {:<16} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "#",
+  fmt::print(out, "chain      {}\n", printable(chain.name));
+  fmt::print(out, "profiled   in {:.1f} s\n\n", p.seconds);
+  fmt::print(out, "{:>4}  {:<18} {:<16} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "#",
              "stage", "output", "fwd ms", "nograd ms", "bwd ms", "out", "keeps", "state", "fwd tmp",
              "bwd tmp");
   double fwd = 0, bwd = 0;
@@ -40,16 +42,17 @@ void print_table(const Profile& p) {
     const std::string keeps =
         std::string(s.saved_inputs.empty() ? "" : "i") + (s.saved_outputs.empty() ? "" : "o");
     fmt::print(
-        "{:>4}  {:<18} {:<16} {:>9.3f} {:>9.3f} {:>9.3f} {:>10} {:>6} {:>10} {:>10} {:>10}\n", i,
-        s.name.substr(0, 18), shape_string(p.output_shapes[static_cast<std::size_t>(i)].front()),
-        s.fwd_ms, s.nograd_ms(), s.bwd_ms, format_bytes(s.out_bytes()), keeps.empty() ? "-" : keeps,
+        out, "{:>4}  {:<18} {:<16} {:>9.3f} {:>9.3f} {:>9.3f} {:>10} {:>6} {:>10} {:>10} {:>10}\n",
+        i, printable(s.name).substr(0, 18),
+        shape_string(p.output_shapes[static_cast<std::size_t>(i)].front()), s.fwd_ms, s.nograd_ms(),
+        s.bwd_ms, format_bytes(s.out_bytes()), keeps.empty() ? "-" : keeps,
         format_bytes(s.state_bytes), format_bytes(s.fwd_tmp_bytes), format_bytes(s.bwd_tmp_bytes));
     fwd += s.fwd_ms;
     bwd += s.bwd_ms;
   }
-  fmt::print("\ninput            {}\n", format_bytes(chain.input_bytes()));
-  fmt::print("forward          {:.3f} ms (with autograd), backward {:.3f} ms\n", fwd, bwd);
-  fmt::print("store-all peak   {} ({} bytes): the activation memory of plain training\n",
+  fmt::print(out, "\ninput            {}\n", format_bytes(chain.input_bytes()));
+  fmt::print(out, "forward          {:.3f} ms (with autograd), backward {:.3f} ms\n", fwd, bwd);
+  fmt::print(out, "store-all peak   {} ({} bytes): the activation memory of plain training\n",
              format_bytes(store_all_peak(chain)), store_all_peak(chain));
 }
 
@@ -71,6 +74,9 @@ Action add_profile_command(CLI::App& app) {
   return [args]() -> int {
     const Format format = parse_format(args->format);
     check_plot_path(args->plot);
+    if (args->output == "-" && format == Format::kJson)
+      throw std::invalid_argument(
+          "-o - and --format json both write the chain to standard output: give one");
     if (!args->output.empty())
       check_output_path(args->output, "the chain file");  // before profiling
     const ModelInput in = resolve_model_input(args->model, args->image, args->device);
@@ -101,15 +107,21 @@ Action add_profile_command(CLI::App& app) {
       throw std::invalid_argument(info.name + ": " + error.what_without_backtrace());
     }
     bar.finish(p.chain.length());
-    if (!args->output.empty()) save_chain(p.chain, args->output);
-    if (!args->plot.empty()) write_text_file(args->plot, profile_svg(p.chain));
-    if (format == Format::kJson)
-      fmt::print("{}\n", chain_to_json(p.chain));
-    else
-      print_table(p);
-    if (!args->output.empty() && format == Format::kText)
-      fmt::print("written          {}\n", args->output);
-    if (!args->plot.empty() && format == Format::kText) fmt::print("plot             {}\n", args->plot);
+    // Both files or neither; `-o -` is the chain on standard output, and nothing else there.
+    std::vector<OutputFile> files;
+    if (!args->output.empty())
+      files.push_back({args->output, chain_to_json(p.chain) + "\n", "the chain file"});
+    if (!args->plot.empty()) files.push_back({args->plot, profile_svg(p.chain), "the plot"});
+    const bool chain_on_stdout = args->output == "-";
+    if (format == Format::kJson) files.push_back({"-", chain_to_json(p.chain) + "\n", "the chain"});
+    write_text_files(files);
+    std::FILE* text = chain_on_stdout ? stderr : stdout;
+    if (format == Format::kText) {
+      print_table(p, text);
+      if (!args->output.empty() && !chain_on_stdout)
+        fmt::print(text, "written          {}\n", args->output);
+      if (!args->plot.empty()) fmt::print(text, "plot             {}\n", args->plot);
+    }
     return kExitOk;
   };
 }

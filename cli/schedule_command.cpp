@@ -48,8 +48,9 @@ std::string bytes_and_units(std::int64_t bytes) {
 }
 
 void print_text(const Chain& chain, const Solution& solution, const SolveOptions& options) {
-  fmt::print("chain        {} ({} stages, input {})\n", chain.name.empty() ? "-" : chain.name,
-             chain.length(), format_bytes(chain.input_bytes()));
+  fmt::print("chain        {} ({} stages, input {})\n",
+             chain.name.empty() ? "-" : printable(chain.name), chain.length(),
+             format_bytes(chain.input_bytes()));
   std::string algorithm(algorithm_name(solution.algorithm));
   if (solution.algorithm == Algorithm::kOptimal) {
     const Discretization& disc = solution.discretization;
@@ -184,7 +185,8 @@ Action add_schedule_command(CLI::App& app) {
     }
     if (!args->plot.empty() && solution.ok()) write_text_file(args->plot, schedule_svg(chain, solution));
     std::fflush(stdout);  // keep stdout and stderr in order when both go to one place
-    if (!solution.warning.empty()) fmt::print(stderr, "remat: warning: {}\n", solution.warning);
+    if (!solution.warning.empty())
+      fmt::print(stderr, "remat: warning: {}\n", printable(solution.warning));
     if (!solution.ok()) {
       if (solution.min_feasible_budget_bytes >= 0) {
         fmt::print(stderr, "remat: infeasible: {} cannot run in {}; it needs at least {}\n",

@@ -95,7 +95,8 @@ Action add_tradeoff_command(CLI::App& app) {
             {{"segments", p.parameter}, {"peak_bytes", p.peak_bytes}, {"makespan_ms", p.makespan_ms}});
       fmt::print("{}\n", out.dump(2));
     } else {
-      fmt::print("chain        {} ({} stages)\n", chain.name.empty() ? "-" : chain.name, chain.length());
+      fmt::print("chain        {} ({} stages)\n", chain.name.empty() ? "-" : printable(chain.name),
+                 chain.length());
       fmt::print("store-all    peak {} ({} bytes), {:.3f} ms\n", format_bytes(t.store_all_peak_bytes),
                  t.store_all_peak_bytes, t.store_all_makespan_ms);
       if (t.min_feasible_budget_bytes >= 0) {
@@ -118,7 +119,7 @@ Action add_tradeoff_command(CLI::App& app) {
     }
     if (!t.warning.empty()) {
       std::fflush(stdout);  // keep stdout and stderr in order when both go to one place
-      fmt::print(stderr, "remat: warning: {}\n", t.warning);
+      fmt::print(stderr, "remat: warning: {}\n", printable(t.warning));
     }
     if (!args->plot.empty()) {
       write_text_file(args->plot, tradeoff_svg(chain, t));

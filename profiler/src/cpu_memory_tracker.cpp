@@ -6,6 +6,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -82,10 +83,17 @@ c10::DataPtr allocate_tracked(std::size_t n) {
   void* base = nullptr;
   try {
     base = g_inner->raw_allocate(n + kHeader);
-  } catch (const c10::Error& error) {
+  } catch (const c10::Error&) {
     g_counter.remove(counted);
+    // LibTorch's message adds only its source line. Say when no machine of this size could do
+    // it (`--batch 100000000`), where a smaller budget cannot help.
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const std::int64_t physical = pages > 0 ? pages * std::int64_t{sysconf(_SC_PAGE_SIZE)} : 0;
     TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: tried to allocate ", mib(counted),
-                     " with ", mib(g_counter.live()), " in use: ", error.what_without_backtrace());
+                     " with ", mib(g_counter.live()), " in use",
+                     physical > 0 && counted > physical
+                         ? ", more than this machine's " + mib(physical) + " of memory"
+                         : std::string());
   }
   *static_cast<std::int64_t*>(base) = counted;
   void* data = static_cast<char*>(base) + kHeader;

@@ -85,13 +85,12 @@ void check_output_path(const std::string& path, const std::string& what) {
   if (path != "-") inspect_destination(path, what);
 }
 
-void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
-  if (path == "-") {
-    // Standard output: a failed write (a full disk, a closed pipe) is an error too.
-    std::fflush(stdout);
-    write_all(STDOUT_FILENO, text, "standard output", what);
-    return;
-  }
+namespace {
+
+// Writes `text` into a new temporary beside `path` (see write_text_file) and returns its name;
+// nothing is left behind on failure.
+std::string write_temporary(const std::string& path, const std::string& text,
+                            const std::string& what) {
   const std::optional<mode_t> existing = inspect_destination(path, what);
   // A temporary of an unpredictable name, created exclusively in the destination's folder
   // (mkstemp: O_CREAT | O_EXCL, so never through a link someone planted), then renamed over
@@ -128,10 +127,46 @@ void write_text_file(const std::string& path, const std::string& text, const std
     ::unlink(temporary.c_str());
     throw;
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    throw FileError(path + ": cannot replace " + what + ": " + error_text(error));
+  return temporary;
+}
+
+void write_stdout(const std::string& text, const std::string& what) {
+  // Standard output: a failed write (a full disk, a closed pipe) is an error too.
+  std::fflush(stdout);
+  write_all(STDOUT_FILENO, text, "standard output", what);
+}
+
+}  // namespace
+
+void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
+  write_text_files({{path, text, what}});
+}
+
+void write_text_files(const std::vector<OutputFile>& files) {
+  // Every temporary first: a failure there removes those made and leaves the destinations
+  // untouched.
+  std::vector<std::string> temporaries;
+  try {
+    for (const OutputFile& file : files) {
+      if (file.path != "-") temporaries.push_back(write_temporary(file.path, file.text, file.what));
+    }
+  } catch (...) {
+    for (const std::string& temporary : temporaries) ::unlink(temporary.c_str());
+    throw;
+  }
+  std::size_t next = 0;
+  for (const OutputFile& file : files) {
+    if (file.path == "-") continue;
+    const std::string& temporary = temporaries[next++];
+    if (std::rename(temporary.c_str(), file.path.c_str()) != 0) {
+      const int error = errno;
+      for (std::size_t k = next - 1; k < temporaries.size(); ++k) ::unlink(temporaries[k].c_str());
+      throw FileError(file.path + ": cannot replace " + file.what + ": " + error_text(error));
+    }
+  }
+  // Standard output last: it cannot be taken back.
+  for (const OutputFile& file : files) {
+    if (file.path == "-") write_stdout(file.text, file.what);
   }
 }
 

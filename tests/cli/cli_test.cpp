@@ -78,9 +78,11 @@ struct RunResult {
 
 /// Runs the remat executable with `args`, stdin from /dev/null, stdout and stderr captured,
 /// with `env` ("NAME=VALUE") added to the environment.
-RunResult run_remat(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+/// `stdout_to`, when given, is where standard output goes instead (/dev/full).
+RunResult run_remat(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                    const std::string& stdout_to = "") {
   TempDir scratch;
-  const std::string out_path = scratch.path() + "/stdout";
+  const std::string out_path = stdout_to.empty() ? scratch.path() + "/stdout" : stdout_to;
   const std::string err_path = scratch.path() + "/stderr";
   const std::string executable = REMAT_EXECUTABLE;
 
@@ -106,7 +108,7 @@ RunResult run_remat(const std::vector<std::string>& args, const std::vector<std:
   if (pid == 0) {
     // Only async-signal-safe calls between fork and exec.
     const int in_fd = open("/dev/null", O_RDONLY);
-    const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);  // or /dev/full
     const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (in_fd < 0 || out_fd < 0 || err_fd < 0) _exit(126);
     if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
@@ -124,7 +126,7 @@ RunResult run_remat(const std::vector<std::string>& args, const std::vector<std:
   } else if (WIFSIGNALED(status)) {
     result.exit_code = 128 + WTERMSIG(status);
   }
-  result.out = read_file(out_path);
+  if (stdout_to.empty()) result.out = read_file(out_path);
   result.err = read_file(err_path);
   return result;
 }
@@ -797,6 +799,25 @@ TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
   CHECK(parsed.input_bytes() == 3 * 16 * 24 * 4);
 }
 
+TEST_CASE("profile -o - writes the chain alone to standard output, the table to stderr", "[cli]") {
+  if (!REMAT_CLI_HAS_TORCH) {
+    std::cout << "REMAT_SKIP: remat built without LibTorch has no profile command" << std::endl;
+    return;
+  }
+  const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16",
+                                   "--repeat", "1", "--classes", "10", "-o", "-"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  CHECK(remat::parse_chain(run.out, "stdout").length() == 12);  // nothing else there
+  CHECK_THAT(run.err, Catch::Contains("store-all peak"));
+  const RunResult both =
+      run_remat({"profile", "--model", "convnet", "--batch", "1", "-o", "-", "--format", "json"});
+  INFO(describe(both));
+  CHECK(both.exit_code == 2);
+  CHECK_THAT(both.err, Catch::Contains("both write the chain to standard output"));
+  CHECK_THAT(both.err, !Catch::Contains("profile convnet: 1/"));  // refused before profiling
+}
+
 TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli]") {
   if (!REMAT_CLI_HAS_TORCH) return;
   TempDir dir;
@@ -1149,4 +1170,44 @@ TEST_CASE("train on CUDA runs within its budget, and out of memory is exit 4", "
   INFO(describe(oom));
   CHECK(oom.exit_code == 4);
   CHECK_THAT(oom.err, Catch::Contains("out of memory"));
+}
+
+TEST_CASE("control characters in names and arguments never reach the terminal", "[cli]") {
+  // A chain file whose names would clear the screen, retitle the window or ring the bell.
+  json doc = json::parse(read_file(kResnet18));
+  doc["name"] = "net\x1b]0;owned\x07\x1b[2J";
+  doc["stages"][0]["name"] = "conv\u009b31m\nfake line";
+  TempDir dir;
+  const std::string chain = dir.write("evil.json", doc.dump());
+  for (const auto& [args, code] : std::vector<std::pair<std::vector<std::string>, int>>{
+           {{"schedule", "--chain", chain, "--budget", "1"}, 3},
+           {{"schedule", "--chain", chain, "--budget", "70%"}, 0},
+           {{"tradeoff", "--chain", chain, "--points", "3"}, 0}}) {
+    const RunResult run = run_remat(args);
+    INFO(describe(run));
+    CHECK(run.exit_code == code);
+    for (const std::string* text : {&run.out, &run.err}) {
+      CHECK(std::none_of(text->begin(), text->end(), [](char c) {
+        return c == '\x1b' || c == '\x07' || static_cast<unsigned char>(c) == 0x9b;
+      }));
+    }
+    CHECK_THAT(run.out, Catch::Contains("net\\x1b]0;owned\\x07\\x1b[2J"));
+  }
+  const RunResult unknown = run_remat({"sched\x1b[2Jule"});
+  INFO(describe(unknown));
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, Catch::Contains("unknown command 'sched\\x1b[2Jule'"));
+}
+
+TEST_CASE("results that cannot be written to standard output are exit 2", "[cli]") {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"schedule", "--chain", kResnet18, "--budget", "60%"},
+        std::vector<std::string>{"schedule", "--chain", kResnet18, "--budget", "60%", "--format",
+                                 "json"}}) {
+    const RunResult run = run_remat(args, {}, "/dev/full");
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err,
+               Catch::Contains("standard output") && Catch::Contains("No space left on device"));
+  }
 }

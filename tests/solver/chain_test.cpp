@@ -313,6 +313,35 @@ TEST_CASE("output files: never through a planted link, never onto a non-regular 
   rmdir(folder.c_str());
 }
 
+TEST_CASE("output files: several are written all or none", "[solver]") {
+  char pattern[] = "/tmp/remat-files-XXXXXX";
+  REQUIRE(mkdtemp(pattern) != nullptr);
+  const std::string folder = pattern;
+  const std::string chain = folder + "/chain.json";
+  const std::string plot = folder + "/plot.svg";
+  write_text_file(chain, "old");
+  // The second cannot be written (a directory is there): the first keeps its old contents.
+  REQUIRE(mkdir(plot.c_str(), 0700) == 0);
+  CHECK_THROWS_WITH(
+      write_text_files({{chain, "new", "the chain file"}, {plot, "<svg/>", "the plot"}}),
+      Catch::Contains(plot + ": cannot write the plot there: it is a directory"));
+  std::ifstream in(chain);
+  std::string text;
+  std::getline(in, text);
+  CHECK(text == "old");
+  CHECK(folder_entries(folder) ==
+        std::vector<std::string>{"chain.json", "plot.svg"});  // no temporary
+  // Both writable: both written.
+  rmdir(plot.c_str());
+  write_text_files({{chain, "new", "the chain file"}, {plot, "<svg/>", "the plot"}});
+  std::ifstream again(chain);
+  std::getline(again, text);
+  CHECK(text == "new");
+  CHECK(folder_entries(folder) == std::vector<std::string>{"chain.json", "plot.svg"});
+  for (const std::string& name : folder_entries(folder)) std::remove((folder + "/" + name).c_str());
+  rmdir(folder.c_str());
+}
+
 TEST_CASE("output files: a failed write to standard output is an error", "[solver]") {
   // Standard output becomes a pipe whose reader is gone: the write fails with EPIPE (SIGPIPE
   // ignored, as the CLI's caller may have it), and write_text_file("-") reports it.

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace remat {
 
@@ -23,6 +24,20 @@ class FileError : public std::runtime_error {
 /// leaving no temporary behind; a failed write to standard output throws too.
 void write_text_file(const std::string& path, const std::string& text,
                      const std::string& what = "the file");
+
+/// One of the files a command writes.
+struct OutputFile {
+  std::string path;  // "-": standard output
+  std::string text;
+  std::string what = "the file";  // for messages: "the chain file", "the plot"
+};
+
+/// Writes several files as write_text_file does, all or none: every temporary is written
+/// first, and only when all are complete are they renamed over their destinations; a failure
+/// before that removes the temporaries and leaves every destination as it was. (Only a rename
+/// that fails after an earlier one succeeded, which needs the folder to change meanwhile, can
+/// leave the earlier file replaced.) Standard output ("-") is written last.
+void write_text_files(const std::vector<OutputFile>& files);
 
 /// Throws FileError, as write_text_file would, if `path` cannot be written: it exists
 /// and is not a regular file, or its folder does not exist or is not writable. For commands
