@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "cli.h"
 
@@ -130,6 +131,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "remat: internal error: {}\n", printable(error.what_without_backtrace()));
     return kExitInternal;
 #endif
+  } catch (const std::bad_alloc&) {  // the solver's tables, or any other memory remat needs
+    fmt::print(stderr,
+               "remat: out of memory: an allocation failed (for the solver: fewer "
+               "--slots, or a shorter chain)\n");
+    return kExitOutOfMemory;
   } catch (const std::exception& error) {
     fmt::print(stderr, "remat: internal error: {}\n", printable(error.what()));
     return kExitInternal;

@@ -1211,3 +1211,90 @@ TEST_CASE("results that cannot be written to standard output are exit 2", "[cli]
                Catch::Contains("standard output") && Catch::Contains("No space left on device"));
   }
 }
+
+TEST_CASE("extreme chains and options: clear answers, exit 2 or 3, never an internal error",
+          "[cli]") {
+  const std::string max64 = "9223372036854775807";
+  TempDir dir;
+  const json good = json::parse(read_file(kResnet18));
+  const auto chain_with = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    json doc = good;
+    edit(doc);
+    return dir.write(name, doc.dump());
+  };
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::vector<std::string> out, err;
+  };
+  const std::vector<Case> cases = {
+      // The largest budget with one slot: one slot cannot hold anything.
+      {{"schedule", "--chain", kResnet18, "--budget", max64, "--slots", "1"},
+       3,
+       {"status       infeasible", "min budget   none with 1 slots"},
+       {"no budget works with 1 slots: this chain needs at least"}},
+      {{"tradeoff", "--chain", kResnet18, "--slots", "1"},
+       0,
+       {"min budget   none for optimal with 1 slots (it needs at least"},
+       {}},
+      {{"schedule", "--chain", kResnet18, "--budget", max64, "--slots", max64},
+       2,
+       {},
+       {"memory slots may need more than 4096 PiB", "use at most"}},
+      {{"tradeoff", "--chain", kResnet18, "--to", max64, "--points", "7"}, 0, {"store-all"}, {}},
+      {{"schedule", "--chain", kResnet18, "--budget", "60%", "--threads", "1025"},
+       2,
+       {},
+       {"--threads (1025) must be at most 1024"}},
+      {{"tradeoff", "--chain", kResnet18, "--points", "3", "--threads", "1025"},
+       2,
+       {},
+       {"--threads (1025) must be at most 1024"}},
+      {{"schedule", "--chain", kResnet18, "--budget", "60%", "--threads", "1024"}, 0, {}, {}},
+      {{"schedule", "--chain",
+        chain_with("huge_time.json", [](json& doc) { doc["stages"][0]["fwd_ms"] = 1e308; }),
+        "--budget", "60%"},
+       2,
+       {},
+       {"stages[0].fwd_ms (1e+308) exceeds the largest time, 1e15 ms"}},
+      {{"schedule", "--chain",
+        chain_with("long.json",
+                   [](json& doc) {
+                     const json stage = doc["stages"][0];
+                     doc["stages"] = json::array();
+                     for (int i = 0; i < 10001; ++i) doc["stages"].push_back(stage);
+                   }),
+        "--budget", "60%"},
+       2,
+       {},
+       {"10001 stages, more than remat handles (10000)"}},
+      {{"schedule", "--chain",
+        chain_with("wide.json",
+                   [](json& doc) {
+                     json stage = doc["stages"][0];
+                     stage["out_bytes"] = std::int64_t{1} << 50;
+                     stage["saved_bytes"] = std::int64_t{1} << 50;
+                     doc["input_bytes"] = 1;
+                     doc["stages"] = json::array();
+                     for (int i = 0; i < 520; ++i) doc["stages"].push_back(stage);
+                   }),
+        "--budget", "60%"},
+       2,
+       {},
+       {"brings the chain's sizes past 2^60 bytes"}},
+  };
+  for (const Case& c : cases) {
+    const RunResult run = run_remat(c.args);
+    INFO(describe(run));
+    CHECK(run.exit_code == c.code);
+    for (const std::string& text : c.out) CHECK_THAT(run.out, Catch::Contains(text));
+    for (const std::string& text : c.err) CHECK_THAT(run.err, Catch::Contains(text));
+    CHECK_THAT(run.out, !Catch::Contains("-1 B"));
+    CHECK_THAT(run.err, !Catch::Contains("internal error"));
+  }
+  const RunResult json_run =
+      run_remat({"tradeoff", "--chain", kResnet18, "--slots", "1", "--format", "json"});
+  INFO(describe(json_run));
+  REQUIRE(json_run.exit_code == 0);
+  CHECK(json::parse(json_run.out).at("min_feasible_budget_bytes").is_null());
+}
