@@ -10,7 +10,8 @@
 # ~/.cache/remat/venv-<pins>. The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
 # with the CUDA toolkit's nvcc); they run only where a GPU is. `test` also builds and tests
 # against Debian's LibTorch 1.13 (build-debian/), the solver under ASan+UBSan (build-asan/),
-# and runs the GPU check's CPU mode (scripts/gpu-check.sh --cpu).
+# runs the fuzz targets for about a minute each (scripts/fuzz.sh --ci) and the GPU check's CPU mode
+# (scripts/gpu-check.sh --cpu).
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
@@ -21,7 +22,7 @@ step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 
 
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
 packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev python3-venv)
-[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev)
+[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
@@ -119,7 +120,13 @@ step "tests under sanitizers (build-asan/)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
-# 7. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots.
+# 7. The libFuzzer targets (fuzz/: the chain parser, the solver on extreme chains, the
+# state-dict reader), built with clang, about a minute each from the committed seeds, the same
+# inputs on every run.
+step "fuzzing, about a minute a target (scripts/fuzz.sh --ci, into build-fuzz/)"
+bash scripts/fuzz.sh --ci
+
+# 8. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots.
 step "the GPU check's CPU mode (scripts/gpu-check.sh --cpu, into build/gpu-check-cpu/)"
 REMAT_PYTHON="$venv_python" bash scripts/gpu-check.sh --cpu --build build --out build/gpu-check-cpu
 step "all tests passed"

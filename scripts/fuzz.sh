@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ with clang and runs each for a bounded time.
+#   bash scripts/fuzz.sh [SECONDS] [TARGET...]   random seed, SECONDS each (default 60), every
+#                                                target unless named; e.g. 3600 state_dict
+#   bash scripts/fuzz.sh --ci                    what CI runs (scripts/run.sh test): about a
+#                                                minute each, the same inputs every run
+# With SECONDS, new inputs that reach new code are kept in build-fuzz/corpus/<target>/ (the
+# committed seeds in fuzz/corpus/<target>/ are only read). --ci starts from the seeds alone,
+# with a fixed random seed and a fixed number of runs per target, so that it tries the same
+# inputs on every machine: CI cannot fail by chance, and a run that passes here passes there.
+# A finding is written to build-fuzz/findings/<target>/ and fails the script; reproduce it
+# with build-fuzz/fuzz_<target> <file>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ci=0
+if [ "${1:-}" = --ci ]; then ci=1; shift; seconds=120; else seconds=${1:-60}; shift || true; fi
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(chain_parser solver state_dict)
+case "$seconds" in ''|*[!0-9]*) echo "usage: $0 [SECONDS | --ci] [TARGET...]" >&2; exit 2 ;; esac
+# --ci: runs that take about a minute each on the 2-core development machine.
+declare -A ci_runs=([chain_parser]=800000 [solver]=100000 [state_dict]=120000)
+command -v clang++ >/dev/null || { echo "remat: the fuzz targets need clang++ (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
+
+build=build-fuzz
+cmake -S fuzz -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+status=0
+for target in "${targets[@]}"; do
+  [ -d "fuzz/corpus/$target" ] || { echo "remat: no fuzz target '$target'" >&2; exit 2; }
+  mkdir -p "$build/corpus/$target" "$build/findings/$target"
+  corpus=$build/corpus/$target
+  limits=(-max_total_time="$seconds")
+  if [ $ci = 1 ]; then
+    corpus=$build/ci-corpus/$target
+    rm -rf "$corpus" && mkdir -p "$corpus"
+    limits+=(-seed=1 -runs="${ci_runs[$target]}")
+    echo "== fuzz_$target: ${ci_runs[$target]} runs from the committed seeds (seed 1, at most ${seconds} s)"
+  else
+    echo "== fuzz_$target for ${seconds} s"
+  fi
+  # -rss_limit_mb: an input that makes the reader take 2 GB is a finding; -timeout: so is one
+  # that takes 10 s.
+  if ! "$build/fuzz_$target" "$corpus" "fuzz/corpus/$target" "${limits[@]}" \
+      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+      -artifact_prefix="$build/findings/$target/" > "$build/fuzz_$target.log" 2>&1; then
+    echo "remat: fuzz_$target found a failing input (log: $build/fuzz_$target.log):" >&2
+    grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$build/fuzz_$target.log" | head -n 10 >&2
+    status=1
+  fi
+  grep -E "^stat::(number_of_executed_units|new_units_added|peak_rss_mb)" "$build/fuzz_$target.log" | tr '\n' ' '
+  echo
+done
+exit $status
