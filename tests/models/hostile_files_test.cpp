@@ -151,9 +151,9 @@ TEST_CASE("read_state_dict caps the values, the stack and the memo a pickle buil
     deflate.literal("\x80\x02(N2").copies(1, 258 * 8000).literal(".");
     const std::string file = zip_file({deflated("data.pkl", deflate)});
     CHECK(file.size() < 16000);
-    CHECK_THAT(error_of(file), Catch::Matches(".*the pickle builds more than [0-9]+ values, more "
-                                              "than a file of its size can honestly need at "
-                                              "byte [0-9]+"));
+    CHECK_THAT(error_of(file), Catch::Contains("the pickle builds more than ") &&
+                                   Catch::Contains(" values, more than a file of its size can "
+                                                   "honestly need at byte "));
   }
   SECTION("a stack of a million values") {
     // The legacy header pickles take 25 bytes, then PROTO and NONE: DUP number 2^20 is at 1048603.
@@ -218,6 +218,6 @@ TEST_CASE("an allocation that fails is a StateDictError with the offset", "[mode
     }
     REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
   }
-  CHECK_THAT(error, Catch::StartsWith(temp.path() + ": ") &&
-                        Catch::Matches(".*out of memory at byte [0-9]+"));
+  CHECK_THAT(error,
+             Catch::StartsWith(temp.path() + ": ") && Catch::Contains("out of memory at byte "));
 }
