@@ -23,6 +23,18 @@
 
 #include "remat/solver.h"
 
+// A test of the LibTorch commands ends here, reported as skipped (never as passed), in a build
+// without LibTorch; the tests of what such a build says instead are separate.
+#define REMAT_REQUIRE_TORCH_COMMANDS()                                                       \
+  do {                                                                                       \
+    if (!REMAT_CLI_HAS_TORCH) {                                                              \
+      std::cout << "REMAT_SKIP: remat was built without LibTorch (no profile, demo, models " \
+                   "or train)"                                                               \
+                << std::endl;                                                                \
+      return;                                                                                \
+    }                                                                                        \
+  } while (false)
+
 namespace {
 
 using nlohmann::json;
@@ -770,8 +782,8 @@ TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
   }
   TempDir dir;
   const std::string path = dir.path() + "/convnet.json";
-  const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "2", "--image",
-                                   "32", "--repeat", "1", "--classes", "10", "-o", path});
+  const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "2", "--image", "32",
+                                   "--repeat", "1", "--classes", "10", "-o", path});
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   const remat::Chain chain = remat::load_chain(path);
@@ -800,10 +812,7 @@ TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
 }
 
 TEST_CASE("profile -o - writes the chain alone to standard output, the table to stderr", "[cli]") {
-  if (!REMAT_CLI_HAS_TORCH) {
-    std::cout << "REMAT_SKIP: remat built without LibTorch has no profile command" << std::endl;
-    return;
-  }
+  REMAT_REQUIRE_TORCH_COMMANDS();
   const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16",
                                    "--repeat", "1", "--classes", "10", "-o", "-"});
   INFO(describe(run));
@@ -819,7 +828,7 @@ TEST_CASE("profile -o - writes the chain alone to standard output, the table to 
 }
 
 TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli]") {
-  if (!REMAT_CLI_HAS_TORCH) return;
+  REMAT_REQUIRE_TORCH_COMMANDS();
   TempDir dir;
   const std::string path = dir.path() + "/never.json";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
@@ -851,8 +860,8 @@ TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli
   CHECK_THAT(nodir.err, Catch::Contains("x.json: cannot write the chain file: the folder"));
   CHECK_THAT(nodir.out, !Catch::Contains("stage"));  // no table: nothing was measured
   // CUDA: without CUDA in the build, or without a GPU, a clear error.
-  const RunResult cuda = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16",
-                                    "--repeat", "1", "--device", "cuda", "-o", path});
+  const RunResult cuda = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image",
+                                    "16", "--repeat", "1", "--device", "cuda", "-o", path});
   INFO(describe(cuda));
   if (cuda.exit_code != 0) {
     CHECK(cuda.exit_code == 2);
@@ -887,21 +896,26 @@ std::string root_attribute(const std::string& svg, const std::string& key) {
 
 TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]") {
   TempDir dir;
-  const std::string chain = std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet50-synthetic.json";
+  const std::string chain =
+      std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet50-synthetic.json";
   const std::string svg = dir.path() + "/schedule.svg";
   const json out = schedule_json({"--chain", chain, "--budget", "40%", "--plot", svg}, 0);
   const std::string text = read_file(svg);
-  CHECK(root_attribute(text, "data-peak-bytes") == std::to_string(out["peak_bytes"].get<std::int64_t>()));
-  CHECK(root_attribute(text, "data-budget-bytes") == std::to_string(out["budget_bytes"].get<std::int64_t>()));
+  CHECK(root_attribute(text, "data-peak-bytes") ==
+        std::to_string(out["peak_bytes"].get<std::int64_t>()));
+  CHECK(root_attribute(text, "data-budget-bytes") ==
+        std::to_string(out["budget_bytes"].get<std::int64_t>()));
   CHECK(root_attribute(text, "data-ops") == std::to_string(out["sequence"].size()));
   render_png(svg, dir.path() + "/schedule.png");
 
   // Infeasible: exit 3 and no picture; a plot that is not .svg: exit 2.
   const std::string never = dir.path() + "/never.svg";
-  const RunResult infeasible = run_remat({"schedule", "--chain", chain, "--budget", "1MiB", "--plot", never});
+  const RunResult infeasible =
+      run_remat({"schedule", "--chain", chain, "--budget", "1MiB", "--plot", never});
   CHECK(infeasible.exit_code == 3);
   CHECK_FALSE(std::filesystem::exists(never));
-  const RunResult png = run_remat({"schedule", "--chain", chain, "--budget", "50%", "--plot", dir.path() + "/x.png"});
+  const RunResult png =
+      run_remat({"schedule", "--chain", chain, "--budget", "50%", "--plot", dir.path() + "/x.png"});
   CHECK(png.exit_code == 2);
   CHECK_THAT(png.err, Catch::Contains("plots are SVG files"));
   // An output that cannot be written is bad input (exit 2), found before any work.
@@ -920,9 +934,11 @@ TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]"
 
 TEST_CASE("tradeoff prints makespan against budget, as text, JSON and a plot", "[cli][plot]") {
   TempDir dir;
-  const std::string chain = std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet18-synthetic.json";
+  const std::string chain =
+      std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet18-synthetic.json";
   const std::string svg = dir.path() + "/tradeoff.svg";
-  const RunResult run = run_remat({"tradeoff", "--chain", chain, "--points", "8", "--format", "json", "--plot", svg});
+  const RunResult run =
+      run_remat({"tradeoff", "--chain", chain, "--points", "8", "--format", "json", "--plot", svg});
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   const json out = json::parse(run.out);
@@ -935,10 +951,12 @@ TEST_CASE("tradeoff prints makespan against budget, as text, JSON and a plot", "
     // Each optimal point is what `remat schedule` finds at that budget, with the table's unit
     // at most as fine: never faster, and within the budget.
     REQUIRE(point["optimal"]["feasible"] == true);
-    CHECK(point["optimal"]["peak_bytes"].get<std::int64_t>() <= point["budget_bytes"].get<std::int64_t>());
+    CHECK(point["optimal"]["peak_bytes"].get<std::int64_t>() <=
+          point["budget_bytes"].get<std::int64_t>());
   }
   const std::string text = read_file(svg);
-  CHECK(root_attribute(text, "data-store-all-peak-bytes") == std::to_string(remat::store_all_peak(parsed)));
+  CHECK(root_attribute(text, "data-store-all-peak-bytes") ==
+        std::to_string(remat::store_all_peak(parsed)));
   CHECK(root_attribute(text, "data-min-budget-bytes") ==
         std::to_string(out["min_feasible_budget_bytes"].get<std::int64_t>()));
   render_png(svg, dir.path() + "/tradeoff.png");
@@ -951,13 +969,14 @@ TEST_CASE("tradeoff prints makespan against budget, as text, JSON and a plot", "
   const RunResult bad = run_remat({"tradeoff", "--chain", chain, "--points", "1"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("--points (1) must be between 2 and 10000"));
-  const RunResult reversed = run_remat({"tradeoff", "--chain", chain, "--from", "90%", "--to", "50%"});
+  const RunResult reversed =
+      run_remat({"tradeoff", "--chain", chain, "--from", "90%", "--to", "50%"});
   CHECK(reversed.exit_code == 2);
   CHECK_THAT(reversed.err, Catch::Contains("is above the largest"));
 }
 
 TEST_CASE("profile --plot draws the profiled stages", "[cli][plot]") {
-  if (!REMAT_CLI_HAS_TORCH) return;
+  REMAT_REQUIRE_TORCH_COMMANDS();
   TempDir dir;
   const std::string svg = dir.path() + "/profile.svg";
   const RunResult run = run_remat({"profile", "--model", "convnet", "--batch", "2", "--image", "16",
@@ -970,7 +989,8 @@ TEST_CASE("profile --plot draws the profiled stages", "[cli][plot]") {
 }
 
 TEST_CASE("demo profiles, schedules and trains within its budget", "[cli]") {
-  const RunResult run = run_remat({"demo", "--model", "convnet", "--batch", "2", "--image", "32", "--steps", "2"});
+  const RunResult run =
+      run_remat({"demo", "--model", "convnet", "--batch", "2", "--image", "32", "--steps", "2"});
   INFO(describe(run));
   if (!REMAT_CLI_HAS_TORCH) {
     CHECK(run.exit_code == 2);
@@ -1008,9 +1028,12 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   const RunResult stages = run_remat({"models", "resnet18", "--batch", "2", "--image", "64"});
   INFO(describe(stages));
   REQUIRE(stages.exit_code == 0);
-  CHECK_THAT(stages.out, Catch::Contains("resnet18: 11 stages, 11,689,512 parameters, input 2x3x64x64"));
-  CHECK_THAT(stages.out, Catch::Matches("(.|\n)*  9  layer4_1 +2x512x2x2 +16.00 KiB +4,720,640\n(.|\n)*"));
-  const RunResult json = run_remat({"models", "inception_v3", "--classes", "10", "--format", "json"});
+  CHECK_THAT(stages.out,
+             Catch::Contains("resnet18: 11 stages, 11,689,512 parameters, input 2x3x64x64"));
+  CHECK_THAT(stages.out,
+             Catch::Matches("(.|\n)*  9  layer4_1 +2x512x2x2 +16.00 KiB +4,720,640\n(.|\n)*"));
+  const RunResult json =
+      run_remat({"models", "inception_v3", "--classes", "10", "--format", "json"});
   INFO(describe(json));
   REQUIRE(json.exit_code == 0);
   const auto inception = nlohmann::json::parse(json.out);
@@ -1033,14 +1056,16 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
 
 TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   if (!REMAT_CLI_HAS_TORCH) {
-    const RunResult run = run_remat({"train", "--model", "resnet18", "--batch", "2", "--budget", "50%"});
+    const RunResult run =
+        run_remat({"train", "--model", "resnet18", "--batch", "2", "--budget", "50%"});
     CHECK(run.exit_code == 2);
     CHECK_THAT(run.err, Catch::Contains("built without LibTorch"));
     return;
   }
   TempDir dir;
-  const std::vector<std::string> base = {"train", "--model", "resnet18", "--batch", "4",
-                                         "--image", "64", "--classes", "10", "--repeat", "1"};
+  const std::vector<std::string> base = {"train", "--model",  "resnet18", "--batch",
+                                         "4",     "--image",  "64",       "--classes",
+                                         "10",    "--repeat", "1"};
   const auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = base;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -1057,8 +1082,8 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
 
   // Another algorithm, with a chain measured earlier instead of profiling.
   const std::string chain = dir.path() + "/resnet18.json";
-  REQUIRE(run_remat({"profile", "--model", "resnet18", "--batch", "4", "--image", "64",
-                     "--classes", "10", "--repeat", "1", "-o", chain})
+  REQUIRE(run_remat({"profile", "--model", "resnet18", "--batch", "4", "--image", "64", "--classes",
+                     "10", "--repeat", "1", "-o", chain})
               .exit_code == 0);
   const RunResult periodic = with({"--budget", "100%", "--steps", "1", "--algorithm", "periodic",
                                    "--segments", "3", "--chain", chain});
@@ -1095,11 +1120,11 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
 }
 
 TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA", "[cli]") {
-  if (!REMAT_CLI_HAS_TORCH) return;
+  REMAT_REQUIRE_TORCH_COMMANDS();
   TempDir dir;
   const std::string chain = dir.path() + "/convnet.json";
-  const std::vector<std::string> model = {"--model", "convnet", "--batch", "8", "--image", "64",
-                                          "--classes", "10"};
+  const std::vector<std::string> model = {"--model", "convnet", "--batch",   "8",
+                                          "--image", "64",      "--classes", "10"};
   auto args = [&](std::vector<std::string> head, std::vector<std::string> tail) {
     head.insert(head.end(), model.begin(), model.end());
     head.insert(head.end(), tail.begin(), tail.end());
@@ -1126,8 +1151,9 @@ TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA",
   // Training store-all where the parameters, their gradients and the batch fit but not the
   // activations: the first step runs out, exit 4, naming the step and the prediction.
   const std::string limit = std::to_string(2 * parameter_bytes + 4 * input_bytes + (1 << 20));
-  const RunResult train = run_remat(args({"train"}, {"--chain", chain, "--budget", "100%", "--steps", "2"}),
-                                    {"REMAT_DEVICE_MEMORY_LIMIT=" + limit});
+  const RunResult train =
+      run_remat(args({"train"}, {"--chain", chain, "--budget", "100%", "--steps", "2"}),
+                {"REMAT_DEVICE_MEMORY_LIMIT=" + limit});
   INFO(describe(train));
   CHECK(train.exit_code == 4);
   CHECK_THAT(train.err, Catch::Contains("out of memory on cpu at step 1") &&
@@ -1148,25 +1174,25 @@ TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA",
 }
 
 TEST_CASE("train on CUDA runs within its budget, and out of memory is exit 4", "[cli][cuda]") {
-  if (!REMAT_CLI_HAS_TORCH) return;
-  const RunResult probe = run_remat({"train", "--model", "convnet", "--batch", "2", "--image", "16",
-                                     "--budget", "100%", "--steps", "1", "--device", "cuda",
-                                     "--repeat", "1"});
+  REMAT_REQUIRE_TORCH_COMMANDS();
+  const RunResult probe =
+      run_remat({"train", "--model", "convnet", "--batch", "2", "--image", "16", "--budget", "100%",
+                 "--steps", "1", "--device", "cuda", "--repeat", "1"});
   if (probe.exit_code == 2 && probe.err.find("--device cuda") != std::string::npos) {
     std::cout << "REMAT_SKIP: " << probe.err << std::endl;
     return;
   }
   INFO(describe(probe));
   REQUIRE(probe.exit_code == 0);
-  const RunResult run = run_remat({"train", "--model", "resnet18", "--batch", "32", "--image", "224",
-                                   "--budget", "50%", "--steps", "3", "--device", "cuda"});
+  const RunResult run = run_remat({"train", "--model", "resnet18", "--batch", "32", "--image",
+                                   "224", "--budget", "50%", "--steps", "3", "--device", "cuda"});
   INFO(describe(run));
   CHECK(run.exit_code == 0);
   CHECK_THAT(run.out, Catch::Contains("model      resnet18 b32 224x224 cuda"));
-  const RunResult oom = run_remat({"train", "--model", "resnet18", "--batch", "256", "--image", "224",
-                                   "--budget", "100%", "--steps", "1", "--device", "cuda",
-                                   "--repeat", "1"},
-                                  {"REMAT_DEVICE_MEMORY_LIMIT=2GiB"});
+  const RunResult oom =
+      run_remat({"train", "--model", "resnet18", "--batch", "256", "--image", "224", "--budget",
+                 "100%", "--steps", "1", "--device", "cuda", "--repeat", "1"},
+                {"REMAT_DEVICE_MEMORY_LIMIT=2GiB"});
   INFO(describe(oom));
   CHECK(oom.exit_code == 4);
   CHECK_THAT(oom.err, Catch::Contains("out of memory"));
