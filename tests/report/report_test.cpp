@@ -1,9 +1,10 @@
+#include "remat/report.h"
+
 #include <catch2/catch.hpp>
 #include <cctype>
 #include <map>
 #include <string>
 
-#include "remat/report.h"
 #include "remat/solver.h"
 #include "solver/test_chains.h"
 #include "xml.h"
@@ -41,14 +42,16 @@ TEST_CASE("schedule plot: one mark per operation, budget and peak as solved", "[
     CHECK(as_int(svg->attr("data-ops")) == static_cast<std::int64_t>(s.sequence.size()));
     const auto ops = svg->find_all("rect", "op");
     REQUIRE(ops.size() == s.sequence.size());
-    for (std::size_t k = 0; k < ops.size(); ++k) CHECK(ops[k]->attr("data-op") == s.sequence[k].str());
+    for (std::size_t k = 0; k < ops.size(); ++k)
+      CHECK(ops[k]->attr("data-op") == s.sequence[k].str());
     const auto budget_lines = svg->find_all("line", "budget");
     REQUIRE(budget_lines.size() == 1);
     CHECK(as_int(budget_lines[0]->attr("data-bytes")) == budget);
     const auto peaks = svg->find_all("circle", "peak");
     REQUIRE(peaks.size() == 1);
     CHECK(as_int(peaks[0]->attr("data-bytes")) == s.peak_bytes);
-    CHECK(peaks[0]->attr("data-op") == s.sequence[static_cast<std::size_t>(s.simulation.peak_op)].str());
+    CHECK(peaks[0]->attr("data-op") ==
+          s.sequence[static_cast<std::size_t>(s.simulation.peak_op)].str());
     // The peak is drawn no higher than the budget line (SVG y grows downwards).
     CHECK(std::stod(peaks[0]->attr("cy")) >= std::stod(budget_lines[0]->attr("y1")) - 0.01);
     // The title keeps the name, escaped in the file and intact once parsed.
@@ -62,7 +65,8 @@ TEST_CASE("schedule plot: one mark per operation, budget and peak as solved", "[
 TEST_CASE("schedule plot: long schedules are aggregated, every operation still counted",
           "[report]") {
   const remat::Chain chain = remat::test::uniform_chain(300, 10);
-  const remat::Solution s = remat::solve(chain, remat::SolveOptions(remat::store_all_peak(chain) / 4));
+  const remat::Solution s =
+      remat::solve(chain, remat::SolveOptions(remat::store_all_peak(chain) / 4));
   REQUIRE(s.ok());
   REQUIRE(s.sequence.size() > 800);
   const auto svg = parse_xml(remat::schedule_svg(chain, s, remat::PlotOptions().max_op_marks(200)));
@@ -90,20 +94,55 @@ TEST_CASE("tradeoff plot: every point where the tradeoff puts it", "[report]") {
   REQUIRE(curves.size() == 3);
   for (const auto* curve : curves) {
     const std::string algorithm = curve->attr("data-algorithm");
-    const std::vector<remat::TradeoffPoint>& points =
-        algorithm == "optimal" ? t.optimal : algorithm == "revolve" ? t.revolve : t.periodic_best;
+    const std::vector<remat::TradeoffPoint>& points = algorithm == "optimal"   ? t.optimal
+                                                      : algorithm == "revolve" ? t.revolve
+                                                                               : t.periodic_best;
     std::vector<const remat::TradeoffPoint*> feasible;
     for (const auto& p : points)
       if (p.feasible) feasible.push_back(&p);
     std::vector<const remat::test::XmlElement*> dots;
-    curve->collect([](const remat::test::XmlElement& e) { return e.attr("class") == "point"; }, dots);
+    curve->collect([](const remat::test::XmlElement& e) { return e.attr("class") == "point"; },
+                   dots);
     REQUIRE(dots.size() == feasible.size());
     for (std::size_t k = 0; k < dots.size(); ++k) {
       CHECK(as_int(dots[k]->attr("data-budget-bytes")) == feasible[k]->budget_bytes);
-      CHECK(std::stod(dots[k]->attr("data-makespan-ms")) == Approx(feasible[k]->makespan_ms).epsilon(1e-3));
+      CHECK(std::stod(dots[k]->attr("data-makespan-ms")) ==
+            Approx(feasible[k]->makespan_ms).epsilon(1e-3));
     }
   }
   CHECK(svg->find_all("circle", "store-all").size() == 1);
+}
+
+TEST_CASE("tradeoff plot: a point far above the scale is drawn at its top edge, marked",
+          "[report]") {
+  const remat::Chain chain = remat::test::random_chain(7, {8, 12});
+  remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(10));
+  // revolve 100 times slower at its first feasible budget: above the scale, which stops at
+  // twice the optimal curve's overhead.
+  remat::TradeoffPoint* slow = nullptr;
+  for (auto& p : t.revolve)
+    if (p.feasible && slow == nullptr) slow = &p;
+  REQUIRE(slow != nullptr);
+  slow->makespan_ms *= 100;
+  const auto svg = parse_xml(remat::tradeoff_svg(chain, t));
+  const double height = std::stod(svg->attr("height"));
+  std::vector<const remat::test::XmlElement*> points;
+  svg->collect([](const remat::test::XmlElement& e) { return e.attr("class") == "point"; }, points);
+  int off_scale = 0;
+  for (const auto* point : points) {
+    INFO(point->name << " at budget " << point->attr("data-budget-bytes"));
+    if (point->name == "circle") {
+      const double cy = std::stod(point->attr("cy"));
+      CHECK((cy > 0 && cy < height));
+      CHECK(point->attr("data-off-scale").empty());
+    } else {  // the marker of an off-scale point: a caret whose apex is inside the picture
+      REQUIRE(point->name == "polyline");
+      CHECK(point->attr("data-off-scale") == "1");
+      CHECK(std::stod(point->attr("data-makespan-ms")) == Approx(slow->makespan_ms).epsilon(1e-3));
+      ++off_scale;
+    }
+  }
+  CHECK(off_scale == 1);
 }
 
 TEST_CASE("profile plot: one bar per stage, binned beyond the width", "[report]") {
@@ -122,7 +161,8 @@ TEST_CASE("profile plot: one bar per stage, binned beyond the width", "[report]"
 TEST_CASE("measurement plot: one point per measurement, placed by its bytes and value",
           "[report]") {
   remat::MeasurementPlot plot("resnet50 b32 <cuda> & co: throughput", "images per second");
-  plot.series.push_back({"remat optimal", {{2e9, 900, "100%"}, {1e9, 850, "50%"}, {5e8, 700, "25%"}}, true});
+  plot.series.push_back(
+      {"remat optimal", {{2e9, 900, "100%"}, {1e9, 850, "50%"}, {5e8, 700, "25%"}}, true});
   plot.series.push_back({"checkpoint_sequential", {{1.5e9, 600, "K=2"}, {9e8, 500, "K=4"}}, false});
   plot.series.push_back({"plain", {{2.1e9, 910, ""}}, false});
   const auto svg = parse_xml(remat::measurement_svg(plot));
@@ -132,13 +172,17 @@ TEST_CASE("measurement plot: one point per measurement, placed by its bytes and 
   REQUIRE(points.size() == 6);
   // Drawn positions: more bytes further right, a larger value higher up (smaller y).
   std::map<std::string, std::pair<double, double>> at;  // "series:bytes" -> (cx, cy)
-  for (const auto* p : points) at[p->attr("data-series") + ":" + p->attr("data-bytes")] = {std::stod(p->attr("cx")), std::stod(p->attr("cy"))};
+  for (const auto* p : points)
+    at[p->attr("data-series") + ":" + p->attr("data-bytes")] = {std::stod(p->attr("cx")),
+                                                                std::stod(p->attr("cy"))};
   CHECK(at.at("remat optimal:500000000").first < at.at("checkpoint_sequential:900000000").first);
   CHECK(at.at("checkpoint_sequential:900000000").first < at.at("remat optimal:1000000000").first);
   CHECK(at.at("remat optimal:2000000000").first < at.at("plain:2100000000").first);
   CHECK(at.at("plain:2100000000").second < at.at("remat optimal:1000000000").second);
-  CHECK(at.at("remat optimal:1000000000").second < at.at("checkpoint_sequential:1500000000").second);
+  CHECK(at.at("remat optimal:1000000000").second <
+        at.at("checkpoint_sequential:1500000000").second);
   // The connected series is one line through its points in order of bytes.
   CHECK(svg->find_all("polyline").size() == 1);
-  CHECK_THROWS_AS(remat::measurement_svg(remat::MeasurementPlot("empty", "x")), std::invalid_argument);
+  CHECK_THROWS_AS(remat::measurement_svg(remat::MeasurementPlot("empty", "x")),
+                  std::invalid_argument);
 }
