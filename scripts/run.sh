@@ -10,8 +10,8 @@
 # ~/.cache/remat/venv-<pins>. The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
 # with the CUDA toolkit's nvcc); they run only where a GPU is. `test` also builds and tests
 # against Debian's LibTorch 1.13 (build-debian/), the solver under ASan+UBSan (build-asan/),
-# runs the fuzz targets for about a minute each (scripts/fuzz.sh --ci) and the GPU check's CPU mode
-# (scripts/gpu-check.sh --cpu).
+# runs the fuzz targets for about a minute each (scripts/fuzz.sh --ci), the mutation check
+# (tools/mutate.py) and the GPU check's CPU mode (scripts/gpu-check.sh --cpu).
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
@@ -126,7 +126,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 step "fuzzing, about a minute a target (scripts/fuzz.sh --ci, into build-fuzz/)"
 bash scripts/fuzz.sh --ci
 
-# 8. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots.
+# 8. The mutation check of the solver, simulator and report tests (tools/mutate.py,
+# docs/testing.md): a mutation no test notices, and no written reason explains, fails.
+step "the mutation check (tools/mutate.py, into build-mutate/)"
+python3 tools/mutate.py
+
+# 9. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots.
 step "the GPU check's CPU mode (scripts/gpu-check.sh --cpu, into build/gpu-check-cpu/)"
 REMAT_PYTHON="$venv_python" bash scripts/gpu-check.sh --cpu --build build --out build/gpu-check-cpu
 step "all tests passed"

@@ -96,7 +96,10 @@ def main():
         sys.exit("remat: unknown mutation in --only (see --list)")
     work = os.path.join(ROOT, "build-mutate")
     tree, build, log = (os.path.join(work, d) for d in ("tree", "build", "mutate.log"))
+    # A fresh build too: `git archive` gives the sources the commit's times, older than objects
+    # a previous run built from a mutated source, which make would then keep.
     shutil.rmtree(tree, ignore_errors=True)
+    shutil.rmtree(build, ignore_errors=True)
     os.makedirs(tree)
     open(log, "w").close()
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True,
