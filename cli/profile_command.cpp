@@ -108,12 +108,12 @@ Action add_profile_command(CLI::App& app) {
     }
     bar.finish(p.chain.length());
     // Both files or neither; `-o -` is the chain on standard output, and nothing else there.
+    const std::string json = chain_to_json(p.chain) + "\n";
     std::vector<OutputFile> files;
-    if (!args->output.empty())
-      files.push_back({args->output, chain_to_json(p.chain) + "\n", "the chain file"});
+    if (!args->output.empty()) files.push_back({args->output, json, "the chain file"});
     if (!args->plot.empty()) files.push_back({args->plot, profile_svg(p.chain), "the plot"});
     const bool chain_on_stdout = args->output == "-";
-    if (format == Format::kJson) files.push_back({"-", chain_to_json(p.chain) + "\n", "the chain"});
+    if (format == Format::kJson) files.push_back({"-", json, "the chain"});
     write_text_files(files);
     std::FILE* text = chain_on_stdout ? stderr : stdout;
     if (format == Format::kText) {

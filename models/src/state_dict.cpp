@@ -32,6 +32,15 @@ namespace {
   throw StateDictError(where + ": " + what);
 }
 
+// The unsigned integer of `width` bytes at `bytes`, little-endian unless said otherwise: pickle
+// arguments and zip headers alike.
+uint64_t decode_uint(const char* bytes, int width, bool big_endian = false) {
+  uint64_t value = 0;
+  for (int i = 0; i < width; ++i)
+    value |= uint64_t{static_cast<unsigned char>(bytes[big_endian ? width - 1 - i : i])} << 8 * i;
+  return value;
+}
+
 // Bytes read in order from a stream or from memory, with their position and size known, so that a
 // truncated file is reported as such, with the offset, and a corrupt length can never make us
 // allocate more than the file holds.
@@ -72,12 +81,9 @@ class Input {
     return text;
   }
   uint64_t read_uint(int bytes, const std::string& what, bool big_endian = false) {
-    unsigned char buffer[8];
+    char buffer[8];
     read(buffer, bytes, what);
-    uint64_t value = 0;
-    for (int i = 0; i < bytes; ++i)
-      value |= uint64_t{buffer[big_endian ? bytes - 1 - i : i]} << 8 * i;
-    return value;
+    return decode_uint(buffer, bytes, big_endian);
   }
   std::string read_line(const std::string& what) {
     std::string line;
@@ -777,10 +783,7 @@ struct ZipEntry {
 constexpr uint64_t kMaxDeflateRatio = 1032;
 
 uint64_t le(const std::string& bytes, size_t at, int width) {
-  uint64_t value = 0;
-  for (int i = 0; i < width; ++i)
-    value |= uint64_t{static_cast<unsigned char>(bytes[at + i])} << 8 * i;
-  return value;
+  return decode_uint(bytes.data() + at, width);
 }
 
 // Checks the sizes a zip archive declares before LibTorch allocates anything from them (it

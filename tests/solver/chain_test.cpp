@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -253,12 +254,27 @@ std::vector<std::string> folder_entries(const std::string& folder) {
   return names;
 }
 
+// A folder under /tmp, removed with everything in it at the end of the test.
+struct TempFolder {
+  std::string path;
+  TempFolder() {
+    char made[] = "/tmp/remat-files-XXXXXX";
+    REQUIRE(mkdtemp(made) != nullptr);
+    path = made;
+  }
+  ~TempFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("output files: never through a planted link, never onto a non-regular file", "[solver]") {
-  char made[] = "/tmp/remat-files-XXXXXX";
-  REQUIRE(mkdtemp(made) != nullptr);
-  const std::string folder = made;
+  const TempFolder temp;
+  const std::string& folder = temp.path;
   const std::string path = folder + "/out.svg";
   const std::string victim = folder + "/victim";
   { std::ofstream(victim) << "precious"; }
@@ -308,15 +324,11 @@ TEST_CASE("output files: never through a planted link, never onto a non-regular 
   CHECK_THROWS_WITH(check_output_path(fifo), Catch::Contains("it is a FIFO"));
   CHECK_NOTHROW(check_output_path(folder + "/new.json"));
   CHECK_NOTHROW(check_output_path("-"));
-
-  for (const std::string& name : folder_entries(folder)) std::remove((folder + "/" + name).c_str());
-  rmdir(folder.c_str());
 }
 
 TEST_CASE("output files: several are written all or none", "[solver]") {
-  char pattern[] = "/tmp/remat-files-XXXXXX";
-  REQUIRE(mkdtemp(pattern) != nullptr);
-  const std::string folder = pattern;
+  const TempFolder temp;
+  const std::string& folder = temp.path;
   const std::string chain = folder + "/chain.json";
   const std::string plot = folder + "/plot.svg";
   write_text_file(chain, "old");
@@ -325,21 +337,14 @@ TEST_CASE("output files: several are written all or none", "[solver]") {
   CHECK_THROWS_WITH(
       write_text_files({{chain, "new", "the chain file"}, {plot, "<svg/>", "the plot"}}),
       Catch::Contains(plot + ": cannot write the plot there: it is a directory"));
-  std::ifstream in(chain);
-  std::string text;
-  std::getline(in, text);
-  CHECK(text == "old");
+  CHECK(read_file(chain) == "old");
   CHECK(folder_entries(folder) ==
         std::vector<std::string>{"chain.json", "plot.svg"});  // no temporary
   // Both writable: both written.
   rmdir(plot.c_str());
   write_text_files({{chain, "new", "the chain file"}, {plot, "<svg/>", "the plot"}});
-  std::ifstream again(chain);
-  std::getline(again, text);
-  CHECK(text == "new");
+  CHECK(read_file(chain) == "new");
   CHECK(folder_entries(folder) == std::vector<std::string>{"chain.json", "plot.svg"});
-  for (const std::string& name : folder_entries(folder)) std::remove((folder + "/" + name).c_str());
-  rmdir(folder.c_str());
 }
 
 TEST_CASE("output files: a failed write to standard output is an error", "[solver]") {
