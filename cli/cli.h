@@ -59,6 +59,9 @@ Format parse_format(const std::string& text);
 /// Checks a --plot argument: empty (no plot) or a path ending in .svg.
 void check_plot_path(const std::string& path);
 
+/// Checks a --threads argument of the solver's commands: 0 (one per core) to kMaxThreads.
+void check_solver_threads(int threads);
+
 /// `text` safe to print on a terminal: control characters (C0, DEL, and C1 as UTF-8 writes
 /// them), which a chain file's names or a command line could use to move the cursor, retitle
 /// the window or hide text, written as \n, \t or \xNN; printable text, UTF-8 included, as it is.

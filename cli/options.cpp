@@ -20,6 +20,12 @@ void check_plot_path(const std::string& path) {
   check_output_path(path, "the plot");  // before the work, not after it
 }
 
+void check_solver_threads(int threads) {
+  REMAT_CHECK(threads >= 0, "--threads (", threads, ") must not be negative");
+  REMAT_CHECK(threads <= kMaxThreads, "--threads (", threads, ") must be at most ", kMaxThreads,
+              " (0, the default, runs one per core)");
+}
+
 std::string printable(const std::string& text) {
   std::string out;
   out.reserve(text.size());

@@ -164,9 +164,7 @@ Action add_schedule_command(CLI::App& app) {
                 ") must be a positive number of segments");
     REMAT_CHECK(!args->reference_recurrence || algorithm == Algorithm::kOptimal,
                 "--reference-recurrence applies to --algorithm optimal only");
-    REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
-    REMAT_CHECK(args->threads <= kMaxThreads, "--threads (", args->threads, ") must be at most ",
-                kMaxThreads, " (0, the default, runs one per core)");
+    check_solver_threads(args->threads);
     check_plot_path(args->plot);
     const Chain chain = load_chain(args->chain_path);
     const std::int64_t budget = parse_budget(args->budget, store_all_peak(chain));

@@ -61,9 +61,7 @@ Action add_tradeoff_command(CLI::App& app) {
     REMAT_CHECK(args->points >= 2 && args->points <= 10000, "--points (", args->points,
                 ") must be between 2 and 10000");
     REMAT_CHECK(args->slots >= 0, "--slots (", args->slots, ") must be a positive number of slots");
-    REMAT_CHECK(args->threads >= 0, "--threads (", args->threads, ") must not be negative");
-    REMAT_CHECK(args->threads <= kMaxThreads, "--threads (", args->threads, ") must be at most ",
-                kMaxThreads, " (0, the default, runs one per core)");
+    check_solver_threads(args->threads);
     const Chain chain = load_chain(args->chain_path);
     TradeoffOptions options;
     options.points(args->points).slots(args->slots).threads(args->threads);
