@@ -1,8 +1,10 @@
 #include "layers.h"
 
 #include <torch/utils.h>
+#include <torch/version.h>
 
 #include <cmath>
+#include <limits>
 
 namespace remat::models::detail {
 
@@ -23,6 +25,23 @@ void trunc_normal_(torch::Tensor weight, double mean, double std, double a, doub
   weight.erfinv_();
   weight.mul_(std * std::sqrt(2.0)).add_(mean);
   weight.clamp_(a, b);
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        bool causal, double dropout) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, causal);
+#else
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+  if (causal) {
+    const int64_t n = q.size(-2), m = k.size(-2);
+    scores = scores.masked_fill(torch::ones({n, m}, q.options().dtype(torch::kBool)).triu(1),
+                                -std::numeric_limits<double>::infinity());
+  }
+  torch::Tensor weights = torch::softmax(scores, -1);
+  if (dropout > 0) weights = torch::dropout(weights, dropout, /*train=*/true);
+  return torch::matmul(weights, v);
+#endif
 }
 
 }  // namespace remat::models::detail

@@ -74,5 +74,12 @@ inline void init_kaiming_fan_out(torch::nn::Conv2dImpl& conv) {
 /// between the CDF values of the bounds, through the inverse error function.
 void trunc_normal_(torch::Tensor weight, double mean, double std, double a, double b);
 
+/// Multi-head attention's core on (batch, heads, sequence, head size) tensors: softmax(q k^T /
+/// sqrt(head size)) v, with the causal mask when `causal`, and dropout `dropout` on the
+/// attention weights. PyTorch's scaled_dot_product_attention on LibTorch 2.x (what
+/// nn.MultiheadAttention and Hugging Face's GPT-2 call there; it need not keep the weights for
+/// the backward), the same formula spelled out on 1.13.
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        bool causal, double dropout);
 
 }  // namespace remat::models::detail

@@ -6,9 +6,22 @@
 #include "remat/models/densenet.h"
 #include "remat/models/inception.h"
 #include "remat/models/resnet.h"
+#include "remat/models/transformer.h"
 #include "remat/models/vgg.h"
 
 namespace remat::models {
+namespace {
+
+std::string gpt2_description(const std::string& name, const GPT2Options& o) {
+  const char* size = name == "gpt2"          ? "(124M)"
+                     : name == "gpt2-medium" ? "medium (355M)"
+                     : name == "gpt2-large"  ? "large (774M)"
+                                             : "XL (1.5B)";
+  return std::string("Hugging Face GPT-2 ") + size + ": " + std::to_string(o.n_layer()) +
+         " blocks of width " + std::to_string(o.n_embd()) + ", causal LM loss";
+}
+
+}  // namespace
 
 torch::Tensor classification_loss(const Tensors& outputs, const torch::Tensor& target) {
   namespace F = torch::nn::functional;
@@ -25,18 +38,29 @@ const std::vector<ModelInfo>& registry() {
   // min_image: the smallest square input each architecture takes (five stride-2 reductions
   // for ResNet, VGG and DenseNet; Inception's own limits, see inception.h).
   static const std::vector<ModelInfo> models = [] {
+    // One model's name, description, smallest and default image, and builder.
+    const auto info = [](std::string name, std::string description, int min_image,
+                         int default_image, std::function<torch::nn::Sequential(int)> make) {
+      ModelInfo model;
+      model.name = std::move(name);
+      model.description = std::move(description);
+      model.min_image = min_image;
+      model.default_image = default_image;
+      model.make = std::move(make);
+      return model;
+    };
     std::vector<ModelInfo> all = {
-        {"convnet", "small VGG-like network: 8 Conv3x3+BN+ReLU stages, 3 max pools, classifier",
-         8, 64, [](int classes) { return convnet(ConvNetOptions().num_classes(classes)); }},
-        {"convnet-deep", "deeper VGG-like network: 24 Conv3x3+BN+ReLU stages, 5 max pools", 32,
-         64,
-         [](int classes) {
-           return convnet(ConvNetOptions().num_classes(classes).blocks(24).pool_every(4));
-         }},
+        info("convnet", "small VGG-like network: 8 Conv3x3+BN+ReLU stages, 3 max pools, classifier",
+             8, 64, [](int classes) { return convnet(ConvNetOptions().num_classes(classes)); }),
+        info("convnet-deep", "deeper VGG-like network: 24 Conv3x3+BN+ReLU stages, 5 max pools", 32,
+             64,
+             [](int classes) {
+               return convnet(ConvNetOptions().num_classes(classes).blocks(24).pool_every(4));
+             }),
     };
     const auto add = [&](const char* name, const char* description, int min_image,
                          int default_image, std::function<torch::nn::Sequential(int)> make) {
-      all.push_back({name, description, min_image, default_image, std::move(make)});
+      all.push_back(info(name, description, min_image, default_image, std::move(make)));
     };
     using R = ResNetOptions;
     add("resnet18", "torchvision ResNet-18", 32, 224, [](int c) { return resnet18(R().num_classes(c)); });
@@ -63,9 +87,45 @@ const std::vector<ModelInfo>& registry() {
     add("densenet161", "torchvision DenseNet-161", 32, 224, [](int c) { return densenet161(D().num_classes(c)); });
     add("densenet169", "torchvision DenseNet-169", 32, 224, [](int c) { return densenet169(D().num_classes(c)); });
     add("densenet201", "torchvision DenseNet-201", 32, 224, [](int c) { return densenet201(D().num_classes(c)); });
+    // Transformers: their image size or granularity changes the model (make_for).
+    const auto add_vit = [&](const char* name, const char* description, int patch,
+                             torch::nn::Sequential (*make)(ViTOptions)) {
+      ModelInfo vit = info(name, description, patch, 224,
+                           [make](int c) { return make(ViTOptions().num_classes(c)); });
+      vit.image_multiple = patch;
+      vit.has_granularity = true;
+      vit.make_for = [make](const ModelConfig& config) {
+        return make(ViTOptions()
+                        .num_classes(config.num_classes)
+                        .image_size(config.image > 0 ? config.image : 224)
+                        .granularity(config.granularity));
+      };
+      all.push_back(std::move(vit));
+    };
+    add_vit("vit_b_16", "torchvision ViT-B/16 (vision transformer)", 16, vit_b_16);
+    add_vit("vit_b_32", "torchvision ViT-B/32", 32, vit_b_32);
+    add_vit("vit_l_16", "torchvision ViT-L/16", 16, vit_l_16);
+    for (const char* name : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}) {
+      const GPT2Options options = gpt2_config(name);
+      ModelInfo lm = info(name, gpt2_description(name, options), 1, 0,
+                          [name](int) { return gpt2(gpt2_config(name)); });
+      lm.input = InputKind::kTokens;
+      lm.vocab_size = static_cast<int>(options.vocab_size());
+      lm.max_sequence = lm.default_sequence = static_cast<int>(options.n_positions());
+      lm.has_granularity = true;
+      lm.known_parameters = gpt2_parameter_count(options);
+      lm.make_for = [name](const ModelConfig& config) {
+        return gpt2(gpt2_config(name, GPT2Options().granularity(config.granularity)));
+      };
+      all.push_back(std::move(lm));
+    }
     return all;
   }();
   return models;
+}
+
+torch::nn::Sequential ModelInfo::build(const ModelConfig& config) const {
+  return make_for ? make_for(config) : make(config.num_classes);
 }
 
 std::int64_t parameter_count(const torch::nn::Module& module) {

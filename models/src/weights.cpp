@@ -29,6 +29,17 @@ std::string modern_densenet_name(const std::string& name) {
   return name;
 }
 
+/// torchvision's ViT loader renames the MLP's "mlp.linear_1" and "mlp.linear_2" (the names of
+/// the published ViT weights) to "mlp.0" and "mlp.3"; so do we.
+std::string modern_vit_name(const std::string& name) {
+  static const std::regex old_name(
+      R"(^(encoder\.layers\.encoder_layer_\d+\.mlp\.)linear_([12])(\..*)$)");
+  std::smatch match;
+  if (std::regex_match(name, match, old_name))
+    return match[1].str() + (match[2].str() == "1" ? "0" : "3") + match[3].str();
+  return name;
+}
+
 std::string list(const std::vector<std::string>& names) {
   constexpr std::size_t kShown = 12;
   std::string out;
@@ -57,7 +68,8 @@ void load_torchvision_weights(torch::nn::Sequential& model,
   std::vector<std::string> names;
   std::map<std::string, const torch::Tensor*> values;
   for (const auto& entry : state_dict) {
-    names.push_back(modern_densenet_name(data_parallel ? entry.name.substr(7) : entry.name));
+    names.push_back(
+        modern_vit_name(modern_densenet_name(data_parallel ? entry.name.substr(7) : entry.name)));
     values[names.back()] = &entry.tensor;
   }
 

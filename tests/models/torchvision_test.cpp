@@ -3,8 +3,9 @@
 // (tests/models/make_torchvision_reference.py, run before these tests); the port loads the
 // file with load_torchvision_weights and must reproduce the outputs.
 #include <catch2/catch.hpp>
-
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "remat/models.h"
 
@@ -88,4 +89,95 @@ TEST_CASE("Inception v3's two heads in training mode match torchvision's Incepti
   REQUIRE(outputs.size() == 2);
   CHECK(relative_error(outputs[0], io.at("train_logits")) < 1e-4);
   CHECK(relative_error(outputs[1], io.at("train_aux_logits")) < 1e-4);
+}
+
+TEST_CASE("the vision transformer reproduces torchvision's, outputs and gradients",
+          "[models][torchvision][vit]") {
+  // A small VisionTransformer whose every parameter torchvision's side randomized.
+  auto io = read_io("vit_small");
+  for (Granularity granularity : {Granularity::kBlock, Granularity::kHalfBlock}) {
+    DYNAMIC_SECTION(granularity_name(granularity)) {
+      nn::Sequential net = vision_transformer(ViTOptions()
+                                                  .image_size(32)
+                                                  .patch_size(8)
+                                                  .num_layers(2)
+                                                  .num_heads(4)
+                                                  .hidden_dim(64)
+                                                  .mlp_dim(128)
+                                                  .num_classes(10)
+                                                  .granularity(granularity));
+      load_torchvision_weights(net, reference("vit_small.pth"));
+      net->eval();
+      {
+        torch::NoGradGuard no_grad;
+        const double error = relative_error(net->forward(io.at("input")), io.at("output"));
+        INFO("relative error " << error);
+        CHECK(error < 1e-5);
+      }
+      net->train();
+      torch::Tensor x = io.at("input").clone().requires_grad_(true);
+      torch::Tensor out = net->forward(x);
+      (out * io.at("loss_weight")).sum().backward();
+      CHECK(relative_error(out.detach(), io.at("train_output")) < 1e-5);
+      CHECK(relative_error(x.grad(), io.at("train_input_grad")) < 1e-5);
+      CHECK(relative_error(net->named_parameters()["embed.conv_proj.weight"].grad(),
+                           io.at("train_conv_proj_weight_grad")) < 1e-5);
+      CHECK(relative_error(net->named_parameters()["embed.pos_embedding"].grad(),
+                           io.at("train_pos_embedding_grad")) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("vit_b_16, vit_b_32 and vit_l_16 have torchvision's names and shapes; old MLP names load",
+          "[models][torchvision][vit]") {
+  std::ifstream file(reference("vit_names.txt"));
+  REQUIRE(file);
+  std::map<std::string, std::map<std::string, std::string>> expected;
+  for (std::string line; std::getline(file, line);) {
+    std::istringstream words(line);
+    std::string model, name, shape;
+    words >> model >> name >> shape;
+    expected[model][name] = shape;
+  }
+  REQUIRE(expected.size() == 3);
+  for (const auto& [model, names] : expected) {
+    DYNAMIC_SECTION(model) {
+      const nn::Sequential net = model == "vit_b_16"   ? vit_b_16()
+                                 : model == "vit_b_32" ? vit_b_32()
+                                                       : vit_l_16();
+      std::map<std::string, std::string> actual;
+      const auto add = [&](const std::string& key, const torch::Tensor& t) {
+        std::string shape;
+        for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+        actual[torchvision_name(net, key)] = shape;
+      };
+      for (const auto& p : net->named_parameters()) add(p.key(), p.value());
+      for (const auto& b : net->named_buffers()) add(b.key(), b.value());
+      CHECK(actual == names);
+    }
+  }
+  // The published ViT files name the MLP's layers "linear_1" and "linear_2", which
+  // torchvision's loader renames to "0" and "3".
+  nn::Sequential net = vision_transformer(ViTOptions()
+                                              .image_size(32)
+                                              .patch_size(8)
+                                              .num_layers(2)
+                                              .num_heads(4)
+                                              .hidden_dim(64)
+                                              .mlp_dim(128)
+                                              .num_classes(10));
+  std::vector<StateDictEntry> entries = read_state_dict(reference("vit_small.pth"));
+  for (auto& entry : entries) {
+    const auto at = entry.name.find(".mlp.");
+    if (at == std::string::npos) continue;
+    if (entry.name.compare(at + 5, 2, "0.") == 0)
+      entry.name.replace(at + 5, 1, "linear_1");
+    else if (entry.name.compare(at + 5, 2, "3.") == 0)
+      entry.name.replace(at + 5, 1, "linear_2");
+  }
+  load_torchvision_weights(net, entries, "old names");
+  auto io = read_io("vit_small");
+  net->eval();
+  torch::NoGradGuard no_grad;
+  CHECK(relative_error(net->forward(io.at("input")), io.at("output")) < 1e-5);
 }

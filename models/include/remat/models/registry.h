@@ -4,13 +4,35 @@
 
 #include <torch/nn/modules/container/sequential.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "remat/core/stage.h"  // remat::Tensors
+#include "remat/models/transformer.h"  // Granularity
 
 namespace remat::models {
+
+/// What a built-in model's input is.
+enum class InputKind {
+  /// Images (batch, 3, height, width); the chain's output is the logits (and Inception's
+  /// auxiliary logits), trained with classification_loss.
+  kImage,
+  /// Token ids (batch, sequence) in [0, vocab_size); the chain's output is {loss} (GPT-2).
+  kTokens,
+};
+
+/// The shape of a model's input and how it is cut into stages, for the models whose
+/// parameters or stages depend on them (ModelInfo::build).
+struct ModelConfig {
+  int num_classes = 1000;
+  /// Input height and width; 0: the model's default. ViT's position embedding has one entry
+  /// per patch of a square image of this size.
+  int image = 0;
+  /// Transformers: one stage per block, or per half-block.
+  Granularity granularity = Granularity::kBlock;
+};
 
 struct ModelInfo {
   std::string name;
@@ -19,7 +41,26 @@ struct ModelInfo {
   int min_image = 1;
   /// Default input height/width (what `remat profile` uses without --image).
   int default_image = 224;
+  /// The model for 1000 classes or `num_classes`, at its default image size and granularity.
   std::function<torch::nn::Sequential(int num_classes)> make;
+
+  InputKind input = InputKind::kImage;
+  /// Images: the input must be square, a multiple of this (ViT's patches); 0: any size.
+  int image_multiple = 0;
+  /// Tokens: the vocabulary's size, the longest sequence and the default one.
+  int vocab_size = 0;
+  int max_sequence = 0;
+  int default_sequence = 0;
+  /// Whether the model has stages at two granularities (transformers).
+  bool has_granularity = false;
+  /// Parameters, when known without building the model (the large transformers); 0: count
+  /// them on a built one.
+  std::int64_t known_parameters = 0;
+  /// Makes the model for `config` (image size, granularity); empty: make(config.num_classes).
+  std::function<torch::nn::Sequential(const ModelConfig& config)> make_for;
+
+  /// The model for `config`, by make_for when there is one.
+  torch::nn::Sequential build(const ModelConfig& config) const;
 };
 
 /// The training loss of the built-in classifiers, from the members of their output: the

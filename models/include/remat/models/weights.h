@@ -22,7 +22,8 @@ class WeightsError : public InputError {
 /// know torchvision's name of each of their parameters and buffers; for any other Sequential,
 /// the names are the chain's own: "<stage>.<name in stage>").
 /// - Accepts what torchvision's own loaders accept: DenseNet files with the old names
-///   ("denselayer1.norm.1.weight"), files saved from nn.DataParallel (every name prefixed
+///   ("denselayer1.norm.1.weight"), ViT files with the old MLP names ("mlp.linear_1.weight",
+///   as in the published ViT weights), files saved from nn.DataParallel (every name prefixed
 ///   "module."), BatchNorm state without `num_batches_tracked` (set to 0, as PyTorch does).
 /// - Values are converted to each parameter's dtype and device.
 /// - Nothing is changed unless every tensor of the model has a value of the right shape and
