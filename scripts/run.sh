@@ -49,6 +49,14 @@ if ! cmp -s "$pins" "$venv/remat-requirements.txt"; then
   cp "$pins" "$venv/remat-requirements.txt"
 fi
 venv_python=$venv/bin/python
+# The tests' own Python dependencies (Hugging Face transformers and safetensors, for the GPT-2
+# references; pytest), pinned in scripts/test-requirements.txt, installed once into the same
+# environment.
+if [ "$mode" = test ] && ! cmp -s scripts/test-requirements.txt "$venv/remat-test-requirements.txt"; then
+  step "installing the tests' Python packages ($(grep -v '^#' scripts/test-requirements.txt | tr '\n' ' '))"
+  "$venv_python" -m pip install -q -r scripts/test-requirements.txt
+  cp scripts/test-requirements.txt "$venv/remat-test-requirements.txt"
+fi
 torch_prefix=$("$venv_python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 step "PyTorch $("$venv_python" -c 'import torch; print(torch.__version__)') at $torch_prefix"
 
@@ -96,14 +104,13 @@ consumer build "$torch_prefix"
 
 # 4c. The Python package, built by pip against the same PyTorch, and its tests.
 step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
-"$venv_python" -c 'import pytest' 2>/dev/null || "$venv_python" -m pip install -q pytest
 "$venv_python" -m pip install -q .
 "$venv_python" -m pytest -q -p no:cacheprovider tests/python
 
 # 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer.
 step "building remat against Debian's LibTorch 1.13 (build-debian/)"
 cmake -S . -B build-debian -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
-  -DREMAT_BUILD_BENCH=OFF -DREMAT_PYTHON=/usr/bin/python3 >/dev/null
+  -DREMAT_BUILD_BENCH=OFF -DREMAT_PYTHON=/usr/bin/python3 -DREMAT_TRANSFORMERS_PYTHON="$venv_python" >/dev/null
 cmake --build build-debian -j "$jobs"
 step "tests (build-debian/, LibTorch 1.13)"
 ctest --test-dir build-debian --output-on-failure -j "$jobs"
