@@ -200,9 +200,9 @@ class HeaderReader {
   bool null() { return value(Kind::kNull, "null"); }
   bool boolean(bool b) { return value(Kind::kOther, b ? "true" : "false"); }
   bool number_integer(json::number_integer_t n) {
-    // Only negative numbers (and -0) come here.
-    if (n == 0) return value(Kind::kUnsigned, "the number 0", 0);
-    return value(Kind::kOther, "the number " + std::to_string(n));
+    // Only numbers written with a minus sign come here, -0 included (serde_json reads -0 as a
+    // float, which the crate refuses as a size).
+    return value(Kind::kOther, "the number " + (n == 0 ? "-0" : std::to_string(n)));
   }
   bool number_unsigned(json::number_unsigned_t n) {
     return value(Kind::kUnsigned, "the number " + std::to_string(n), n);

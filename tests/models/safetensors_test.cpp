@@ -6,6 +6,7 @@
 #include "remat/models/safetensors.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -264,6 +265,8 @@ TEST_CASE("read_safetensors names the file and the problem", "[models][safetenso
        "tensor 'a': dtype is the number 4"},
       {"negative size", safetensors("{" + entry("a", "F32", "[-2]", 0, 8) + "," + kB + "}", kData),
        "tensor 'a': shape[0] is the number -2, not a size"},
+      {"minus zero", safetensors("{" + entry("a", "F32", "[-0]", 0, 0) + "}", ""),
+       "tensor 'a': shape[0] is the number -0, not a size"},
       {"float size", safetensors("{" + entry("a", "F32", "[2.0]", 0, 8) + "," + kB + "}", kData),
        "tensor 'a': shape[0] is the number 2.0, not a size"},
       {"size beyond uint64",
@@ -382,6 +385,11 @@ TEST_CASE("read_safetensors refuses what is not a regular file", "[models][safet
   char folder[] = "/tmp/remat-safetensors-folder-XXXXXX";
   REQUIRE(mkdtemp(folder) != nullptr);
   CHECK_THAT(error_at(folder), Catch::Contains("not a regular file"));
+  // A FIFO without a writer: refused at once, where opening it to read would wait.
+  const std::string fifo = std::string(folder) + "/fifo.safetensors";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THAT(error_at(fifo), Catch::Contains("not a regular file"));
+  std::remove(fifo.c_str());
   CHECK_THAT(error_at(std::string(folder) + "/missing.safetensors"),
              Catch::Contains("cannot open: No such file or directory"));
   rmdir(folder);
