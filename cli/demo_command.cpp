@@ -25,6 +25,8 @@ struct DemoArgs {
   std::string model = "resnet50";
   int batch = 16;
   int image = 64;
+  int sequence = 0;
+  std::string granularity;
   int steps = 4;
   std::string budget = "50%";
 };
@@ -37,34 +39,44 @@ Action add_demo_command(CLI::App& app) {
   cmd->add_option("--model", args->model, "Built-in model")->capture_default_str();
   cmd->add_option("--batch", args->batch, "Batch size")->capture_default_str();
   cmd->add_option("--image", args->image, "Image height and width")->capture_default_str();
+  cmd->add_option("--seq", args->sequence,
+                  "Language models (gpt2*): sequence length (default: 128)");
+  cmd->add_option("--granularity", args->granularity, "Transformers: block or half");
   cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
   cmd->add_option("--budget", args->budget, "Budget: SIZE or % of the store-all peak")->capture_default_str();
-  return [args]() -> int {
+  return [args, cmd]() -> int {
     REMAT_CHECK(args->batch >= 1 && args->image >= 1 && args->steps >= 1,
                 "--batch, --image and --steps must be at least 1");
     const models::ModelInfo& info = models::find_model(args->model);
-    REMAT_CHECK(args->image >= info.min_image, "--image ", args->image, " is too small for ",
-                info.name, " (at least ", info.min_image, ")");
+    // A language model takes --seq (128 unless given), an image model --image (64).
+    const bool tokens = info.input == models::InputKind::kTokens;
+    REMAT_CHECK(!tokens || cmd->count("--image") == 0, "--image: ", info.name,
+                " is a language model that takes token ids; give --seq");
+    const ModelInput in = resolve_model_input(
+        args->model, tokens ? "" : std::to_string(args->image), "cpu",
+        tokens && args->sequence == 0 ? std::min(128, info.max_sequence) : args->sequence,
+        args->granularity);
     torch::manual_seed(0);
     const int classes = 10;
-    torch::nn::Sequential net = info.make(classes);
-    const torch::Tensor sample = torch::randn({args->batch, 3, args->image, args->image});
-    const torch::Tensor target = torch::randint(classes, {args->batch}, torch::kLong);
+    torch::nn::Sequential net = build_model(in, classes);
+    const torch::Tensor sample = random_input(in, args->batch);
+    const torch::Tensor target = random_target(in, args->batch, classes);
     for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
 
     // 1. Profile.
-    fmt::print("== 1. profile {} (batch {}, {}x{}, CPU, {} LibTorch threads)\n", info.name,
-               args->batch, args->image, args->image, torch::get_num_threads());
+    fmt::print("== 1. profile {} (batch {}, {}, CPU, {} LibTorch threads)\n", info.name,
+               args->batch,
+               tokens ? fmt::format("{} tokens", in.sequence)
+                      : fmt::format("{}x{}", args->image, args->image),
+               torch::get_num_threads());
     std::fflush(stdout);  // before the progress on stderr
     ProgressBar bar("profile " + info.name);
-    const Profile p =
-        profile(net, sample,
-                with_progress(ProfileOptions()
-                                  .repeat(3)
-                                  .loss(classification_loss_of(target))
-                                  .name(fmt::format("{} b{} {}x{} cpu", info.name, args->batch,
-                                                    args->image, args->image)),
-                              bar));
+    const Profile p = profile(net, sample,
+                              with_progress(ProfileOptions()
+                                                .repeat(3)
+                                                .loss(training_loss_of(in, target))
+                                                .name(in.label(args->batch)),
+                                            bar));
     bar.finish(p.chain.length());
     const Chain& chain = p.chain;
     fmt::print("{} stages; store-all: peak {}, {:.1f} ms per step (forward + backward)\n\n",
@@ -103,7 +115,9 @@ Action add_demo_command(CLI::App& app) {
                100 * (s.makespan_ms / s.store_all_makespan_ms - 1));
 
     // 4. Train with it, and without for comparison.
-    fmt::print("== 4. {} training steps (SGD, cross-entropy on random labels)\n", args->steps);
+    fmt::print("== 4. {} training steps (SGD, {})\n", args->steps,
+               tokens ? "causal language-model loss on random token ids"
+                      : "cross-entropy on random labels");
     MemoryTracker& tracker = MemoryTracker::for_device(torch::kCPU);
     torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
     auto step = [&](auto&& forward, double& ms, std::int64_t& peak) {
@@ -114,7 +128,7 @@ Action add_demo_command(CLI::App& app) {
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       {
-        torch::Tensor loss = models::classification_loss(forward(x), target);
+        torch::Tensor loss = training_loss(in, forward(x), target);
         loss.backward();
       }
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -140,9 +154,15 @@ Action add_demo_command(CLI::App& app) {
     fmt::print("\nmeasured peak is {:.1f}% of plain training's and {} the budget of {}\n\n",
                100.0 * static_cast<double>(ours_peak) / static_cast<double>(std::max<std::int64_t>(plain_peak, 1)),
                ours_peak <= budget ? "within" : "ABOVE", format_bytes(budget));
-    fmt::print("Next: remat profile --model {} --batch {} --image {} -o chain.json, then remat\n"
-               "schedule / tradeoff --chain chain.json (add --plot FILE.svg for pictures).\n",
-               info.name, args->batch, args->image);
+    fmt::print(
+        "Next: remat profile --model {} --batch {} {} -o chain.json, then remat\n"
+        "schedule / tradeoff --chain chain.json (add --plot FILE.svg for pictures).\n",
+        info.name, args->batch,
+        tokens ? fmt::format("--seq {}", in.sequence) : fmt::format("--image {}", args->image));
+    if (!tokens)
+      fmt::print(
+          "Transformers too: remat demo --model gpt2 --batch 2 --seq 128 (GPT-2, 124M), or\n"
+          "--model vit_b_16 --image 224, with --granularity half for two stages per block.\n");
     return ours_peak <= budget ? kExitOk : kExitInternal;
   };
 }

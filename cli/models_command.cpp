@@ -15,6 +15,8 @@ struct ModelsArgs {
   std::string model;
   int batch = 2;  // training mode: BatchNorm needs more than one value per channel
   std::string image;
+  int sequence = 0;
+  std::string granularity;
   int classes = 1000;
   std::string format = "text";
 };
@@ -49,17 +51,41 @@ int list_models(const ModelsArgs& args, Format format) {
     const models::ModelInfo& info = all[k];
     bar.update(static_cast<int>(k), static_cast<int>(all.size()), info.name);
     torch::NoGradGuard no_grad;
-    const torch::nn::Sequential net = info.make(args.classes);
-    const std::int64_t params = models::parameter_count(*net);
-    bar.clear();
-    if (format == Format::kJson) {
-      list.push_back({{"name", info.name}, {"description", info.description},
-                      {"stages", net->size()}, {"parameters", params},
-                      {"default_image", info.default_image}, {"min_image", info.min_image}});
+    // The large language models are counted, not built (gpt2-xl's weights take 6 GB); their
+    // stages are the embeddings, the blocks and the head.
+    std::int64_t params = info.known_parameters, stages = 0;
+    if (params > 0) {
+      stages = models::gpt2_config(info.name).n_layer() + 2;
     } else {
-      fmt::print("{:<20} {:>7} {:>13} {:>10} {:>10}  {}\n", info.name, net->size(),
-                 thousands(params), fmt::format("{0}x{0}", info.default_image),
-                 fmt::format("{0}x{0}", info.min_image), info.description);
+      const torch::nn::Sequential net = info.make(args.classes);
+      params = models::parameter_count(*net);
+      stages = static_cast<std::int64_t>(net->size());
+    }
+    bar.clear();
+    const bool tokens = info.input == models::InputKind::kTokens;
+    if (format == Format::kJson) {
+      nlohmann::json entry = {
+          {"name", info.name},
+          {"description", info.description},
+          {"stages", stages},
+          {"parameters", params},
+          {"input", tokens ? "tokens" : "image"},
+          {"granularities",
+           info.has_granularity ? nlohmann::json{"block", "half"} : nlohmann::json{"block"}}};
+      if (tokens) {
+        entry["default_sequence"] = info.default_sequence;
+        entry["max_sequence"] = info.max_sequence;
+        entry["vocab_size"] = info.vocab_size;
+      } else {
+        entry["default_image"] = info.default_image;
+        entry["min_image"] = info.min_image;
+      }
+      list.push_back(entry);
+    } else {
+      fmt::print("{:<20} {:>7} {:>13} {:>10} {:>10}  {}\n", info.name, stages, thousands(params),
+                 tokens ? fmt::format("seq {}", info.default_sequence)
+                        : fmt::format("{0}x{0}", info.default_image),
+                 tokens ? "seq 1" : fmt::format("{0}x{0}", info.min_image), info.description);
       std::fflush(stdout);
     }
   }
@@ -67,21 +93,25 @@ int list_models(const ModelsArgs& args, Format format) {
   if (format == Format::kJson)
     fmt::print("{}\n", list.dump(2));
   else
-    fmt::print("\nparameters at {} classes; `remat models NAME --batch B --image H` lists the stages\n",
-               args.classes);
+    fmt::print(
+        "\nparameters at {} classes (image models); stages at block granularity (transformers "
+        "also have --granularity half: two per block);\n`remat models NAME --batch B "
+        "--image H` (or --seq N) lists the stages\n",
+        args.classes);
   return kExitOk;
 }
 
 int show_model(const ModelsArgs& args, Format format) {
-  const ModelInput in = resolve_model_input(args.model, args.image, "cpu");
+  const ModelInput in =
+      resolve_model_input(args.model, args.image, "cpu", args.sequence, args.granularity);
   torch::manual_seed(0);
-  torch::nn::Sequential net = in.info->make(args.classes);
+  torch::nn::Sequential net = build_model(in, args.classes);
   std::vector<NamedStage> stages = stages_of(net);
   // The shapes a training step sees (train mode: Inception's auxiliary logits included, as a
   // second member),
   // without autograd: nothing is kept but the current output.
   torch::NoGradGuard no_grad;
-  torch::Tensor x = torch::randn({args.batch, 3, in.height, in.width});
+  torch::Tensor x = random_input(in, args.batch);
   nlohmann::json rows = nlohmann::json::array();
   if (format == Format::kText) {
     fmt::print("{}: {} stages, {} parameters, input {} ({})\n\n", in.info->name, stages.size(),
@@ -121,7 +151,7 @@ int show_model(const ModelsArgs& args, Format format) {
   }
   if (format == Format::kJson)
     fmt::print("{}\n", nlohmann::json{{"model", in.info->name},
-                                      {"input_shape", {args.batch, 3, in.height, in.width}},
+                                      {"input_shape", in.shape(args.batch)},
                                       {"parameters", models::parameter_count(*net)},
                                       {"stages", rows}}
                            .dump(2));
@@ -140,6 +170,8 @@ Action add_models_command(CLI::App& app) {
   cmd->add_option("model", args->model, "A model: list its stages");
   cmd->add_option("--batch", args->batch, "Batch size for the stage list")->capture_default_str();
   cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");
+  cmd->add_option("--seq", args->sequence, "Sequence length for a language model's stage list");
+  cmd->add_option("--granularity", args->granularity, "Transformers: block or half");
   cmd->add_option("--classes", args->classes, "Number of classes")->capture_default_str();
   cmd->add_option("--format", args->format, "text or json")->capture_default_str();
   return [args]() -> int {

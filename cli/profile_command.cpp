@@ -22,6 +22,8 @@ struct ProfileArgs {
   std::string device = "cpu";
   int repeat = 5;
   int classes = 1000;
+  int sequence = 0;
+  std::string granularity;
   std::string output;
   std::string format = "text";
   int threads = 0;
@@ -67,6 +69,11 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_option("--device", args->device, "cpu or cuda (cuda:N)");
   cmd->add_option("--repeat", args->repeat, "Timed repetitions per quantity (median)");
   cmd->add_option("--classes", args->classes, "Number of classes of the classifier");
+  cmd->add_option("--seq", args->sequence,
+                  "Sequence length of a language model (default: its longest)");
+  cmd->add_option(
+      "--granularity", args->granularity,
+      "Transformers: block (one stage per block, the default) or half (attention; MLP)");
   cmd->add_option("-o,--output", args->output, "Write the chain to FILE (atomically)");
   cmd->add_option("--format", args->format, "text (table) or json (the chain) on stdout");
   cmd->add_option("--threads", args->threads, "CPU threads for LibTorch (default: its own)");
@@ -79,7 +86,8 @@ Action add_profile_command(CLI::App& app) {
           "-o - and --format json both write the chain to standard output: give one");
     if (!args->output.empty())
       check_output_path(args->output, "the chain file");  // before profiling
-    const ModelInput in = resolve_model_input(args->model, args->image, args->device);
+    const ModelInput in = resolve_model_input(args->model, args->image, args->device,
+                                              args->sequence, args->granularity);
     const models::ModelInfo& info = *in.info;
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (args->repeat < 1) throw std::invalid_argument("--repeat must be at least 1");
@@ -87,19 +95,16 @@ Action add_profile_command(CLI::App& app) {
     if (args->threads > 0) torch::set_num_threads(args->threads);
 
     torch::manual_seed(0);
-    torch::nn::Sequential net = info.make(args->classes);
+    torch::nn::Sequential net = build_model(in, args->classes);
     net->to(in.device);
-    const torch::Tensor sample = torch::randn({args->batch, 3, in.height, in.width},
-                                              torch::TensorOptions().device(in.device));
+    const torch::Tensor sample = random_input(in, args->batch);
     ProgressBar bar("profile " + info.name);
-    const ProfileOptions options =
-        with_progress(ProfileOptions()
-                          .repeat(args->repeat)
-                          .name(in.label(args->batch))
-                          .loss(classification_loss_of(torch::randint(
-                              args->classes, {args->batch},
-                              torch::TensorOptions().device(in.device).dtype(torch::kLong)))),
-                      bar);
+    const ProfileOptions options = with_progress(
+        ProfileOptions()
+            .repeat(args->repeat)
+            .name(in.label(args->batch))
+            .loss(training_loss_of(in, random_target(in, args->batch, args->classes))),
+        bar);
     Profile p;
     try {
       p = profile(net, sample, options);

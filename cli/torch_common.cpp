@@ -34,20 +34,61 @@ std::pair<int, int> parse_image(const std::string& text) {
 }  // namespace
 
 std::string ModelInput::label(int batch) const {
-  return fmt::format("{} b{} {}x{} {}", info->name, batch, height, width, device.str());
+  const std::string input =
+      tokens() ? fmt::format("seq{}", sequence) : fmt::format("{}x{}", height, width);
+  const char* split = granularity == models::Granularity::kHalfBlock ? " half" : "";
+  return fmt::format("{} b{} {}{} {}", info->name, batch, input, split, device.str());
+}
+
+std::vector<std::int64_t> ModelInput::shape(int batch) const {
+  if (tokens()) return {batch, sequence};
+  return {batch, 3, height, width};
 }
 
 ModelInput resolve_model_input(const std::string& model, const std::string& image,
-                               const std::string& device) {
+                               const std::string& device, int sequence,
+                               const std::string& granularity) {
   ModelInput in;
   in.info = &models::find_model(model);
-  std::tie(in.height, in.width) =
-      image.empty() ? std::pair<int, int>{in.info->default_image, in.info->default_image}
-                    : parse_image(image);
-  if (in.height < in.info->min_image || in.width < in.info->min_image)
-    throw std::invalid_argument(fmt::format("--image {}x{} is too small for {} (at least {}x{})",
-                                            in.height, in.width, in.info->name,
-                                            in.info->min_image, in.info->min_image));
+  const models::ModelInfo& info = *in.info;
+  if (!granularity.empty()) {
+    if (!info.has_granularity)
+      throw std::invalid_argument("--granularity: " + info.name +
+                                  " has one granularity; --granularity is for the transformers "
+                                  "(vit_*, gpt2*)");
+    try {
+      in.granularity = models::parse_granularity(granularity);
+    } catch (const c10::Error&) {
+      throw std::invalid_argument("bad --granularity '" + granularity +
+                                  "': expected block (one stage per transformer block) or half "
+                                  "(two: attention, MLP)");
+    }
+  }
+  if (in.tokens()) {
+    if (!image.empty())
+      throw std::invalid_argument("--image: " + info.name +
+                                  " is a language model that takes token ids; give --seq");
+    if (sequence < 0 || sequence > info.max_sequence)
+      throw std::invalid_argument(fmt::format("--seq {}: {} takes sequences of 1 to {} tokens",
+                                              sequence, info.name, info.max_sequence));
+    in.sequence = sequence == 0 ? info.default_sequence : sequence;
+  } else {
+    if (sequence != 0)
+      throw std::invalid_argument("--seq: " + info.name +
+                                  " takes images (--image); --seq is for the language models "
+                                  "(gpt2*)");
+    std::tie(in.height, in.width) =
+        image.empty() ? std::pair<int, int>{info.default_image, info.default_image}
+                      : parse_image(image);
+    if (in.height < info.min_image || in.width < info.min_image)
+      throw std::invalid_argument(fmt::format("--image {}x{} is too small for {} (at least {}x{})",
+                                              in.height, in.width, info.name, info.min_image,
+                                              info.min_image));
+    if (info.image_multiple > 0 && (in.height != in.width || in.height % info.image_multiple != 0))
+      throw std::invalid_argument(fmt::format(
+          "--image {}x{}: {} takes square images whose side is a multiple of {} (its patch)",
+          in.height, in.width, info.name, info.image_multiple));
+  }
   const auto bad_device = [&] {
     return std::invalid_argument("bad --device '" + device + "': expected cpu, cuda or cuda:N");
   };
@@ -75,9 +116,38 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
   return in;
 }
 
-LossFunction classification_loss_of(torch::Tensor target) {
-  return [target = std::move(target)](const Tensors& outputs) {
-    return models::classification_loss(outputs, target);
+torch::nn::Sequential build_model(const ModelInput& in, int classes) {
+  models::ModelConfig config;
+  config.num_classes = classes;
+  config.image = in.tokens() ? 0 : in.height;
+  config.granularity = in.granularity;
+  return in.info->build(config);
+}
+
+torch::Tensor random_input(const ModelInput& in, int batch) {
+  const auto options = torch::TensorOptions().device(in.device);
+  if (in.tokens())
+    return torch::randint(in.info->vocab_size, in.shape(batch), options.dtype(torch::kLong));
+  return torch::randn(in.shape(batch), options);
+}
+
+torch::Tensor random_target(const ModelInput& in, int batch, int classes) {
+  if (in.tokens()) return {};
+  return torch::randint(classes, {batch},
+                        torch::TensorOptions().device(in.device).dtype(torch::kLong));
+}
+
+torch::Tensor training_loss(const ModelInput& in, const Tensors& outputs,
+                            const torch::Tensor& target) {
+  if (!in.tokens()) return models::classification_loss(outputs, target);
+  TORCH_CHECK(outputs.size() == 1 && outputs[0].dim() == 0, in.info->name,
+              ": expected the loss as the chain's output");
+  return outputs[0];
+}
+
+LossFunction training_loss_of(const ModelInput& in, torch::Tensor target) {
+  return [in, target = std::move(target)](const Tensors& outputs) {
+    return training_loss(in, outputs, target);
   };
 }
 
@@ -88,6 +158,7 @@ ProfileOptions with_progress(ProfileOptions options, ProgressBar& bar) {
 }
 
 std::string shape_string(const std::vector<std::int64_t>& sizes) {
+  if (sizes.empty()) return "scalar";  // a language model's loss
   std::string out;
   for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? "x" : "") + std::to_string(sizes[i]);
   return out;

@@ -17,27 +17,49 @@ namespace remat::cli {
 /// A built-in model with the input the command line asked for.
 struct ModelInput {
   const models::ModelInfo* info = nullptr;
+  /// Image models: the input's height and width.
   int height = 0, width = 0;
+  /// Language models: the sequence length.
+  int sequence = 0;
+  models::Granularity granularity = models::Granularity::kBlock;
   torch::Device device{torch::kCPU};
-  /// "resnet50 b32 224x224 cpu": the chain's name in its file.
+  bool tokens() const { return info->input == models::InputKind::kTokens; }
+  /// "resnet50 b32 224x224 cpu", "gpt2 b4 seq1024 half cpu": the chain's name in its file.
   std::string label(int batch) const;
+  /// The input's shape at `batch`: (batch, 3, height, width) or (batch, sequence).
+  std::vector<std::int64_t> shape(int batch) const;
 };
 
 /// Checks --model, --image ("224" or "224x160"; empty: the model's default; at least the
-/// model's minimum) and --device ("cpu", "cuda", "cuda:N": refused with a reason when this
-/// build or machine has no CUDA). Throws std::invalid_argument naming the option. Applies
-/// REMAT_DEVICE_MEMORY_LIMIT (a size) to the device when it is set (limit_device_memory).
+/// model's minimum; square and a multiple of the patch for ViT; refused for a language model),
+/// --seq (language models: 1 to the model's longest; 0: its default; refused for image
+/// models), --granularity ("block" or "half", transformers only; empty: block) and --device
+/// ("cpu", "cuda", "cuda:N": refused with a reason when this build or machine has no CUDA).
+/// Throws std::invalid_argument naming the option. Applies REMAT_DEVICE_MEMORY_LIMIT (a size)
+/// to the device when it is set (limit_device_memory).
 ModelInput resolve_model_input(const std::string& model, const std::string& image,
-                               const std::string& device);
+                               const std::string& device, int sequence = 0,
+                               const std::string& granularity = "");
 
-/// models::classification_loss against `target`, as a function of the output members, for
-/// ProfileOptions::loss.
-LossFunction classification_loss_of(torch::Tensor target);
+/// The model for `in` with `classes` classes (image models), on the CPU.
+torch::nn::Sequential build_model(const ModelInput& in, int classes);
+/// A random batch for `in` on its device: images from N(0, 1), or token ids uniform over the
+/// vocabulary.
+torch::Tensor random_input(const ModelInput& in, int batch);
+/// Random class labels for an image model; undefined for a language model, whose labels are
+/// its input.
+torch::Tensor random_target(const ModelInput& in, int batch, int classes);
+/// The training loss from the chain's output: models::classification_loss against `target`,
+/// or a language model's own output, its loss.
+torch::Tensor training_loss(const ModelInput& in, const Tensors& outputs,
+                            const torch::Tensor& target);
+/// training_loss as a function of the output members, for ProfileOptions::loss.
+LossFunction training_loss_of(const ModelInput& in, torch::Tensor target);
 
 /// Profile options whose progress goes to `bar`.
 ProfileOptions with_progress(ProfileOptions options, ProgressBar& bar);
 
-/// "2x3x224x224".
+/// "2x3x224x224"; "scalar" for no dimensions.
 std::string shape_string(const std::vector<std::int64_t>& sizes);
 
 /// Median of `values` (not empty).

@@ -4,8 +4,14 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
 
 #include "cli.h"
 #include "remat/runtime.h"
@@ -25,9 +31,94 @@ struct TrainArgs {
   std::string device = "cpu";
   std::string chain_file;
   int classes = 1000;
+  int sequence = 0;
+  std::string granularity;
+  std::string tokens_file;
   double lr = 0.01;
   int threads = 0;
   int repeat = 3;
+};
+
+/// Training sequences from a file of token ids: little-endian uint16 values one after the other,
+/// the format of nanoGPT's train.bin (GPT-2's 50,257 ids fit). Each batch takes windows at
+/// random offsets (torch's generator: a seeded run repeats); every id read is checked against
+/// the vocabulary.
+class TokenFile {
+ public:
+  TokenFile(std::string path, int sequence, int vocab)
+      : path_(std::move(path)), sequence_(sequence), vocab_(vocab) {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path_, error))
+      throw std::invalid_argument(fmt::format(
+          "--tokens {}: {}", printable(path_),
+          std::filesystem::exists(path_, error) ? "not a regular file" : "no such file"));
+    file_.open(path_, std::ios::binary);
+    if (!file_)
+      throw std::invalid_argument(
+          fmt::format("--tokens {}: cannot open it: {}", printable(path_), std::strerror(errno)));
+    const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(path_));
+    if (bytes % 2 != 0)
+      throw std::invalid_argument(fmt::format(
+          "--tokens {}: {} bytes is not a whole number of tokens (expected little-endian uint16 "
+          "ids, 2 bytes each, as nanoGPT's train.bin)",
+          printable(path_), bytes));
+    tokens_ = bytes / 2;
+    if (tokens_ < sequence_)
+      throw std::invalid_argument(
+          fmt::format("--tokens {}: {} tokens, fewer than one sequence of {}", printable(path_),
+                      tokens_, sequence_));
+    // A file of up to 256 MiB is checked whole now, before profiling; a larger one as it is read.
+    if (bytes <= (std::int64_t{256} << 20)) {
+      std::vector<unsigned char> chunk(std::size_t{1} << 20);
+      for (std::int64_t at = 0; at < bytes;) {
+        const std::int64_t n =
+            std::min<std::int64_t>(static_cast<std::int64_t>(chunk.size()), bytes - at);
+        file_.read(reinterpret_cast<char*>(chunk.data()), static_cast<std::streamsize>(n));
+        if (!file_) throw read_error(n, at);
+        check(chunk.data(), n / 2, at / 2);
+        at += n;
+      }
+    }
+  }
+
+  std::int64_t size() const { return tokens_; }
+
+  /// `batch` sequences, (batch, sequence) int64.
+  torch::Tensor next(int batch) {
+    torch::Tensor ids = torch::empty({batch, sequence_}, torch::kLong);
+    std::vector<unsigned char> bytes(2 * static_cast<std::size_t>(sequence_));
+    for (int b = 0; b < batch; ++b) {
+      const std::int64_t offset = torch::randint(tokens_ - sequence_ + 1, {1}).item<std::int64_t>();
+      file_.seekg(2 * offset);
+      file_.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      if (!file_) throw read_error(static_cast<std::int64_t>(bytes.size()), 2 * offset);
+      check(bytes.data(), sequence_, offset);
+      std::int64_t* row = ids.data_ptr<std::int64_t>() + static_cast<std::int64_t>(b) * sequence_;
+      for (int t = 0; t < sequence_; ++t) row[t] = bytes[2 * t] | (bytes[2 * t + 1] << 8);
+    }
+    return ids;
+  }
+
+ private:
+  // Every id of `count` tokens read at token `first` is in the vocabulary.
+  void check(const unsigned char* bytes, std::int64_t count, std::int64_t first) const {
+    for (std::int64_t t = 0; t < count; ++t) {
+      const int id = bytes[2 * t] | (bytes[2 * t + 1] << 8);
+      if (id >= vocab_)
+        throw std::invalid_argument(
+            fmt::format("--tokens {}: token {} at byte {} is not below the vocabulary's size {}",
+                        printable(path_), id, 2 * (first + t), vocab_));
+    }
+  }
+  std::runtime_error read_error(std::int64_t count, std::int64_t at) const {
+    return std::runtime_error(
+        fmt::format("--tokens {}: cannot read {} bytes at byte {}", printable(path_), count, at));
+  }
+
+  std::string path_;
+  int sequence_, vocab_;
+  std::ifstream file_;
+  std::int64_t tokens_ = 0;
 };
 
 }  // namespace
@@ -51,6 +142,14 @@ Action add_train_command(CLI::App& app) {
                   "Use this chain file (from `remat profile` of the same model, batch, image and "
                   "device) instead of profiling");
   cmd->add_option("--classes", args->classes, "Number of classes")->capture_default_str();
+  cmd->add_option("--seq", args->sequence,
+                  "Sequence length of a language model (default: its longest)");
+  cmd->add_option(
+      "--granularity", args->granularity,
+      "Transformers: block (one stage per block, the default) or half (attention; MLP)");
+  cmd->add_option("--tokens", args->tokens_file,
+                  "Language models: train on this file of token ids (little-endian uint16, as "
+                  "nanoGPT's train.bin) instead of random ones");
   cmd->add_option("--lr", args->lr, "SGD learning rate")->capture_default_str();
   cmd->add_option("--repeat", args->repeat, "Profiler repetitions per quantity")->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads for LibTorch (default: its own)");
@@ -61,18 +160,25 @@ Action add_train_command(CLI::App& app) {
     REMAT_CHECK(args->repeat >= 1, "--repeat must be at least 1");
     REMAT_CHECK(args->lr > 0, "--lr must be positive");
     const Algorithm algorithm = parse_algorithm(args->algorithm);
-    const ModelInput in = resolve_model_input(args->model, args->image, args->device);
+    const ModelInput in = resolve_model_input(args->model, args->image, args->device,
+                                              args->sequence, args->granularity);
+    std::unique_ptr<TokenFile> token_file;
+    if (!args->tokens_file.empty()) {
+      if (!in.tokens())
+        throw std::invalid_argument("--tokens: " + in.info->name +
+                                    " takes images; --tokens is for the language models (gpt2*)");
+      token_file = std::make_unique<TokenFile>(args->tokens_file, in.sequence, in.info->vocab_size);
+    }
     if (args->threads > 0) torch::set_num_threads(args->threads);
-    const auto options = torch::TensorOptions().device(in.device);
 
     torch::manual_seed(0);
-    torch::nn::Sequential net = in.info->make(args->classes);
+    torch::nn::Sequential net = build_model(in, args->classes);
     net->to(in.device);
     net->train();
     // Gradients exist before the first step, as after any step: they are not activations.
     for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
-    const torch::Tensor sample = torch::randn({args->batch, 3, in.height, in.width}, options);
-    const torch::Tensor target = torch::randint(args->classes, {args->batch}, options.dtype(torch::kLong));
+    const torch::Tensor sample = random_input(in, args->batch);
+    const torch::Tensor target = random_target(in, args->batch, args->classes);
 
     // The chain: measured now, or a file measured earlier.
     Chain chain;
@@ -83,7 +189,7 @@ Action add_train_command(CLI::App& app) {
                         with_progress(ProfileOptions()
                                           .repeat(args->repeat)
                                           .name(in.label(args->batch))
-                                          .loss(classification_loss_of(target)),
+                                          .loss(training_loss_of(in, target)),
                                       bar))
                     .chain;
       } catch (const ProfileError& error) {
@@ -139,13 +245,20 @@ Action add_train_command(CLI::App& app) {
     for (int step = 0; step < args->steps; ++step) {
       bar.update(step, args->steps, "step " + std::to_string(step + 1));
       for (auto& p : net->parameters()) p.mutable_grad().zero_();
-      const torch::Tensor x = torch::randn({args->batch, 3, in.height, in.width}, options);
+      torch::Tensor x;
+      try {
+        x = token_file ? token_file->next(args->batch).to(in.device)
+                       : random_input(in, args->batch);
+      } catch (const std::exception&) {
+        bar.clear();  // the message on a line of its own
+        throw;
+      }
       double loss_value = 0;
       synchronize(in.device);  // the previous step's work is not this step's time
       const PeakScope scope(tracker);
       const auto start = std::chrono::steady_clock::now();
       try {
-        torch::Tensor loss = models::classification_loss(chk->forward(Tensors{x}), target);
+        torch::Tensor loss = training_loss(in, chk->forward(Tensors{x}), target);
         loss.backward();
         synchronize(in.device);
         loss_value = loss.item<double>();

@@ -1054,6 +1054,92 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   CHECK_THAT(small.err, Catch::Contains("too small for vgg11 (at least 32x32)"));
 }
 
+TEST_CASE("the transformers: listed, profiled at --seq, trained on a token file, checked options",
+          "[cli][transformer]") {
+  if (!REMAT_CLI_HAS_TORCH) {
+    const RunResult run = run_remat({"profile", "--model", "gpt2", "--batch", "1", "--seq", "8"});
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains("built without LibTorch"));
+    return;
+  }
+  const RunResult list = run_remat({"models", "--format", "json"});
+  INFO(describe(list));
+  REQUIRE(list.exit_code == 0);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& m : nlohmann::json::parse(list.out))
+    by_name[m.at("name").get<std::string>()] = m;
+  CHECK(by_name["vit_b_16"]["parameters"] == 86567656);
+  CHECK(by_name["vit_b_16"]["stages"] == 14);
+  CHECK(by_name["vit_l_16"]["parameters"] == 304326632);
+  CHECK(by_name["vit_b_32"]["min_image"] == 32);
+  CHECK(by_name["gpt2"]["parameters"] == 124439808);
+  CHECK(by_name["gpt2"]["input"] == "tokens");
+  CHECK(by_name["gpt2"]["max_sequence"] == 1024);
+  CHECK(by_name["gpt2-xl"]["parameters"] == 1557611200);
+  CHECK(by_name["gpt2-xl"]["stages"] == 50);
+  CHECK(by_name["gpt2-medium"]["granularities"] == nlohmann::json{"block", "half"});
+  CHECK(by_name["resnet18"]["granularities"] == nlohmann::json{"block"});
+
+  // GPT-2's stages at half-block granularity: {hidden, ids} throughout, the loss at the end.
+  const RunResult stages =
+      run_remat({"models", "gpt2", "--seq", "16", "--granularity", "half", "--format", "json"});
+  INFO(describe(stages));
+  REQUIRE(stages.exit_code == 0);
+  const auto gpt2 = nlohmann::json::parse(stages.out);
+  using Shapes = std::vector<std::vector<int>>;
+  CHECK(gpt2["input_shape"] == std::vector<int>{2, 16});
+  REQUIRE(gpt2["stages"].size() == 26);
+  CHECK(gpt2["stages"][1]["name"] == "h_0_attention");
+  CHECK(gpt2["stages"][2]["name"] == "h_0_mlp");
+  CHECK(gpt2["stages"][2]["output_shapes"] == Shapes{{2, 16, 768}, {2, 16}});
+  CHECK(gpt2["stages"][25]["output_shapes"] == Shapes{{}});
+
+  // Training on a token file (nanoGPT's uint16 format), within the budget.
+  TempDir dir;
+  const std::string tokens = dir.path() + "/train.bin", bad = dir.path() + "/bad.bin";
+  {
+    std::ofstream out(tokens, std::ios::binary);
+    for (int k = 0; k < 300; ++k) {
+      const int id = (k * 7919) % 50257;
+      out.put(static_cast<char>(id & 0xff)).put(static_cast<char>(id >> 8));
+    }
+    std::ofstream(bad, std::ios::binary) << std::string(64, '\xff');  // id 65535
+  }
+  const std::vector<std::string> train = {"train", "--model",  "gpt2",     "--batch",  "1",
+                                          "--seq", "24",       "--budget", "98%",      "--steps",
+                                          "2",     "--repeat", "1",        "--tokens", tokens};
+  const RunResult run = run_remat(train);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("model      gpt2 b1 seq24 cpu (14 stages)"));
+  CHECK_THAT(run.out, Catch::Matches("(.|\n)*\n +2 +[0-9.]+ ms +[0-9.]+ [KM]iB +[0-9.]+\n(.|\n)*"));
+
+  const auto fails = [&](std::vector<std::string> args, const std::string& message) {
+    const RunResult r = run_remat(args);
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(message));
+  };
+  std::vector<std::string> with_bad = train;
+  with_bad.back() = bad;
+  fails(with_bad, "bad.bin: token 65535 at byte 0 is not below the vocabulary's size 50257");  // before profiling
+  with_bad.back() = dir.path();
+  fails(with_bad, "not a regular file");
+  fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "1025"},
+        "--seq 1025: gpt2 takes sequences of 1 to 1024 tokens");
+  fails({"profile", "--model", "gpt2", "--batch", "1", "--image", "32"},
+        "gpt2 is a language model that takes token ids; give --seq");
+  fails({"profile", "--model", "resnet18", "--batch", "1", "--seq", "8"}, "resnet18 takes images");
+  fails({"profile", "--model", "vit_b_16", "--batch", "1", "--image", "40"},
+        "vit_b_16 takes square images whose side is a multiple of 16");
+  fails({"profile", "--model", "vit_b_32", "--batch", "1", "--granularity", "quarter"},
+        "bad --granularity 'quarter'");
+  fails({"profile", "--model", "resnet18", "--batch", "1", "--granularity", "half"},
+        "resnet18 has one granularity");
+  fails({"train", "--model", "resnet18", "--batch", "1", "--budget", "50%", "--tokens", tokens},
+        "--tokens is for the language models");
+}
+
 TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   if (!REMAT_CLI_HAS_TORCH) {
     const RunResult run =
