@@ -51,12 +51,9 @@ int list_models(const ModelsArgs& args, Format format) {
     const models::ModelInfo& info = all[k];
     bar.update(static_cast<int>(k), static_cast<int>(all.size()), info.name);
     torch::NoGradGuard no_grad;
-    // The large language models are counted, not built (gpt2-xl's weights take 6 GB); their
-    // stages are the embeddings, the blocks and the head.
-    std::int64_t params = info.known_parameters, stages = 0;
-    if (params > 0) {
-      stages = models::gpt2_config(info.name).n_layer() + 2;
-    } else {
+    // The transformers are counted, not built (gpt2-xl's weights take 6 GB).
+    std::int64_t params = info.known_parameters, stages = info.known_stages;
+    if (params == 0) {
       const torch::nn::Sequential net = info.make(args.classes);
       params = models::parameter_count(*net);
       stages = static_cast<std::int64_t>(net->size());

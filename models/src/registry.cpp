@@ -88,11 +88,13 @@ const std::vector<ModelInfo>& registry() {
     add("densenet169", "torchvision DenseNet-169", 32, 224, [](int c) { return densenet169(D().num_classes(c)); });
     add("densenet201", "torchvision DenseNet-201", 32, 224, [](int c) { return densenet201(D().num_classes(c)); });
     // Transformers: their image size or granularity changes the model (make_for).
-    const auto add_vit = [&](const char* name, const char* description, int patch,
-                             torch::nn::Sequential (*make)(ViTOptions)) {
+    const auto add_vit = [&](const char* name, const char* description, int patch, int layers,
+                             std::int64_t parameters, torch::nn::Sequential (*make)(ViTOptions)) {
       ModelInfo vit = info(name, description, patch, 224,
                            [make](int c) { return make(ViTOptions().num_classes(c)); });
       vit.image_multiple = patch;
+      vit.known_parameters = parameters;  // torchvision's (transformer_test.cpp builds them)
+      vit.known_stages = layers + 2;
       vit.has_granularity = true;
       vit.make_for = [make](const ModelConfig& config) {
         return make(ViTOptions()
@@ -102,9 +104,9 @@ const std::vector<ModelInfo>& registry() {
       };
       all.push_back(std::move(vit));
     };
-    add_vit("vit_b_16", "torchvision ViT-B/16 (vision transformer)", 16, vit_b_16);
-    add_vit("vit_b_32", "torchvision ViT-B/32", 32, vit_b_32);
-    add_vit("vit_l_16", "torchvision ViT-L/16", 16, vit_l_16);
+    add_vit("vit_b_16", "torchvision ViT-B/16 (vision transformer)", 16, 12, 86567656, vit_b_16);
+    add_vit("vit_b_32", "torchvision ViT-B/32", 32, 12, 88224232, vit_b_32);
+    add_vit("vit_l_16", "torchvision ViT-L/16", 16, 24, 304326632, vit_l_16);
     for (const char* name : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}) {
       const GPT2Options options = gpt2_config(name);
       ModelInfo lm = info(name, gpt2_description(name, options), 1, 0,
@@ -114,6 +116,7 @@ const std::vector<ModelInfo>& registry() {
       lm.max_sequence = lm.default_sequence = static_cast<int>(options.n_positions());
       lm.has_granularity = true;
       lm.known_parameters = gpt2_parameter_count(options);
+      lm.known_stages = static_cast<int>(options.n_layer()) + 2;
       lm.make_for = [name](const ModelConfig& config) {
         return gpt2(gpt2_config(name, GPT2Options().granularity(config.granularity)));
       };

@@ -53,9 +53,10 @@ struct ModelInfo {
   int default_sequence = 0;
   /// Whether the model has stages at two granularities (transformers).
   bool has_granularity = false;
-  /// Parameters, when known without building the model (the large transformers); 0: count
-  /// them on a built one.
+  /// Parameters and stages (at block granularity, 1000 classes), when known without building
+  /// the model (the transformers: gpt2-xl's weights take 6 GB); 0: count them on a built one.
   std::int64_t known_parameters = 0;
+  int known_stages = 0;
   /// Makes the model for `config` (image size, granularity); empty: make(config.num_classes).
   std::function<torch::nn::Sequential(const ModelConfig& config)> make_for;
 
