@@ -69,10 +69,6 @@ MUTATIONS = [
 EXPLAINED = {
     "sim-lifetime": "equivalent: the operation that next reads x_k (it reads x_k, produces "
                     "x_{k+1}) is never the one that next produces x_k, so < and <= agree",
-    "dp-lf-bound": "not yet explained, probably a missing test: the DP's results do not change "
-                   "on any test chain, but the term does not look implied by the others of "
-                   "add_leaf's maximum (left.lo does not hold g_{l+1}); needs a chain where a "
-                   "middle no-grad forward's temporary is the binding memory",
 }
 
 
