@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "per_layer_nets.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"
@@ -29,10 +30,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using remat::bench::median;
 
 // Model v1's view of a chain of one-tensor stages measured under model v2: every stage keeps
 // its whole input and output and its autograd state until its backward.

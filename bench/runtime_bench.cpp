@@ -9,9 +9,8 @@
 //
 // Usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults]
 
-#include <torch/torch.h>
-
 #include <sys/resource.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"
@@ -27,10 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using remat::bench::median;
 
 long minor_faults() {
   rusage usage{};

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/solver.h"
 
@@ -262,11 +263,7 @@ Measurement solve_in_child(const remat::Chain& chain, const remat::SolveOptions&
   return m;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
+using remat::bench::median;
 
 std::string fixed(double value, int decimals) {
   char text[64];

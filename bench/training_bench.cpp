@@ -19,21 +19,22 @@
 // fidelity table adds the batch, which the cost model counts.
 //
 // Out of memory in one configuration is recorded ("oom") and the others go on.
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/report.h"
@@ -44,16 +45,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-std::string mib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));
-  return text;
-}
+using remat::bench::median;
+using remat::bench::mib;
 
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;

@@ -17,19 +17,20 @@
 // parameter gradients allocated beforehand and zeroed in place, no optimizer step. Step time:
 // the median of --steps after --warmup. Peak: the device tracker's peak during the step above
 // what is live before it, plus the input, as the cost model counts it.
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"
@@ -40,16 +41,8 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 using remat::models::Granularity;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-std::string mib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1 << 20));
-  return text;
-}
+using remat::bench::median;
+using remat::bench::mib;
 
 struct Net {
   torch::nn::Sequential net;
