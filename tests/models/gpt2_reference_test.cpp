@@ -4,27 +4,19 @@
 // then reproduces the logits, the loss and a training step's gradients
 // (tests/models/make_transformers_reference.py writes them before these tests).
 #include <catch2/catch.hpp>
-
-#include <fstream>
 #include <map>
-#include <sstream>
 
+#include "models/model_checks.h"
 #include "remat/models.h"
 
 namespace nn = torch::nn;
 using namespace remat::models;
+using remat::test::relative_error;
 
 namespace {
 
 std::string reference(const std::string& file) {
   return std::string(REMAT_TRANSFORMERS_REFERENCE_DIR) + "/" + file;
-}
-
-/// max |a - b| relative to the largest magnitude of `expected`.
-double relative_error(const torch::Tensor& actual, const torch::Tensor& expected) {
-  REQUIRE(actual.sizes() == expected.sizes());
-  const double scale = expected.abs().max().item<double>();
-  return (actual - expected).abs().max().item<double>() / std::max(scale, 1e-30);
 }
 
 GPT2Options small() {
@@ -36,8 +28,7 @@ GPT2Options small() {
 
 TEST_CASE("GPT-2 reproduces Hugging Face's logits, loss and gradients from each of its files",
           "[models][gpt2][transformers]") {
-  std::map<std::string, torch::Tensor> io;
-  for (auto& entry : read_state_dict(reference("gpt2_small_io.pth"))) io[entry.name] = entry.tensor;
+  const auto io = remat::test::read_tensors(reference("gpt2_small_io.pth"));
   for (const char* file : {"gpt2_small.safetensors", "gpt2_small.bin", "gpt2_small_base.bin"}) {
     for (Granularity granularity : {Granularity::kBlock, Granularity::kHalfBlock}) {
       DYNAMIC_SECTION(file << " " << granularity_name(granularity)) {
@@ -78,26 +69,9 @@ TEST_CASE("GPT-2 reproduces Hugging Face's logits, loss and gradients from each 
 
 TEST_CASE("GPT-2's names and shapes are GPT2LMHeadModel's", "[models][gpt2][transformers]") {
   // Every tensor of the 124M configuration, as transformers lists its state dict.
-  std::ifstream file(reference("gpt2_names.txt"));
-  REQUIRE(file);
-  std::map<std::string, std::string> expected;
-  for (std::string line; std::getline(file, line);) {
-    std::istringstream words(line);
-    std::string model, name, shape;
-    words >> model >> name >> shape;
-    expected[name] = shape;
-  }
+  auto expected = remat::test::read_shape_listing(reference("gpt2_names.txt"))["gpt2"];
   REQUIRE(expected.size() > 100);
   REQUIRE(expected.count("lm_head.weight") == 1);
   expected.erase("lm_head.weight");  // tied: wte's
-  const nn::Sequential net = gpt2();
-  std::map<std::string, std::string> actual;
-  const auto add = [&](const std::string& key, const torch::Tensor& t) {
-    std::string shape;
-    for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    actual[torchvision_name(net, key)] = shape;
-  };
-  for (const auto& p : net->named_parameters()) add(p.key(), p.value());
-  for (const auto& b : net->named_buffers()) add(b.key(), b.value());
-  CHECK(actual == expected);
+  CHECK(remat::test::reference_shapes(gpt2()) == expected);
 }

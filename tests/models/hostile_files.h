@@ -2,9 +2,16 @@
 // Files for read_state_dict written byte by byte, the way an attacker would: the legacy format
 // around a hand-written pickle, zip archives whose central directory says what we choose, and
 // deflated records made by a small fixed-Huffman encoder (a few hundred bytes that expand to
-// megabytes). Nothing here uses the reader's code.
+// megabytes). Nothing here uses the reader's code. Also TempFile, which holds such a file.
 
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -181,5 +188,27 @@ inline std::string two_floats_pickle() {
          "ccollections\nOrderedDict\n)R" + "tRs.";
 }
 inline const std::string kTwoFloats = std::string("\x00\x00\xc0\x3f\x00\x00\x00\xc0", 8);
+
+// A file holding `bytes`, extended with zeros to `size` bytes without writing them (a sparse
+// file), removed at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& bytes, uint64_t size = 0) {
+    char name[] = "/tmp/remat-hostile-XXXXXX";
+    const int fd = mkstemp(name);
+    REQUIRE(fd >= 0);
+    close(fd);
+    path_ = name;
+    std::ofstream(path_, std::ios::binary).write(bytes.data(), static_cast<long>(bytes.size()));
+    if (size > bytes.size()) REQUIRE(truncate(path_.c_str(), static_cast<off_t>(size)) == 0);
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace remat::test

@@ -23,24 +23,6 @@ using remat::models::StateDictEntry;
 using remat::models::StateDictError;
 using namespace remat::test;
 
-// A file holding `bytes`, removed at the end of the test.
-class TempFile {
- public:
-  explicit TempFile(const std::string& bytes) {
-    char name[] = "/tmp/remat-hostile-XXXXXX";
-    const int fd = mkstemp(name);
-    REQUIRE(fd >= 0);
-    close(fd);
-    path_ = name;
-    std::ofstream(path_, std::ios::binary).write(bytes.data(), static_cast<long>(bytes.size()));
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 std::string error_of(const std::string& bytes) {
   const TempFile file(bytes);
   try {

@@ -1,10 +1,11 @@
 // The torchvision ports: architecture (parameter counts, torchvision's names) and exact
 // checkpointed training of every model under an optimal schedule at half its memory.
-#include <catch2/catch.hpp>
+#include "remat/models.h"
 
+#include <catch2/catch.hpp>
 #include <set>
 
-#include "remat/models.h"
+#include "models/model_checks.h"
 #include "remat/runtime.h"
 #include "remat/solver.h"
 
@@ -244,16 +245,10 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
       nn::Sequential net = info.make(10);
       remat::Checkpointable chk(net);
       // Measured with an input that wants its gradient, as step() trains.
-      remat::Chain chain = remat::profile(net, sample.clone().requires_grad_(true),
-                                          remat::ProfileOptions().measure_time(false))
-                               .chain;
-      for (auto& stage : chain.stages) stage.fwd_ms = 1, stage.bwd_ms = 2, stage.fwd_nograd_ms = 1;
-      chk->set_chain(chain);
-      const int64_t half = std::max(remat::store_all_peak(chain) / 2,
-                                    remat::min_feasible_budget(chain, remat::SolveOptions(0)));
-      const remat::Solution& s = chk->compute_sequence(half + remat::runtime_reserve_bytes(torch::kCPU));
+      const remat::Solution& s =
+          remat::test::schedule_at_half(chk, net, sample.clone().requires_grad_(true));
       INFO(remat::collapsed_string(s.sequence));
-      CHECK(s.makespan_ms > 3.0 * chain.stages.size());  // store-all's: it recomputes
+      CHECK(s.makespan_ms > 3.0 * chk->chain().stages.size());  // store-all's: it recomputes
       const auto ours =
           step(net, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); });
       REQUIRE(plain.size() == ours.size());

@@ -25,28 +25,7 @@ using remat::models::StateDictEntry;
 using remat::models::StateDictError;
 using remat::test::le_bytes;
 using remat::test::repeat;
-
-// A file holding `bytes`, extended with zeros to `size` bytes without writing them (a sparse
-// file), removed at the end of the test.
-class TempFile {
- public:
-  explicit TempFile(const std::string& bytes, uint64_t size = 0) {
-    char name[] = "/tmp/remat-safetensors-XXXXXX";
-    const int fd = mkstemp(name);
-    REQUIRE(fd >= 0);
-    close(fd);
-    path_ = name;
-    std::ofstream(path_, std::ios::binary).write(bytes.data(), static_cast<long>(bytes.size()));
-    if (size > bytes.size()) REQUIRE(truncate(path_.c_str(), static_cast<off_t>(size)) == 0);
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using remat::test::TempFile;
 
 // A safetensors file: the header's length, the header, the data.
 std::string safetensors(const std::string& header, const std::string& data) {

@@ -3,14 +3,14 @@
 // (tests/models/make_torchvision_reference.py, run before these tests); the port loads the
 // file with load_torchvision_weights and must reproduce the outputs.
 #include <catch2/catch.hpp>
-#include <fstream>
 #include <map>
-#include <sstream>
 
+#include "models/model_checks.h"
 #include "remat/models.h"
 
 namespace nn = torch::nn;
 using namespace remat::models;
+using remat::test::relative_error;
 
 namespace {
 
@@ -19,16 +19,7 @@ std::string reference(const std::string& file) {
 }
 
 std::map<std::string, torch::Tensor> read_io(const std::string& name) {
-  std::map<std::string, torch::Tensor> io;
-  for (auto& entry : read_state_dict(reference(name + "_io.pth"))) io[entry.name] = entry.tensor;
-  return io;
-}
-
-/// max |a - b| relative to the scale of `expected` (its largest magnitude).
-double relative_error(const torch::Tensor& actual, const torch::Tensor& expected) {
-  REQUIRE(actual.sizes() == expected.sizes());
-  const double scale = expected.abs().max().item<double>();
-  return (actual - expected).abs().max().item<double>() / std::max(scale, 1e-30);
+  return remat::test::read_tensors(reference(name + "_io.pth"));
 }
 
 }  // namespace
@@ -130,30 +121,14 @@ TEST_CASE("the vision transformer reproduces torchvision's, outputs and gradient
 
 TEST_CASE("vit_b_16, vit_b_32 and vit_l_16 have torchvision's names and shapes; old MLP names load",
           "[models][torchvision][vit]") {
-  std::ifstream file(reference("vit_names.txt"));
-  REQUIRE(file);
-  std::map<std::string, std::map<std::string, std::string>> expected;
-  for (std::string line; std::getline(file, line);) {
-    std::istringstream words(line);
-    std::string model, name, shape;
-    words >> model >> name >> shape;
-    expected[model][name] = shape;
-  }
+  const auto expected = remat::test::read_shape_listing(reference("vit_names.txt"));
   REQUIRE(expected.size() == 3);
   for (const auto& [model, names] : expected) {
     DYNAMIC_SECTION(model) {
       const nn::Sequential net = model == "vit_b_16"   ? vit_b_16()
                                  : model == "vit_b_32" ? vit_b_32()
                                                        : vit_l_16();
-      std::map<std::string, std::string> actual;
-      const auto add = [&](const std::string& key, const torch::Tensor& t) {
-        std::string shape;
-        for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-        actual[torchvision_name(net, key)] = shape;
-      };
-      for (const auto& p : net->named_parameters()) add(p.key(), p.value());
-      for (const auto& b : net->named_buffers()) add(b.key(), b.value());
-      CHECK(actual == names);
+      CHECK(remat::test::reference_shapes(net) == names);
     }
   }
   // The published ViT files name the MLP's layers "linear_1" and "linear_2", which

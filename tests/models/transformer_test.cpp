@@ -3,16 +3,17 @@
 // checks. The comparisons with torchvision and Hugging Face are in torchvision_test.cpp and
 // gpt2_reference_test.cpp.
 #include <catch2/catch.hpp>
-
 #include <map>
 #include <set>
 
+#include "models/model_checks.h"
 #include "remat/models.h"
 #include "remat/runtime.h"
 #include "remat/solver.h"
 
 namespace nn = torch::nn;
 using namespace remat::models;
+using remat::test::reference_state;
 
 namespace {
 
@@ -31,14 +32,6 @@ ViTOptions small_vit() {
 
 GPT2Options small_gpt2() {
   return GPT2Options().vocab_size(97).n_positions(24).n_embd(32).n_layer(3).n_head(4);
-}
-
-/// Names (the reference's) and values of every parameter and buffer.
-std::map<std::string, torch::Tensor> reference_state(const nn::Sequential& net) {
-  std::map<std::string, torch::Tensor> state;
-  for (const auto& p : net->named_parameters()) state[torchvision_name(net, p.key())] = p.value();
-  for (const auto& b : net->named_buffers()) state[torchvision_name(net, b.key())] = b.value();
-  return state;
 }
 
 /// Copies `from`'s values into `to`, name by reference name (they must have the same names).
@@ -180,17 +173,11 @@ TEST_CASE("transformers train checkpointed under a budget exactly as plain",
       copy_state(plain_net, net);
       net->train();
       remat::Checkpointable chk(net);
-      remat::Chain chain = remat::profile(net, tokens ? c.sample : c.sample.clone().requires_grad_(true),
-                                          remat::ProfileOptions().measure_time(false))
-                               .chain;
-      for (auto& stage : chain.stages) stage.fwd_ms = 1, stage.bwd_ms = 2, stage.fwd_nograd_ms = 1;
-      chk->set_chain(chain);
-      const int64_t half = std::max(remat::store_all_peak(chain) / 2,
-                                    remat::min_feasible_budget(chain, remat::SolveOptions(0)));
-      const remat::Solution& s = chk->compute_sequence(half + remat::runtime_reserve_bytes(torch::kCPU));
+      const remat::Solution& s = remat::test::schedule_at_half(
+          chk, net, tokens ? c.sample : c.sample.clone().requires_grad_(true));
       REQUIRE(s.ok());
       INFO(remat::collapsed_string(s.sequence));
-      CHECK(s.makespan_ms > 3.0 * chain.stages.size());  // store-all's: it recomputes
+      CHECK(s.makespan_ms > 3.0 * chk->chain().stages.size());  // store-all's: it recomputes
       const auto ours = step(net, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); });
       REQUIRE(plain.size() == ours.size());
       CHECK(plain.size() == 1 + net->parameters().size());
