@@ -1024,6 +1024,18 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   CHECK(by_name["densenet161"]["parameters"] == 28681000);
   CHECK(by_name["inception_v3"]["min_image"] == 299);
   CHECK(by_name["inception_v3_noaux"]["min_image"] == 75);
+  // The transformers, listed from their known counts.
+  CHECK(by_name["vit_b_16"]["parameters"] == 86567656);
+  CHECK(by_name["vit_b_16"]["stages"] == 14);
+  CHECK(by_name["vit_l_16"]["parameters"] == 304326632);
+  CHECK(by_name["vit_b_32"]["min_image"] == 32);
+  CHECK(by_name["gpt2"]["parameters"] == 124439808);
+  CHECK(by_name["gpt2"]["input"] == "tokens");
+  CHECK(by_name["gpt2"]["max_sequence"] == 1024);
+  CHECK(by_name["gpt2-xl"]["parameters"] == 1557611200);
+  CHECK(by_name["gpt2-xl"]["stages"] == 50);
+  CHECK(by_name["gpt2-medium"]["granularities"] == nlohmann::json{"block", "half"});
+  CHECK(by_name["resnet18"]["granularities"] == nlohmann::json{"block"});
 
   const RunResult stages = run_remat({"models", "resnet18", "--batch", "2", "--image", "64"});
   INFO(describe(stages));
@@ -1054,7 +1066,7 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   CHECK_THAT(small.err, Catch::Contains("too small for vgg11 (at least 32x32)"));
 }
 
-TEST_CASE("the transformers: listed, profiled at --seq, trained on a token file, checked options",
+TEST_CASE("the transformers: stages at --seq, trained on a token file, checked options",
           "[cli][transformer]") {
   if (!REMAT_CLI_HAS_TORCH) {
     const RunResult run = run_remat({"profile", "--model", "gpt2", "--batch", "1", "--seq", "8"});
@@ -1062,24 +1074,7 @@ TEST_CASE("the transformers: listed, profiled at --seq, trained on a token file,
     CHECK_THAT(run.err, Catch::Contains("built without LibTorch"));
     return;
   }
-  const RunResult list = run_remat({"models", "--format", "json"});
-  INFO(describe(list));
-  REQUIRE(list.exit_code == 0);
-  std::map<std::string, nlohmann::json> by_name;
-  for (const auto& m : nlohmann::json::parse(list.out))
-    by_name[m.at("name").get<std::string>()] = m;
-  CHECK(by_name["vit_b_16"]["parameters"] == 86567656);
-  CHECK(by_name["vit_b_16"]["stages"] == 14);
-  CHECK(by_name["vit_l_16"]["parameters"] == 304326632);
-  CHECK(by_name["vit_b_32"]["min_image"] == 32);
-  CHECK(by_name["gpt2"]["parameters"] == 124439808);
-  CHECK(by_name["gpt2"]["input"] == "tokens");
-  CHECK(by_name["gpt2"]["max_sequence"] == 1024);
-  CHECK(by_name["gpt2-xl"]["parameters"] == 1557611200);
-  CHECK(by_name["gpt2-xl"]["stages"] == 50);
-  CHECK(by_name["gpt2-medium"]["granularities"] == nlohmann::json{"block", "half"});
-  CHECK(by_name["resnet18"]["granularities"] == nlohmann::json{"block"});
-
+  // The list (`remat models`) is checked with the other models' in "models lists every model".
   // GPT-2's stages at half-block granularity: {hidden, ids} throughout, the loss at the end.
   const RunResult stages =
       run_remat({"models", "gpt2", "--seq", "16", "--granularity", "half", "--format", "json"});
