@@ -81,7 +81,6 @@ class TokenFile {
     }
   }
 
-  std::int64_t size() const { return tokens_; }
 
   /// `batch` sequences, (batch, sequence) int64.
   torch::Tensor next(int batch) {
