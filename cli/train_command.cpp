@@ -81,7 +81,6 @@ class TokenFile {
     }
   }
 
-
   /// `batch` sequences, (batch, sequence) int64.
   torch::Tensor next(int batch) {
     torch::Tensor ids = torch::empty({batch, sequence_}, torch::kLong);
