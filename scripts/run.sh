@@ -21,7 +21,7 @@ started=$SECONDS
 step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"; }
 
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
-packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev python3-venv)
+packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libgloo-dev python3-venv)
 [ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev)
 missing=()
 for package in "${packages[@]}"; do

@@ -7,6 +7,7 @@
 #include "remat/solver.h"
 #if REMAT_WITH_TORCH
 #include "remat/core.h"
+#include "remat/distributed.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"

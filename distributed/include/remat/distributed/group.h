@@ -1,0 +1,178 @@
+#pragma once
+// remat::distributed::Group: the processes of a data-parallel job, on c10d (torch.distributed's
+// C++ engine): a TCPStore rendezvous, and ProcessGroupGloo (CPU) or ProcessGroupNCCL (CUDA) for
+// the collectives. remat adds what LibTorch's C++ frontend leaves to its users: reading
+// torchrun's environment, refusing bad values, a heartbeat so that a failed collective names
+// the rank that died or hangs, and checks that every rank runs the same thing.
+//
+//   auto env = remat::distributed::Environment::from_env();   // RANK, WORLD_SIZE, MASTER_ADDR, ...
+//   auto group = remat::distributed::Group::create(env, torch::kCPU);
+//   group->check_same("the model", description);             // refuses a rank that differs
+
+#include <c10/core/Device.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remat/core/error.h"
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+namespace remat::distributed {
+
+/// c10d's interface to a backend's collectives: c10d::Backend on LibTorch 2.x (what
+/// ProcessGroupGloo and ProcessGroupNCCL derive from), c10d::ProcessGroup on 1.13.
+#if TORCH_VERSION_MAJOR >= 2
+using CommBackend = c10d::Backend;
+#else
+using CommBackend = c10d::ProcessGroup;
+#endif
+
+/// A rank failed, stopped answering or timed out, or the job could not start: what happened
+/// and, where it could be found out, which ranks are to blame (failed_ranks()). Raised on the
+/// surviving ranks; `remat train` exits with code 5 for it.
+class DistributedError : public c10::Error {
+ public:
+  DistributedError(const std::string& message, std::vector<int> failed_ranks)
+      : c10::Error(message, {}), failed_ranks_(std::move(failed_ranks)) {}
+  /// The ranks found to have died, hung or failed (empty when none could be named).
+  const std::vector<int>& failed_ranks() const { return failed_ranks_; }
+
+ private:
+  std::vector<int> failed_ranks_;
+};
+
+/// Where this process is in the job: torchrun's environment variables, or the same values
+/// given by hand (`remat train --rank/--master`).
+struct Environment {
+  int rank = 0;
+  int world_size = 1;
+  /// The rank among the processes of this machine (which GPU it uses: cuda:local_rank).
+  int local_rank = 0;
+  /// The host of rank 0, where the rendezvous store listens.
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+
+  /// Reads RANK, WORLD_SIZE, LOCAL_RANK (default: RANK), MASTER_ADDR (default 127.0.0.1) and
+  /// MASTER_PORT (default 29500), as torchrun sets them. A value that is not a whole number in
+  /// range (rank < world size, port 1-65535), or RANK without WORLD_SIZE, is an InputError
+  /// naming the variable and its value.
+  static Environment from_env();
+  /// Whether torchrun's variables are set (RANK or WORLD_SIZE).
+  static bool in_env();
+  /// Throws InputError (naming `source`, e.g. "--rank" or "RANK") unless the values are valid.
+  void check(const std::string& source) const;
+};
+
+enum class BackendKind { kAuto, kGloo, kNccl };
+/// "auto", "gloo" or "nccl"; anything else is an InputError.
+BackendKind parse_backend(const std::string& name);
+/// Gloo for the CPU, NCCL for CUDA, unless `kind` names one.
+BackendKind resolve_backend(BackendKind kind, c10::Device device);
+const char* backend_name(BackendKind kind);
+/// Whether this build can use NCCL (a LibTorch with CUDA and NCCL's headers).
+bool has_nccl();
+
+struct GroupOptions {
+  /// Which c10d backend; kAuto chooses by device.
+  GroupOptions& backend(BackendKind value) {
+    backend_ = value;
+    return *this;
+  }
+  /// How long a rank waits for the others, in the rendezvous and in every collective, before it
+  /// gives up with a DistributedError; a rank that dies is noticed sooner, as soon as its
+  /// connections close.
+  GroupOptions& timeout(std::chrono::milliseconds value) {
+    timeout_ = value;
+    return *this;
+  }
+  BackendKind backend() const { return backend_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  BackendKind backend_ = BackendKind::kAuto;
+  std::chrono::milliseconds timeout_ = std::chrono::seconds(300);
+};
+
+/// The processes of one job. Every collective call must be made by every rank, in the same
+/// order, as with torch.distributed.
+class Group {
+ public:
+  /// The rendezvous at env.master_addr:env.master_port (rank 0 hosts the store) and the
+  /// backend's process group for `device`. Waits at most the timeout for every rank to join;
+  /// a rank that does not is named in the DistributedError.
+  static std::shared_ptr<Group> create(const Environment& env, c10::Device device,
+                                       const GroupOptions& options = GroupOptions());
+  /// A group on a store and process group made by the caller (its own rendezvous). The
+  /// heartbeat, and with it naming a rank that hangs, needs the store's address: without
+  /// `env`, a failure names only the ranks that reported their own error.
+  Group(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CommBackend> backend,
+        std::chrono::milliseconds timeout, std::optional<Environment> env = std::nullopt);
+  /// Leaves the job (leave()) and stops the heartbeat.
+  ~Group();
+  /// Tells the others this rank is leaving. Rank 0, which hosts the store, then waits (at most
+  /// the timeout) until every other rank has left or stopped answering, so that a rank still
+  /// finding out who failed can ask the store. Never throws; the destructor calls it.
+  void leave() noexcept;
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  CommBackend& backend() { return *backend_; }
+  c10d::Store& store() { return *store_; }
+
+  /// Returns rank 0's `value` on every rank (through the store). While rank 0 works (profiles,
+  /// for as long as it takes) the others wait, and stop if its heartbeat stops.
+  std::string broadcast(const std::string& what, const std::string& value);
+  /// Every rank gives `value`; returns if all equal rank 0's, else throws InputError on every
+  /// rank naming `what`, the ranks that differ and the first line where they do.
+  void check_same(const std::string& what, const std::string& value);
+  /// Waits for every rank (a collective of the backend).
+  void barrier();
+
+  /// Called by a rank that fails on its own (an exception it is about to throw): the others'
+  /// errors will quote it. Never throws.
+  void report_failure(const std::string& message) noexcept;
+  /// Records that this rank has reached `step` (DataParallel does, at each backward): a failure
+  /// names the ranks that are behind.
+  void mark_progress(std::int64_t step);
+  /// Whether another rank has reported a failure (report_failure).
+  bool any_failure_reported();
+  /// What to say when a collective failed with `cause`: asks the store which ranks stopped
+  /// answering (their heartbeat stopped) or reported an error, and returns the DistributedError
+  /// naming them. Takes about two heartbeat intervals.
+  DistributedError failure(const std::string& during, const std::exception& cause);
+
+ private:
+  void start_heartbeat(const Environment& env);
+  // A new client of the store at env's address (for the heartbeat thread and the diagnosis).
+  c10::intrusive_ptr<c10d::Store> connect(std::chrono::milliseconds timeout) const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<CommBackend> backend_;
+  int rank_ = 0, size_ = 1;
+  std::chrono::milliseconds timeout_;
+  std::optional<Environment> env_;
+  std::int64_t calls_ = 0;
+  std::int64_t step_ = -1;  // the last mark_progress  // broadcasts and checks so far: each one's keys are its own
+  std::chrono::milliseconds heartbeat_interval_;
+  std::atomic<bool> stop_{false};
+  bool left_ = false;
+  std::thread heartbeat_;
+};
+
+}  // namespace remat::distributed

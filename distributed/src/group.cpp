@@ -1,0 +1,401 @@
+#include "remat/distributed/group.h"
+
+#include <fmt/core.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include "backends.h"
+
+namespace remat::distributed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::uint8_t> bytes_of(const std::string& text) {
+  return std::vector<std::uint8_t>(text.begin(), text.end());
+}
+std::string text_of(const std::vector<std::uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
+// A whole number in [low, high] from the environment variable `name`, or `fallback` if unset.
+int env_int(const char* name, int low, int high, std::optional<int> fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    if (fallback) return *fallback;
+    throw InputError(fmt::format("{} is not set (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, "
+                                 "MASTER_ADDR and MASTER_PORT)", name));
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value < low || value > high)
+    throw InputError(fmt::format("{}='{}' is not a whole number from {} to {}", name,
+                                 std::string(text), low, high));
+  return static_cast<int>(value);
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// The first line where two descriptions differ, 1-based, with each side's text.
+struct LineDifference {
+  std::size_t line = 0;
+  std::string ours, theirs;
+};
+LineDifference first_difference(const std::string& a, const std::string& b) {
+  std::istringstream sa(a), sb(b);
+  LineDifference d;
+  for (std::size_t line = 1;; ++line) {
+    std::string la, lb;
+    const bool ha = static_cast<bool>(std::getline(sa, la));
+    const bool hb = static_cast<bool>(std::getline(sb, lb));
+    if (!ha && !hb) break;
+    if (!ha || !hb || la != lb) {
+      d.line = line;
+      d.ours = ha ? la : "(nothing: it ends before)";
+      d.theirs = hb ? lb : "(nothing: it ends before)";
+      return d;
+    }
+  }
+  return d;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t k = 0; k < ranks.size(); ++k)
+    out += (k == 0 ? "" : (k + 1 == ranks.size() ? " and " : ", ")) + std::to_string(ranks[k]);
+  return (ranks.size() == 1 ? "rank " : "ranks ") + out;
+}
+
+}  // namespace
+
+void Environment::check(const std::string& source) const {
+  if (world_size < 1)
+    throw InputError(fmt::format("{}: the world size must be at least 1, not {}", source, world_size));
+  if (rank < 0 || rank >= world_size)
+    throw InputError(fmt::format("{}: rank {} is not below the world size {}", source, rank, world_size));
+  if (local_rank < 0)
+    throw InputError(fmt::format("{}: the local rank must not be negative, not {}", source, local_rank));
+  if (master_port < 1 || master_port > 65535)
+    throw InputError(fmt::format("{}: the master port must be from 1 to 65535, not {}", source, master_port));
+  if (master_addr.empty()) throw InputError(fmt::format("{}: the master address is empty", source));
+}
+
+bool Environment::in_env() {
+  for (const char* name : {"RANK", "WORLD_SIZE"})
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return true;
+  return false;
+}
+
+Environment Environment::from_env() {
+  Environment env;
+  env.world_size = env_int("WORLD_SIZE", 1, 1 << 20, std::nullopt);
+  env.rank = env_int("RANK", 0, env.world_size - 1, std::nullopt);
+  env.local_rank = env_int("LOCAL_RANK", 0, 1 << 20, env.rank);
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
+    env.master_addr = addr;
+    if (env.master_addr.empty()) throw InputError("MASTER_ADDR is set but empty");
+  }
+  env.master_port = env_int("MASTER_PORT", 1, 65535, 29500);
+  return env;
+}
+
+BackendKind parse_backend(const std::string& name) {
+  if (name == "auto") return BackendKind::kAuto;
+  if (name == "gloo") return BackendKind::kGloo;
+  if (name == "nccl") return BackendKind::kNccl;
+  throw InputError(fmt::format("unknown backend '{}': expected auto, gloo or nccl", name));
+}
+
+BackendKind resolve_backend(BackendKind kind, c10::Device device) {
+  if (kind != BackendKind::kAuto) return kind;
+  return device.is_cuda() ? BackendKind::kNccl : BackendKind::kGloo;
+}
+
+const char* backend_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto: return "auto";
+    case BackendKind::kGloo: return "gloo";
+    case BackendKind::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
+                                     const GroupOptions& options) {
+  env.check("the job's environment");
+  if (options.timeout().count() <= 0)
+    throw InputError(fmt::format("the timeout must be positive, not {} ms", options.timeout().count()));
+  const BackendKind kind = resolve_backend(options.backend(), device);
+  if (kind == BackendKind::kNccl && !device.is_cuda())
+    throw InputError(fmt::format("the nccl backend needs a CUDA device, not {}", device.str()));
+  if (kind == BackendKind::kNccl && !has_nccl())
+    throw InputError("the nccl backend: this build of remat has no NCCL (it needs a LibTorch with "
+                     "CUDA and NCCL's headers); use --backend gloo");
+  const std::string where = fmt::format("{}:{}", env.master_addr, env.master_port);
+
+  // The rendezvous: rank 0 hosts the store; every rank announces itself and waits for the
+  // others, so that one that never comes is named.
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
+  store_options.waitWorkers = false;
+  store_options.timeout = options.timeout();
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& error) {
+    if (env.rank == 0)
+      throw DistributedError(fmt::format("rank 0 cannot host the rendezvous at {} (is the port "
+                                         "in use?): {}", where, message_of(error)), {});
+    throw DistributedError(fmt::format("rank {} could not reach the rendezvous at {} within {} ms: "
+                                       "rank 0 did not start, or MASTER_ADDR/MASTER_PORT differ "
+                                       "between ranks: {}",
+                                       env.rank, where, options.timeout().count(), message_of(error)),
+                           {0});
+  }
+  auto ours = c10::make_intrusive<c10d::PrefixStore>("remat", store);
+  ours->set(fmt::format("joined/{}", env.rank), bytes_of("1"));
+  const auto deadline = Clock::now() + options.timeout();
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < env.world_size; ++r)
+      if (!ours->check({fmt::format("joined/{}", r)})) missing.push_back(r);
+    if (missing.empty()) break;
+    if (Clock::now() > deadline)
+      throw DistributedError(fmt::format("{} did not join the rendezvous at {} within {} ms",
+                                         rank_list(missing), where, options.timeout().count()),
+                             missing);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+
+  c10::intrusive_ptr<CommBackend> backend;
+  auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name(kind), store);
+  try {
+    if (kind == BackendKind::kGloo) {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout());
+      if (is_loopback(env.master_addr))
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else
+        gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      backend = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, env.rank,
+                                                            env.world_size, gloo_options);
+    } else {
+      backend = detail::make_nccl_backend(backend_store, env.rank, env.world_size, options.timeout());
+    }
+  } catch (const std::exception& error) {
+    throw DistributedError(fmt::format("rank {}: the {} process group of {} ranks could not "
+                                       "connect: {}", env.rank, backend_name(kind), env.world_size,
+                                       message_of(error)), {});
+  }
+  return std::make_shared<Group>(store, backend, options.timeout(), env);
+}
+
+Group::Group(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CommBackend> backend,
+             std::chrono::milliseconds timeout, std::optional<Environment> env)
+    : store_(c10::make_intrusive<c10d::PrefixStore>("remat", std::move(store))),
+      backend_(std::move(backend)),
+      rank_(backend_->getRank()),
+      size_(backend_->getSize()),
+      timeout_(timeout),
+      env_(std::move(env)),
+      heartbeat_interval_(std::clamp<std::chrono::milliseconds>(
+          timeout / 10, std::chrono::milliseconds(50), std::chrono::milliseconds(1000))) {
+  if (env_) start_heartbeat(*env_);
+}
+
+Group::~Group() {
+  leave();
+  stop_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+c10::intrusive_ptr<c10d::Store> Group::connect(std::chrono::milliseconds timeout) const {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(env_->master_port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::PrefixStore>(
+      "remat", c10::make_intrusive<c10d::TCPStore>(env_->master_addr, options));
+}
+
+void Group::start_heartbeat(const Environment& env) {
+  (void)env;
+  heartbeat_ = std::thread([this] {
+    try {
+      auto store = connect(timeout_);
+      const std::string name = fmt::format("heartbeat/{}", rank_);
+      while (!stop_) {
+        store->add(name, 1);
+        for (auto slept = std::chrono::milliseconds(0); slept < heartbeat_interval_ && !stop_;
+             slept += std::chrono::milliseconds(10))
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    } catch (...) {
+      // The store is gone (rank 0 stopped): the collectives will fail and say so.
+    }
+  });
+}
+
+void Group::leave() noexcept {
+  if (left_) return;
+  left_ = true;
+  try {
+    store_->set(fmt::format("left/{}", rank_), bytes_of("1"));
+    if (rank_ != 0 || !env_) return;
+    const auto deadline = Clock::now() + timeout_;
+    std::vector<std::int64_t> beats(static_cast<std::size_t>(size_), -1);
+    std::vector<Clock::time_point> changed(static_cast<std::size_t>(size_), Clock::now());
+    for (;;) {
+      bool waiting = false;
+      for (int r = 1; r < size_; ++r) {
+        if (store_->check({fmt::format("left/{}", r)})) continue;
+        const auto ur = static_cast<std::size_t>(r);
+        const std::int64_t beat = store_->add(fmt::format("heartbeat/{}", r), 0);
+        if (beat != beats[ur]) {
+          beats[ur] = beat;
+          changed[ur] = Clock::now();
+        }
+        if (Clock::now() - changed[ur] < heartbeat_interval_ * 3) waiting = true;
+      }
+      if (!waiting || Clock::now() > deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (...) {
+  }
+}
+
+void Group::report_failure(const std::string& message) noexcept {
+  try {
+    store_->set(fmt::format("error/{}", rank_), bytes_of(message));
+  } catch (...) {
+  }
+}
+
+void Group::mark_progress(std::int64_t step) {
+  step_ = step;
+  store_->set(fmt::format("progress/{}", rank_), bytes_of(std::to_string(step)));
+}
+
+bool Group::any_failure_reported() {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && store_->check({fmt::format("error/{}", r)})) return true;
+  return false;
+}
+
+DistributedError Group::failure(const std::string& during, const std::exception& cause) {
+  const std::string said = message_of(cause);
+  std::vector<int> failed;
+  std::vector<std::string> why;
+  if (!env_) {
+    return DistributedError(fmt::format("rank {}: {} failed: {}", rank_, during, said), {});
+  }
+  try {
+    auto store = connect(std::max(heartbeat_interval_ * 4, std::chrono::milliseconds(2000)));
+    std::vector<std::int64_t> before(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r)
+      before[static_cast<std::size_t>(r)] = store->add(fmt::format("heartbeat/{}", r), 0);
+    std::this_thread::sleep_for(heartbeat_interval_ * 2 + std::chrono::milliseconds(100));
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const std::string error_key = fmt::format("error/{}", r);
+      if (store->check({error_key})) {
+        failed.push_back(r);
+        why.push_back(fmt::format("rank {} failed: {}", r, text_of(store->get(error_key))));
+      } else if (store->add(fmt::format("heartbeat/{}", r), 0) == before[static_cast<std::size_t>(r)]) {
+        failed.push_back(r);
+        why.push_back(fmt::format("rank {} stopped answering (its heartbeat stopped: killed, or hung)", r));
+      } else if (const std::string key = fmt::format("progress/{}", r); step_ >= 0) {
+        const std::int64_t step = store->check({key}) ? std::stoll(text_of(store->get(key))) : -1;
+        if (step < step_) {
+          failed.push_back(r);
+          why.push_back(fmt::format("rank {} is behind, at step {} where this rank is at step {} "
+                                    "(hung, or slower than the timeout)", r, step + 1, step_ + 1));
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    if (rank_ != 0) {
+      failed = {0};
+      why = {fmt::format("rank 0 stopped answering (the rendezvous store it hosts at {}:{} is gone)",
+                         env_->master_addr, env_->master_port)};
+    }
+  }
+  std::string message = fmt::format("rank {}: {} failed", rank_, during);
+  if (why.empty()) message += " (no other rank is known to have stopped)";
+  for (const std::string& w : why) message += "; " + w;
+  message += ". The backend said: " + said;
+  return DistributedError(message, failed);
+}
+
+std::string Group::broadcast(const std::string& what, const std::string& value) {
+  const std::string name = fmt::format("broadcast/{}", calls_++);
+  if (rank_ == 0) {
+    store_->set(name, bytes_of(value));
+    return value;
+  }
+  // Wait for as long as rank 0 is alive (it may be profiling); a timeout without a heartbeat.
+  auto last_progress = Clock::now();
+  std::int64_t last_beat = -1;
+  while (!store_->check({name})) {
+    if (env_) {
+      const std::int64_t beat = store_->add("heartbeat/0", 0);
+      if (beat != last_beat) {
+        last_beat = beat;
+        last_progress = Clock::now();
+      }
+    }
+    if (Clock::now() - last_progress > timeout_)
+      throw DistributedError(fmt::format("rank {}: waiting for {} from rank 0: {}", rank_, what,
+                                         env_ ? "rank 0 stopped answering (its heartbeat stopped: killed, or hung)"
+                                              : fmt::format("nothing came within {} ms", timeout_.count())),
+                             {0});
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return text_of(store_->get(name));
+}
+
+void Group::check_same(const std::string& what, const std::string& value) {
+  const std::int64_t call = calls_++;
+  store_->set(fmt::format("check/{}/{}", call, rank_), bytes_of(value));
+  std::vector<std::string> values(static_cast<std::size_t>(size_));
+  try {
+    for (int r = 0; r < size_; ++r)
+      values[static_cast<std::size_t>(r)] =
+          r == rank_ ? value : text_of(store_->get(fmt::format("check/{}/{}", call, r)));
+  } catch (const std::exception& error) {
+    throw failure("comparing " + what + " between ranks", error);
+  }
+  std::vector<int> differ;
+  for (int r = 1; r < size_; ++r)
+    if (values[static_cast<std::size_t>(r)] != values[0]) differ.push_back(r);
+  if (differ.empty()) return;
+  const int r = differ.front();
+  const LineDifference d = first_difference(values[0], values[static_cast<std::size_t>(r)]);
+  throw InputError(fmt::format(
+      "{} differs between ranks: {} {} from rank 0; at line {}, rank {} has '{}' where rank 0 "
+      "has '{}'. Every rank must run the same model and chain.",
+      what, rank_list(differ), differ.size() == 1 ? "differs" : "differ", d.line, r, d.theirs, d.ours));
+}
+
+void Group::barrier() {
+  try {
+    backend_->barrier()->wait();
+  } catch (const std::exception& error) {
+    throw failure("a barrier", error);
+  }
+}
+
+}  // namespace remat::distributed

@@ -1,0 +1,254 @@
+// Data-parallel training over c10d's Gloo on loopback, with 2 and 3 processes (dp_worker.cpp),
+// against a single process that averages the same per-rank gradients; and how a job fails.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dp_model.h"
+#include "remat/distributed.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using remat::distributed::RankExit;
+
+// A job's folder holds files only. (POSIX calls: pip's libtorch.so carries its own
+// std::filesystem::remove_all, which crashes when called from here.)
+void remove_tree(const fs::path& path) {
+  if (DIR* dir = ::opendir(path.c_str())) {
+    while (const dirent* entry = ::readdir(dir))
+      if (std::string(entry->d_name) != "." && std::string(entry->d_name) != "..")
+        ::unlink((path / entry->d_name).c_str());
+    ::closedir(dir);
+  }
+  ::rmdir(path.c_str());
+}
+
+struct Job {
+  fs::path dir;
+  std::vector<RankExit> exits;
+  double seconds = 0;
+
+  std::string error(int rank) const {
+    std::ifstream in(dir / ("rank" + std::to_string(rank) + ".err"));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  std::vector<torch::Tensor> parameters(int rank, const std::string& kind) const {
+    std::vector<torch::Tensor> out;
+    torch::load(out, (dir / ("rank" + std::to_string(rank) + "." + kind + ".pt")).string());
+    return out;
+  }
+};
+
+// Runs `world` workers with `args`; a rendezvous port that another process took meanwhile
+// (rank 0 cannot host it) is retried with another.
+Job run_job(int world, std::vector<std::string> args, const std::string& name,
+            std::chrono::milliseconds grace = std::chrono::seconds(60)) {
+  Job job;
+  job.dir = fs::temp_directory_path() / ("remat-dp-" + name + "-" + std::to_string(::getpid()));
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    remove_tree(job.dir);
+    std::error_code ignored;
+    fs::create_directories(job.dir, ignored);
+    std::vector<std::string> argv{REMAT_DP_WORKER, "--out", job.dir.string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto start = std::chrono::steady_clock::now();
+    job.exits = remat::distributed::launch_local(
+        argv, world,
+        remat::distributed::LaunchOptions()
+            .master("127.0.0.1", remat::distributed::free_local_port())
+            .grace(grace));
+    job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (job.error(0).find("cannot host the rendezvous") == std::string::npos) break;
+  }
+  return job;
+}
+
+// The single-process reference: rank 0's initial weights, and at each step the mean of the
+// ranks' gradients (summed in rank order), applied by the same SGD.
+std::vector<torch::Tensor> reference(int world, int steps) {
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);  // as the workers: the same kernels' summation order
+  torch::nn::Sequential net = remat::test::dp_network(1234);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(remat::test::kDpLearningRate));
+  for (int step = 0; step < steps; ++step) {
+    std::vector<torch::Tensor> sum;
+    for (int r = 0; r < world; ++r) {
+      for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+      const auto [x, y] = remat::test::dp_batch(r, step);
+      remat::test::dp_loss(net->forward(x), y).backward();
+      const auto params = net->parameters();
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        if (r == 0)
+          sum.push_back(params[k].grad().clone());
+        else
+          sum[k] += params[k].grad();
+      }
+    }
+    const auto params = net->parameters();
+    for (std::size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = sum[k] / world;
+    sgd.step();
+  }
+  torch::set_num_threads(threads);
+  std::vector<torch::Tensor> out;
+  for (auto& p : net->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double largest_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t k = 0; k < a.size(); ++k)
+    worst = std::max(worst, ((a[k] - b[k]).abs().max() / b[k].abs().max()).item<double>());
+  return worst;
+}
+
+bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t k = 0; k < a.size(); ++k)
+    if (!torch::equal(a[k], b[k])) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("data-parallel training on Gloo equals one process averaging the ranks' gradients",
+          "[distributed]") {
+  const int world = GENERATE(2, 3);
+  const int steps = 4;
+  CAPTURE(world);
+  const Job job = run_job(world, {"--steps", std::to_string(steps)}, "train" + std::to_string(world));
+  for (const RankExit& e : job.exits) {
+    INFO("rank " << e.rank << ": " << job.error(e.rank));
+    REQUIRE(e.code == 0);
+  }
+  const std::vector<torch::Tensor> expected = reference(world, steps);
+  const std::vector<torch::Tensor> rank0 = job.parameters(0, "plain");
+  // Two ranks: a + b is b + a, so the all-reduce's sum is the reference's to the bit. Three: Gloo
+  // adds the ranks' gradients in another order than (g0 + g1) + g2, which may differ by an ulp
+  // of each sum; 4 SGD steps of lr 0.1 keep the parameters within a few ulps (1e-6 relative).
+  if (world == 2)
+    CHECK(all_equal(rank0, expected));
+  else
+    CHECK(largest_relative_difference(rank0, expected) < 1e-6);
+  CHECK(largest_relative_difference(rank0, expected) < 1e-6);
+  for (int r = 0; r < world; ++r) {
+    CAPTURE(r);
+    // Every rank has the same parameters, and checkpointed training gives those of plain
+    // training, to the bit.
+    CHECK(all_equal(job.parameters(r, "plain"), rank0));
+    CHECK(all_equal(job.parameters(r, "checkpointed"), rank0));
+    // The measured peak of each checkpointed step stays within the rank's budget.
+    std::ifstream peak_file(job.dir / ("rank" + std::to_string(r) + ".peak"));
+    std::int64_t peak = -1, budget = -1;
+    peak_file >> peak >> budget;
+    CHECK(peak > 0);
+    CHECK(budget > 0);
+    CHECK(peak <= budget);
+  }
+  remove_tree(job.dir);
+}
+
+TEST_CASE("a killed rank makes the others stop with an error naming it", "[distributed]") {
+  const int timeout_ms = 30000;
+  const Job job = run_job(3, {"--steps", "3", "--fail", "kill", "--victim", "1", "--at", "1",
+                              "--timeout-ms", std::to_string(timeout_ms)},
+                          "kill");
+  CHECK(job.exits[1].code == 128 + 9);
+  for (int r : {0, 2}) {
+    CAPTURE(r, job.error(r));
+    CHECK(job.exits[static_cast<std::size_t>(r)].code == 5);
+    CHECK_FALSE(job.exits[static_cast<std::size_t>(r)].killed_by_launcher);
+    CHECK(job.error(r).find("rank 1 stopped answering") != std::string::npos);
+  }
+  // Noticed when the connections closed, long before the timeout.
+  CHECK(job.seconds < timeout_ms / 1000.0);
+  remove_tree(job.dir);
+}
+
+TEST_CASE("a hung rank makes the others stop within the timeout, naming it", "[distributed]") {
+  const int timeout_ms = 3000;
+  const Job job = run_job(2, {"--steps", "3", "--fail", "hang", "--victim", "1", "--at", "1",
+                              "--timeout-ms", std::to_string(timeout_ms)},
+                          "hang", std::chrono::milliseconds(2000));
+  CAPTURE(job.error(0));
+  CHECK(job.exits[0].code == 5);
+  CHECK(job.error(0).find("rank 1 is behind") != std::string::npos);
+  CHECK(job.exits[1].killed_by_launcher);
+  remove_tree(job.dir);
+}
+
+TEST_CASE("a rank that fails is named by the others", "[distributed]") {
+  const Job job = run_job(2, {"--steps", "3", "--fail", "throw", "--victim", "1", "--at", "1"}, "throw");
+  CAPTURE(job.error(0), job.error(1));
+  CHECK(job.exits[1].code == 1);
+  CHECK(job.exits[0].code == 5);
+  CHECK(job.error(0).find("rank 1 failed: the victim's step failed on purpose") != std::string::npos);
+  remove_tree(job.dir);
+}
+
+TEST_CASE("ranks with different models are refused at start-up", "[distributed]") {
+  const Job job = run_job(2, {"--steps", "1", "--odd-rank", "1", "--odd-hidden", "33"}, "mismatch");
+  for (int r : {0, 1}) {
+    CAPTURE(r, job.error(r));
+    CHECK(job.exits[static_cast<std::size_t>(r)].code == 2);
+    CHECK(job.error(r).find("differs between ranks: rank 1 differs from rank 0") != std::string::npos);
+  }
+  remove_tree(job.dir);
+}
+
+TEST_CASE("torchrun's environment is read, and bad values are refused", "[distributed]") {
+  using remat::distributed::Environment;
+  struct Saved {
+    std::vector<std::pair<std::string, std::optional<std::string>>> values;
+    Saved() {
+      for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+        const char* v = std::getenv(name);
+        values.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+        ::unsetenv(name);
+      }
+    }
+    ~Saved() {
+      for (const auto& [name, v] : values)
+        if (v) ::setenv(name.c_str(), v->c_str(), 1); else ::unsetenv(name.c_str());
+    }
+  } saved;
+  CHECK_FALSE(Environment::in_env());
+  ::setenv("RANK", "2", 1);
+  ::setenv("WORLD_SIZE", "3", 1);
+  ::setenv("MASTER_ADDR", "10.0.0.7", 1);
+  ::setenv("MASTER_PORT", "1234", 1);
+  Environment env = Environment::from_env();
+  CHECK(env.rank == 2);
+  CHECK(env.world_size == 3);
+  CHECK(env.local_rank == 2);
+  CHECK(env.master_addr == "10.0.0.7");
+  CHECK(env.master_port == 1234);
+  const auto refused = [](const char* name, const char* value, const std::string& says) {
+    const char* old = std::getenv(name);
+    const std::optional<std::string> keep = old ? std::optional<std::string>(old) : std::nullopt;
+    ::setenv(name, value, 1);
+    CHECK_THROWS_WITH(Environment::from_env(), Catch::Contains(says));
+    CHECK_THROWS_AS(Environment::from_env(), c10::ValueError);
+    if (keep) ::setenv(name, keep->c_str(), 1); else ::unsetenv(name);
+  };
+  refused("RANK", "3", "RANK='3' is not a whole number from 0 to 2");
+  refused("RANK", "one", "RANK='one'");
+  refused("WORLD_SIZE", "0", "WORLD_SIZE='0'");
+  refused("MASTER_PORT", "70000", "MASTER_PORT='70000' is not a whole number from 1 to 65535");
+  refused("LOCAL_RANK", "-1", "LOCAL_RANK='-1'");
+  refused("MASTER_ADDR", "", "MASTER_ADDR is set but empty");
+  ::unsetenv("WORLD_SIZE");
+  CHECK_THROWS_WITH(Environment::from_env(), Catch::Contains("WORLD_SIZE is not set"));
+  CHECK_THROWS_WITH(remat::distributed::parse_backend("mpi"), Catch::Contains("unknown backend 'mpi'"));
+}

@@ -1,0 +1,109 @@
+// One rank of the data-parallel tests (distributed_test.cpp starts them with launch_local):
+// trains dp_network for --steps steps plainly and then checkpointed, each under DataParallel,
+// and writes <out>/rank<R>.plain.pt, .checkpointed.pt (the final parameters), .peak (the
+// checkpointed steps' largest measured peak and the budget) and, if it fails, .err.
+//   remat_dp_worker --out DIR --steps K [--fail kill|hang|throw --victim R --at S]
+//                   [--hidden-on-rank R H] [--timeout-ms T]
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "dp_model.h"
+#include "remat/distributed.h"
+#include "remat/profiler/memory_tracker.h"
+#include "remat/runtime.h"
+
+namespace {
+
+struct Args {
+  std::string out;
+  int steps = 3;
+  std::string fail;
+  int victim = -1, at = -1;
+  int odd_rank = -1, odd_hidden = 32;
+  int timeout_ms = 20000;
+};
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace remat;
+  using namespace remat::distributed;
+  Args a;
+  for (int k = 1; k + 1 < argc; k += 2) {
+    const std::string flag = argv[k], value = argv[k + 1];
+    if (flag == "--out") a.out = value;
+    else if (flag == "--steps") a.steps = std::stoi(value);
+    else if (flag == "--fail") a.fail = value;
+    else if (flag == "--victim") a.victim = std::stoi(value);
+    else if (flag == "--at") a.at = std::stoi(value);
+    else if (flag == "--odd-rank") a.odd_rank = std::stoi(value);
+    else if (flag == "--odd-hidden") a.odd_hidden = std::stoi(value);
+    else if (flag == "--timeout-ms") a.timeout_ms = std::stoi(value);
+  }
+  int rank = -1;
+  std::shared_ptr<Group> group;
+  try {
+    MemoryTracker& tracker = MemoryTracker::for_device(torch::kCPU);
+    const Environment env = Environment::from_env();
+    rank = env.rank;
+    torch::set_num_threads(1);
+    group = Group::create(env, torch::kCPU, GroupOptions().timeout(std::chrono::milliseconds(a.timeout_ms)));
+    const std::string prefix = a.out + "/rank" + std::to_string(rank);
+    const int hidden = rank == a.odd_rank ? a.odd_hidden : 32;
+    std::int64_t worst_peak = 0, budget = 0;
+    for (const bool checkpointed : {false, true}) {
+      torch::nn::Sequential net = test::dp_network(1234 + static_cast<std::uint64_t>(rank), hidden);
+      for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+      Checkpointable chk(net);
+      std::shared_ptr<torch::nn::Module> module = net.ptr();
+      if (checkpointed) {
+        const auto [sample, target] = test::dp_batch(rank, 0);
+        share_chain(*chk, *group, {sample}, {}, ProfileOptions().repeat(1));
+        // A third of the way from the least budget to store-all: some stages are recomputed.
+        budget = chk->min_budget() + (chk->store_all_peak() - chk->min_budget()) / 3;
+        const Solution& s = solve(*chk, *group, SolveOptions(budget));
+        if (!s.ok()) throw std::runtime_error("infeasible budget");
+        module = chk.ptr();
+      }
+      DataParallel dp(module, group);
+      torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(test::kDpLearningRate));
+      for (int step = 0; step < a.steps; ++step) {
+        if (rank == a.victim && step == a.at && checkpointed) {
+          if (a.fail == "kill") ::raise(SIGKILL);
+          if (a.fail == "hang") for (;;) ::pause();
+          if (a.fail == "throw") throw std::runtime_error("the victim's step failed on purpose");
+        }
+        for (auto& p : net->parameters()) p.mutable_grad().zero_();
+        const auto [x, y] = test::dp_batch(rank, step);
+        const PeakScope scope(tracker);
+        torch::Tensor out = checkpointed ? chk->forward(x) : net->forward(x);
+        dp.backward(test::dp_loss(out, y));
+        if (checkpointed) worst_peak = std::max(worst_peak, scope.peak_above_start());
+        sgd.step();
+      }
+      std::vector<torch::Tensor> params;
+      for (auto& p : net->parameters()) params.push_back(p.detach().clone());
+      torch::save(params, prefix + (checkpointed ? ".checkpointed.pt" : ".plain.pt"));
+    }
+    write(prefix + ".peak", std::to_string(worst_peak) + " " + std::to_string(budget) + "\n");
+    group->barrier();  // rank 0 hosts the store: it stays until every rank is done
+    return 0;
+  } catch (const std::exception& error) {
+    const std::string message = message_of(error);
+    if (group) group->report_failure(message);
+    if (rank >= 0 && !a.out.empty()) write(a.out + "/rank" + std::to_string(rank) + ".err", message);
+    std::cerr << "rank " << rank << ": " << message << "\n";
+    if (dynamic_cast<const DistributedError*>(&error) != nullptr) return 5;
+    if (dynamic_cast<const c10::ValueError*>(&error) != nullptr) return 2;
+    return 1;
+  }
+}
