@@ -149,7 +149,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
   store_options.isServer = env.rank == 0;
   store_options.numWorkers = static_cast<std::size_t>(env.world_size);
   store_options.waitWorkers = false;
-  store_options.timeout = options.timeout();
+  store_options.timeout = options.startup_timeout();
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
@@ -160,12 +160,12 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
     throw DistributedError(fmt::format("rank {} could not reach the rendezvous at {} within {} ms: "
                                        "rank 0 did not start, or MASTER_ADDR/MASTER_PORT differ "
                                        "between ranks: {}",
-                                       env.rank, where, options.timeout().count(), message_of(error)),
+                                       env.rank, where, options.startup_timeout().count(), message_of(error)),
                            {0});
   }
   auto ours = c10::make_intrusive<c10d::PrefixStore>("remat", store);
   ours->set(fmt::format("joined/{}", env.rank), bytes_of("1"));
-  const auto deadline = Clock::now() + options.timeout();
+  const auto deadline = Clock::now() + options.startup_timeout();
   for (;;) {
     std::vector<int> missing;
     for (int r = 0; r < env.world_size; ++r)
@@ -173,7 +173,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
     if (missing.empty()) break;
     if (Clock::now() > deadline)
       throw DistributedError(fmt::format("{} did not join the rendezvous at {} within {} ms",
-                                         rank_list(missing), where, options.timeout().count()),
+                                         rank_list(missing), where, options.startup_timeout().count()),
                              missing);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -182,7 +182,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
   auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name(kind), store);
   try {
     if (kind == BackendKind::kGloo) {
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout());
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.startup_timeout());
       if (is_loopback(env.master_addr))
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)

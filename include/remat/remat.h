@@ -7,8 +7,10 @@
 #include "remat/solver.h"
 #if REMAT_WITH_TORCH
 #include "remat/core.h"
-#include "remat/distributed.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"
+#endif
+#if REMAT_WITH_DISTRIBUTED
+#include "remat/distributed.h"
 #endif

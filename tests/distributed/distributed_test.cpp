@@ -177,7 +177,7 @@ TEST_CASE("a killed rank makes the others stop with an error naming it", "[distr
 }
 
 TEST_CASE("a hung rank makes the others stop within the timeout, naming it", "[distributed]") {
-  const int timeout_ms = 3000;
+  const int timeout_ms = 5000;
   const Job job = run_job(2, {"--steps", "3", "--fail", "hang", "--victim", "1", "--at", "1",
                               "--timeout-ms", std::to_string(timeout_ms)},
                           "hang", std::chrono::milliseconds(2000));

@@ -56,7 +56,10 @@ int main(int argc, char** argv) {
     const Environment env = Environment::from_env();
     rank = env.rank;
     torch::set_num_threads(1);
-    group = Group::create(env, torch::kCPU, GroupOptions().timeout(std::chrono::milliseconds(a.timeout_ms)));
+    group = Group::create(env, torch::kCPU,
+                          GroupOptions()
+                              .timeout(std::chrono::milliseconds(a.timeout_ms))
+                              .startup_timeout(std::chrono::seconds(120)));
     const std::string prefix = a.out + "/rank" + std::to_string(rank);
     const int hidden = rank == a.odd_rank ? a.odd_hidden : 32;
     std::int64_t worst_peak = 0, budget = 0;

@@ -98,12 +98,22 @@ struct GroupOptions {
     timeout_ = value;
     return *this;
   }
+  /// How long the rendezvous waits for every rank to start and join, and the store's waits
+  /// (start-up checks) last; 0 (the default): timeout().
+  GroupOptions& startup_timeout(std::chrono::milliseconds value) {
+    startup_timeout_ = value;
+    return *this;
+  }
   BackendKind backend() const { return backend_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  std::chrono::milliseconds startup_timeout() const {
+    return startup_timeout_.count() > 0 ? startup_timeout_ : timeout_;
+  }
 
  private:
   BackendKind backend_ = BackendKind::kAuto;
   std::chrono::milliseconds timeout_ = std::chrono::seconds(300);
+  std::chrono::milliseconds startup_timeout_{0};
 };
 
 /// The processes of one job. Every collective call must be made by every rank, in the same
