@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "remat/report.h"
 #include "remat/solver.h"
@@ -15,10 +16,11 @@ namespace remat::cli {
 /// Exit codes shared by every command (docs/cli.md).
 enum ExitCode : int {
   kExitOk = 0,
-  kExitInternal = 1,    // a bug in remat or an unexpected failure
-  kExitBadInput = 2,    // bad arguments, malformed chain file, invalid sequence
-  kExitInfeasible = 3,  // the budget cannot be met
-  kExitOutOfMemory = 4, // the device ran out of memory during a step (remat train)
+  kExitInternal = 1,     // a bug in remat or an unexpected failure
+  kExitBadInput = 2,     // bad arguments, malformed chain file, invalid sequence
+  kExitInfeasible = 3,   // the budget cannot be met
+  kExitOutOfMemory = 4,  // the device ran out of memory during a step (remat train)
+  kExitDistributed = 5,  // another rank of a data-parallel job failed, hung or could not start
 };
 
 /// A subcommand's action, run after parsing.
@@ -51,6 +53,10 @@ inline constexpr TorchCommand kTorchCommands[] = {
 };
 /// Registers the LibTorch command `name` (one of kTorchCommands) with its description.
 CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name);
+
+/// The command line as main() received it (remat train --nproc starts its ranks with it).
+void set_command_line(int argc, char** argv);
+const std::vector<std::string>& command_line();
 
 /// Output format of commands that print results.
 enum class Format { kText, kJson };

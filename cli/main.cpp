@@ -41,6 +41,7 @@ static std::string torch_helper_path() {
 
 int main(int argc, char** argv) {
   using namespace remat::cli;
+  set_command_line(argc, argv);
 #if REMAT_TORCH_COMMANDS
   // Training steps free and take back the same activations every step: keep the freed
   // memory in the process rather than faulting it back in page by page (docs/runtime.md).

@@ -5,6 +5,16 @@
 
 namespace remat::cli {
 
+namespace {
+std::vector<std::string>& saved_command_line() {
+  static std::vector<std::string> line;
+  return line;
+}
+}  // namespace
+
+void set_command_line(int argc, char** argv) { saved_command_line().assign(argv, argv + argc); }
+const std::vector<std::string>& command_line() { return saved_command_line(); }
+
 Format parse_format(const std::string& text) {
   if (text == "text") return Format::kText;
   if (text == "json") return Format::kJson;

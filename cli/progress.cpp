@@ -7,11 +7,14 @@
 
 namespace remat::cli {
 
-ProgressBar::ProgressBar(std::string label)
-    : label_(std::move(label)), start_(std::chrono::steady_clock::now()),
-      terminal_(isatty(fileno(stderr)) == 1) {}
+ProgressBar::ProgressBar(std::string label, bool shown)
+    : label_(std::move(label)),
+      start_(std::chrono::steady_clock::now()),
+      terminal_(isatty(fileno(stderr)) == 1),
+      shown_(shown) {}
 
 void ProgressBar::update(int done, int total, const std::string& what) {
+  if (!shown_) return;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::string estimate = "estimating";
@@ -29,7 +32,7 @@ void ProgressBar::update(int done, int total, const std::string& what) {
 }
 
 void ProgressBar::clear() {
-  if (terminal_) {
+  if (shown_ && terminal_) {
     fmt::print(stderr, "\r\033[K");
     std::fflush(stderr);
   }
@@ -38,6 +41,7 @@ void ProgressBar::clear() {
 void ProgressBar::finish(int total, const std::string& what) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (!shown_) return;
   clear();
   fmt::print(stderr, "{}: {} {} in {:.1f} s\n", label_, total, what, elapsed);
 }

@@ -8,7 +8,8 @@ namespace remat::cli {
 
 class ProgressBar {
  public:
-  explicit ProgressBar(std::string label);
+  /// A bar that is not `shown` prints nothing (a data-parallel job's ranks other than 0).
+  explicit ProgressBar(std::string label, bool shown = true);
   /// Step `done` of `total` is starting; `what` names it.
   void update(int done, int total, const std::string& what);
   /// Erases the bar on a terminal, before printing something else there (the next update()
@@ -21,6 +22,7 @@ class ProgressBar {
   std::string label_;
   std::chrono::steady_clock::time_point start_;
   bool terminal_;
+  bool shown_;
 };
 
 }  // namespace remat::cli

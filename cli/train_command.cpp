@@ -11,9 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "cli.h"
+#include "remat/distributed.h"
 #include "remat/runtime.h"
 #include "torch_common.h"
 
@@ -37,6 +39,12 @@ struct TrainArgs {
   double lr = 0.01;
   int threads = 0;
   int repeat = 3;
+  // Data-parallel training.
+  int nproc = 0;
+  int rank = -1;
+  std::string master;
+  std::string backend = "auto";
+  double timeout_s = 300;
 };
 
 /// Training sequences from a file of token ids: little-endian uint16 values one after the other,
@@ -119,16 +127,299 @@ class TokenFile {
   std::int64_t tokens_ = 0;
 };
 
+// "HOST:PORT" (a bare HOST takes 29500).
+std::pair<std::string, int> parse_master(const std::string& text) {
+  const std::size_t colon = text.rfind(':');
+  std::string host = text.substr(0, colon);
+  int port = 29500;
+  if (colon != std::string::npos) {
+    const std::string digits = text.substr(colon + 1);
+    char* end = nullptr;
+    const long value = std::strtol(digits.c_str(), &end, 10);
+    if (digits.empty() || *end != '\0' || value < 1 || value > 65535)
+      throw std::invalid_argument(
+          fmt::format("--master {}: the port must be a number from 1 to 65535", printable(text)));
+    port = static_cast<int>(value);
+  }
+  if (host.empty())
+    throw std::invalid_argument(fmt::format("--master {}: no host (HOST:PORT)", printable(text)));
+  return {host, port};
+}
+
+// remat train --nproc N without a rank: N local ranks, each this same command with torchrun's
+// variables. Returns what the job's exit code should be.
+int launch_ranks(const TrainArgs& args) {
+  std::pair<std::string, int> master{"127.0.0.1", 0};
+  if (!args.master.empty()) master = parse_master(args.master);
+  if (master.second == 0) master.second = distributed::free_local_port();
+  std::vector<std::string> argv = command_line();
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) argv[0] = self.string();
+  fmt::print(stderr, "remat: starting {} ranks here, rendezvous at {}:{}\n", args.nproc,
+             master.first, master.second);
+  const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000)) +
+                     std::chrono::seconds(30);
+  const std::vector<distributed::RankExit> exits = distributed::launch_local(
+      argv, args.nproc,
+      distributed::LaunchOptions().master(master.first, master.second).grace(grace));
+  // The job's code: the first rank's own error code (not a signal); a job whose ranks were only
+  // killed is a distributed failure.
+  int code = kExitOk;
+  for (const auto& e : exits) {
+    if (e.code == 0) continue;
+    if (e.killed_by_launcher)
+      fmt::print(stderr, "remat: rank {} had not stopped {:.0f} s after another failed: killed\n",
+                 e.rank, std::chrono::duration<double>(grace).count());
+    else if (e.code > 128)
+      fmt::print(stderr, "remat: rank {} was killed by signal {}\n", e.rank, e.code - 128);
+    else
+      fmt::print(stderr, "remat: rank {} exited with code {}\n", e.rank, e.code);
+    if (code == kExitOk || (code == kExitDistributed && e.code < 128 && e.code != kExitDistributed))
+      code = e.code > 128 ? kExitDistributed : e.code;
+  }
+  return code;
+}
+
+// The steps of train(), once the job (if any) has started.
+int train_steps(const TrainArgs& args, const std::optional<distributed::Environment>& env,
+                const ModelInput& in, const std::shared_ptr<distributed::Group>& group,
+                const std::unique_ptr<TokenFile>& token_file) {
+  const bool speak = !env || env->rank == 0;  // rank 0 prints for the job
+  const Algorithm algorithm = parse_algorithm(args.algorithm);
+  torch::manual_seed(0);
+  torch::nn::Sequential net = build_model(in, args.classes);
+  net->to(in.device);
+  net->train();
+  // Gradients exist before the first step, as after any step: they are not activations.
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  // Each rank trains on its own data (rank 0 on what a single process would).
+  if (env && env->rank > 0) torch::manual_seed(static_cast<std::uint64_t>(1000003) * env->rank);
+  const torch::Tensor sample = random_input(in, args.batch);
+  const torch::Tensor target = random_target(in, args.batch, args.classes);
+
+  // The chain: measured now, or a file measured earlier; in a data-parallel job, by rank 0 alone
+  // (its timings decide the schedule of every rank) and sent to the others.
+  Chain chain;
+  std::string chain_json;
+  if (speak) {
+    if (args.chain_file.empty()) {
+      ProgressBar bar("profile " + in.info->name);
+      try {
+        chain = profile(net, sample,
+                        with_progress(ProfileOptions()
+                                          .repeat(args.repeat)
+                                          .name(in.label(args.batch))
+                                          .loss(training_loss_of(in, target)),
+                                      bar))
+                    .chain;
+      } catch (const ProfileError& error) {
+        if (group) group->report_failure(error.what_without_backtrace());
+        throw std::invalid_argument(in.info->name + ": " + error.what_without_backtrace());
+      }
+      bar.finish(chain.length());
+    } else {
+      chain = load_chain(args.chain_file);
+    }
+    if (group) chain_json = chain_to_json(chain);
+  }
+  if (group) {
+    chain_json = group->broadcast("the chain", chain_json);
+    if (!speak) chain = parse_chain(chain_json, "the chain from rank 0");
+  }
+  Checkpointable chk(net);
+  chk->set_chain(chain);  // refuses a chain of another length
+  // A chain measured at another batch, image size or dtype has other sizes throughout: its
+  // schedule would not fit the budget.
+  const std::int64_t input_bytes =
+      counted_bytes(in.device, static_cast<std::int64_t>(sample.nbytes()));
+  if (chain.input_bytes() != input_bytes)
+    throw std::invalid_argument(
+        fmt::format("--chain {}: the chain's input is {} bytes, but {} takes {} ({} bytes): it was "
+                    "profiled for another batch, image size or device; profile this one "
+                    "(remat profile --model {} --batch {} ...)",
+                    args.chain_file, chain.input_bytes(), in.label(args.batch),
+                    shape_string(sample.sizes().vec()), input_bytes, in.info->name, args.batch));
+
+  // The schedule. Percentages are of the store-all peak as the runtime needs it; a budget is
+  // per rank.
+  const std::int64_t budget = parse_budget(args.budget, chk->store_all_peak());
+  SolveOptions solve_options(budget);
+  solve_options.algorithm(algorithm);
+  if (args.segments > 0) solve_options.segments(args.segments);
+  const Solution& s = group ? distributed::solve(*chk, *group, solve_options)
+                            : chk->compute_sequence(solve_options);
+  if (!s.ok()) {
+    if (speak)
+      fmt::print(stderr,
+                 "remat: infeasible: {} cannot train {} in {}; it needs at least {} ({} bytes)\n",
+                 args.algorithm, in.label(args.batch), format_bytes(budget),
+                 format_bytes(s.min_feasible_budget_bytes), s.min_feasible_budget_bytes);
+    return kExitInfeasible;
+  }
+  std::unique_ptr<distributed::DataParallel> dp;
+  if (group) dp = std::make_unique<distributed::DataParallel>(chk.ptr(), group);
+  if (speak) {
+    fmt::print("model      {} ({} stages)\n", in.label(args.batch), chain.length());
+    if (group)
+      fmt::print(
+          "ranks      {} ({} backend), each with this batch and budget; {} gradient bucket(s)\n",
+          group->size(),
+          distributed::backend_name(
+              distributed::resolve_backend(distributed::parse_backend(args.backend), in.device)),
+          dp->bucket_bytes().size());
+    fmt::print("schedule   {} for {}: {}\n", args.algorithm, format_bytes(budget),
+               collapsed_string(s.sequence));
+    fmt::print(
+        "predicted  peak {}, {:.1f} ms per step ({:+.1f}% against store-all, whose peak is {})\n\n",
+        format_bytes(s.peak_bytes), s.makespan_ms,
+        100 * (s.makespan_ms / s.store_all_makespan_ms - 1), format_bytes(chk->store_all_peak()));
+    std::fflush(stdout);
+  }
+
+  // The steps.
+  MemoryTracker& tracker = MemoryTracker::for_device(in.device);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(args.lr).momentum(0.9));
+  if (speak) {
+    if (dp)
+      fmt::print("{:>6} {:>12} {:>14} {:>12} {:>14} {:>8}\n", "step", "time", "peak", "loss",
+                 "all-reduce", "hidden");
+    else
+      fmt::print("{:>6} {:>12} {:>14} {:>12}\n", "step", "time", "peak", "loss");
+  }
+  std::vector<double> times, all_reduce, hidden;
+  std::int64_t worst_peak = 0;
+  ProgressBar bar("train " + in.info->name, speak);
+  for (int step = 0; step < args.steps; ++step) {
+    bar.update(step, args.steps, "step " + std::to_string(step + 1));
+    for (auto& p : net->parameters()) p.mutable_grad().zero_();
+    torch::Tensor x;
+    try {
+      x = token_file ? token_file->next(args.batch).to(in.device) : random_input(in, args.batch);
+    } catch (const std::exception&) {
+      bar.clear();  // the message on a line of its own
+      throw;
+    }
+    double loss_value = 0;
+    synchronize(in.device);  // the previous step's work is not this step's time
+    const PeakScope scope(tracker);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      torch::Tensor loss = training_loss(in, chk->forward(Tensors{x}), target);
+      if (dp)
+        dp->backward(loss);
+      else
+        loss.backward();
+      synchronize(in.device);
+      loss_value = loss.item<double>();
+    } catch (const c10::OutOfMemoryError& error) {
+      bar.clear();
+      if (group) group->report_failure(fmt::format("out of memory at step {}", step + 1));
+      fmt::print(stderr,
+                 "remat: {}out of memory on {} at step {}: {}\nThe schedule predicted a peak of {} "
+                 "activations on top of the model; try a smaller --budget.\n",
+                 env ? fmt::format("rank {}: ", env->rank) : "", in.device.str(), step + 1,
+                 error.what_without_backtrace(), format_bytes(s.peak_bytes));
+      return kExitOutOfMemory;
+    } catch (const distributed::DistributedError&) {
+      bar.clear();
+      throw;
+    } catch (const c10::Error& error) {
+      throw std::runtime_error(
+          fmt::format("step {}: {}", step + 1, error.what_without_backtrace()));
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const std::int64_t peak = scope.peak_above_start();
+    sgd.step();
+    times.push_back(ms);
+    worst_peak = std::max(worst_peak, peak);
+    bar.clear();
+    if (dp) {
+      const distributed::StepTimes& t = dp->last_step();
+      all_reduce.push_back(t.all_reduce_ms);
+      hidden.push_back(t.all_reduce_ms > 0 ? 100 * t.hidden_ms / t.all_reduce_ms : 100);
+      if (speak)
+        fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f} {:>11.1f} ms {:>7.0f}%\n", step + 1, ms,
+                   format_bytes(peak), loss_value, t.all_reduce_ms, hidden.back());
+    } else if (speak) {
+      fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f}\n", step + 1, ms, format_bytes(peak),
+                 loss_value);
+    }
+    std::fflush(stdout);
+  }
+  bar.finish(args.steps, "steps");
+  if (speak) {
+    fmt::print("\n{:<12} {:>14} {:>16}\n", "", "peak", "step time");
+    fmt::print("{:<12} {:>14} {:>13.1f} ms  (median of {}{})\n", "measured",
+               format_bytes(worst_peak), median(times), times.size(), group ? ", rank 0" : "");
+    fmt::print("{:<12} {:>14} {:>13.1f} ms\n", "predicted", format_bytes(s.peak_bytes),
+               s.makespan_ms);
+    fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
+    if (dp)
+      fmt::print("all-reduce   {:.1f} ms per step (median), {:.0f}% of it hidden by the backward\n",
+                 median(all_reduce), median(hidden));
+  }
+  if (worst_peak > budget) {
+    fmt::print(stderr,
+               "remat: {}the measured peak {} exceeded the budget {}: this is a bug in remat\n",
+               env ? fmt::format("rank {}: ", env->rank) : "", format_bytes(worst_peak),
+               format_bytes(budget));
+    return kExitInternal;
+  }
+  if (group) group->barrier();  // rank 0 hosts the rendezvous: it stays until all are done
+  return kExitOk;
+}
+
+int train(const TrainArgs& args_in, const std::optional<distributed::Environment>& env) {
+  TrainArgs args = args_in;
+  std::shared_ptr<distributed::Group> group;
+  if (env) {
+    // A rank's GPU is its local rank's.
+    if (args.device == "cuda") args.device = "cuda:" + std::to_string(env->local_rank);
+  }
+  parse_algorithm(args.algorithm);  // a bad name before any work
+  const ModelInput in =
+      resolve_model_input(args.model, args.image, args.device, args.sequence, args.granularity);
+  std::unique_ptr<TokenFile> token_file;
+  if (!args.tokens_file.empty()) {
+    if (!in.tokens())
+      throw std::invalid_argument("--tokens: " + in.info->name +
+                                  " takes images; --tokens is for the language models (gpt2*)");
+    token_file = std::make_unique<TokenFile>(args.tokens_file, in.sequence, in.info->vocab_size);
+  }
+  if (args.threads > 0) torch::set_num_threads(args.threads);
+  if (env) {
+    const auto timeout =
+        std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000));
+    group = distributed::Group::create(*env, in.device,
+                                       distributed::GroupOptions()
+                                           .backend(distributed::parse_backend(args.backend))
+                                           .timeout(timeout));
+  }
+
+  try {
+    return train_steps(args, env, in, group, token_file);
+  } catch (const distributed::DistributedError&) {
+    throw;
+  } catch (const std::exception& error) {
+    // The others name this rank and quote its error, rather than time out.
+    if (group) group->report_failure(message_of(error));
+    throw;
+  }
+}
+
 }  // namespace
 
 Action add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = add_torch_subcommand(app, "train");
   cmd->add_option("--model", args->model, "Built-in model (see `remat models`)")->required();
-  cmd->add_option("--batch", args->batch, "Batch size")->required();
+  cmd->add_option("--batch", args->batch, "Batch size (per rank)")->required();
   cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");
-  cmd->add_option("--budget", args->budget,
-                  "Activation memory: SIZE (700MiB, 2.5GiB) or a % of the store-all peak")
+  cmd->add_option(
+         "--budget", args->budget,
+         "Activation memory (per rank): SIZE (700MiB, 2.5GiB) or a % of the store-all peak")
       ->required();
   cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
   cmd->add_option("--algorithm", args->algorithm,
@@ -151,146 +442,62 @@ Action add_train_command(CLI::App& app) {
   cmd->add_option("--lr", args->lr, "SGD learning rate")->capture_default_str();
   cmd->add_option("--repeat", args->repeat, "Profiler repetitions per quantity")->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads for LibTorch (default: its own)");
+  cmd->add_option("--nproc", args->nproc,
+                  "Data-parallel: the job's number of ranks; without --rank, started here as "
+                  "local processes");
+  cmd->add_option("--rank", args->rank,
+                  "Data-parallel across machines: this process's rank, of --nproc, meeting the "
+                  "others at --master");
+  cmd->add_option("--master", args->master,
+                  "Data-parallel: HOST:PORT of rank 0's rendezvous (default: 127.0.0.1 and a free "
+                  "port for local ranks, port 29500 with --rank)");
+  cmd->add_option("--backend", args->backend,
+                  "Data-parallel: auto (gloo on the CPU, nccl on CUDA), gloo or nccl")
+      ->capture_default_str();
+  cmd->add_option("--timeout", args->timeout_s,
+                  "Data-parallel: seconds a rank waits for the others before it stops, naming "
+                  "the rank that failed")
+      ->capture_default_str();
   return [args]() -> int {
     REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
     REMAT_CHECK(args->steps >= 1, "--steps must be at least 1");
     REMAT_CHECK(args->classes >= 1, "--classes must be at least 1");
     REMAT_CHECK(args->repeat >= 1, "--repeat must be at least 1");
     REMAT_CHECK(args->lr > 0, "--lr must be positive");
-    const Algorithm algorithm = parse_algorithm(args->algorithm);
-    const ModelInput in = resolve_model_input(args->model, args->image, args->device,
-                                              args->sequence, args->granularity);
-    std::unique_ptr<TokenFile> token_file;
-    if (!args->tokens_file.empty()) {
-      if (!in.tokens())
-        throw std::invalid_argument("--tokens: " + in.info->name +
-                                    " takes images; --tokens is for the language models (gpt2*)");
-      token_file = std::make_unique<TokenFile>(args->tokens_file, in.sequence, in.info->vocab_size);
+    REMAT_CHECK(args->nproc >= 0, "--nproc must be at least 1");
+    REMAT_CHECK(args->timeout_s > 0 && args->timeout_s <= 1e6,
+                "--timeout must be a positive number of seconds (at most 1e6)");
+    distributed::parse_backend(args->backend);  // a bad name before any work
+    // Which part of a job this process is: torchrun's variables, --rank, or the launcher.
+    std::optional<distributed::Environment> env;
+    if (distributed::Environment::in_env()) {
+      env = distributed::Environment::from_env();
+      REMAT_CHECK(args->nproc == 0 || args->nproc == env->world_size, "--nproc ", args->nproc,
+                  " differs from WORLD_SIZE=", env->world_size,
+                  " (set by torchrun or the launcher)");
+      REMAT_CHECK(args->rank < 0, "--rank: RANK is set already (by torchrun or the launcher)");
+    } else if (args->rank >= 0) {
+      REMAT_CHECK(args->nproc >= 1, "--rank needs --nproc, the job's number of ranks");
+      REMAT_CHECK(args->rank < args->nproc, "--rank ", args->rank, " is not below --nproc ",
+                  args->nproc);
+      env = distributed::Environment();
+      env->rank = args->rank;
+      env->world_size = args->nproc;
+      env->local_rank = 0;
+      std::tie(env->master_addr, env->master_port) =
+          args->master.empty() ? std::pair<std::string, int>{"127.0.0.1", 29500}
+                               : parse_master(args->master);
+      env->check("--rank/--nproc/--master");
+    } else if (args->nproc > 1) {
+      if (!args->master.empty()) parse_master(args->master);
+      return launch_ranks(*args);
     }
-    if (args->threads > 0) torch::set_num_threads(args->threads);
-
-    torch::manual_seed(0);
-    torch::nn::Sequential net = build_model(in, args->classes);
-    net->to(in.device);
-    net->train();
-    // Gradients exist before the first step, as after any step: they are not activations.
-    for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
-    const torch::Tensor sample = random_input(in, args->batch);
-    const torch::Tensor target = random_target(in, args->batch, args->classes);
-
-    // The chain: measured now, or a file measured earlier.
-    Chain chain;
-    if (args->chain_file.empty()) {
-      ProgressBar bar("profile " + in.info->name);
-      try {
-        chain = profile(net, sample,
-                        with_progress(ProfileOptions()
-                                          .repeat(args->repeat)
-                                          .name(in.label(args->batch))
-                                          .loss(training_loss_of(in, target)),
-                                      bar))
-                    .chain;
-      } catch (const ProfileError& error) {
-        throw std::invalid_argument(in.info->name + ": " + error.what_without_backtrace());
-      }
-      bar.finish(chain.length());
-    } else {
-      chain = load_chain(args->chain_file);
+    try {
+      return train(*args, env);
+    } catch (const distributed::DistributedError& error) {
+      fmt::print(stderr, "remat: {}\n", printable(error.what_without_backtrace()));
+      return kExitDistributed;
     }
-    Checkpointable chk(net);
-    chk->set_chain(chain);  // refuses a chain of another length
-    // A chain measured at another batch, image size or dtype has other sizes throughout: its
-    // schedule would not fit the budget.
-    const std::int64_t input_bytes =
-        counted_bytes(in.device, static_cast<std::int64_t>(sample.nbytes()));
-    if (chain.input_bytes() != input_bytes)
-      throw std::invalid_argument(fmt::format(
-          "--chain {}: the chain's input is {} bytes, but {} takes {} ({} bytes): it was "
-          "profiled for another batch, image size or device; profile this one "
-          "(remat profile --model {} --batch {} ...)",
-          args->chain_file, chain.input_bytes(), in.label(args->batch),
-          shape_string(sample.sizes().vec()), input_bytes, in.info->name, args->batch));
-
-    // The schedule. Percentages are of the store-all peak as the runtime needs it.
-    const std::int64_t budget = parse_budget(args->budget, chk->store_all_peak());
-    SolveOptions solve_options(budget);
-    solve_options.algorithm(algorithm);
-    if (args->segments > 0) solve_options.segments(args->segments);
-    const Solution& s = chk->compute_sequence(solve_options);
-    if (!s.ok()) {
-      fmt::print(stderr,
-                 "remat: infeasible: {} cannot train {} in {}; it needs at least {} ({} bytes)\n",
-                 args->algorithm, in.label(args->batch), format_bytes(budget),
-                 format_bytes(s.min_feasible_budget_bytes), s.min_feasible_budget_bytes);
-      return kExitInfeasible;
-    }
-    fmt::print("model      {} ({} stages)\n", in.label(args->batch), chain.length());
-    fmt::print("schedule   {} for {}: {}\n", args->algorithm, format_bytes(budget),
-               collapsed_string(s.sequence));
-    fmt::print(
-        "predicted  peak {}, {:.1f} ms per step ({:+.1f}% against store-all, whose peak is {})\n\n",
-        format_bytes(s.peak_bytes), s.makespan_ms,
-        100 * (s.makespan_ms / s.store_all_makespan_ms - 1), format_bytes(chk->store_all_peak()));
-    std::fflush(stdout);
-
-    // The steps.
-    MemoryTracker& tracker = MemoryTracker::for_device(in.device);
-    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(args->lr).momentum(0.9));
-    fmt::print("{:>6} {:>12} {:>14} {:>12}\n", "step", "time", "peak", "loss");
-    std::vector<double> times;
-    std::int64_t worst_peak = 0;
-    ProgressBar bar("train " + in.info->name);
-    for (int step = 0; step < args->steps; ++step) {
-      bar.update(step, args->steps, "step " + std::to_string(step + 1));
-      for (auto& p : net->parameters()) p.mutable_grad().zero_();
-      torch::Tensor x;
-      try {
-        x = token_file ? token_file->next(args->batch).to(in.device)
-                       : random_input(in, args->batch);
-      } catch (const std::exception&) {
-        bar.clear();  // the message on a line of its own
-        throw;
-      }
-      double loss_value = 0;
-      synchronize(in.device);  // the previous step's work is not this step's time
-      const PeakScope scope(tracker);
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        torch::Tensor loss = training_loss(in, chk->forward(Tensors{x}), target);
-        loss.backward();
-        synchronize(in.device);
-        loss_value = loss.item<double>();
-      } catch (const c10::OutOfMemoryError& error) {
-        bar.clear();
-        fmt::print(stderr, "remat: out of memory on {} at step {}: {}\nThe schedule predicted a peak of {} "
-                           "activations on top of the model; try a smaller --budget.\n",
-                   in.device.str(), step + 1, error.what_without_backtrace(), format_bytes(s.peak_bytes));
-        return kExitOutOfMemory;
-      } catch (const c10::Error& error) {
-        throw std::runtime_error(fmt::format("step {}: {}", step + 1, error.what_without_backtrace()));
-      }
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      const std::int64_t peak = scope.peak_above_start();
-      sgd.step();
-      times.push_back(ms);
-      worst_peak = std::max(worst_peak, peak);
-      bar.clear();
-      fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f}\n", step + 1, ms, format_bytes(peak), loss_value);
-      std::fflush(stdout);
-    }
-    bar.finish(args->steps, "steps");
-    fmt::print("\n{:<12} {:>14} {:>16}\n", "", "peak", "step time");
-    fmt::print("{:<12} {:>14} {:>13.1f} ms  (median of {})\n", "measured", format_bytes(worst_peak),
-               median(times), times.size());
-    fmt::print("{:<12} {:>14} {:>13.1f} ms\n", "predicted", format_bytes(s.peak_bytes), s.makespan_ms);
-    fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
-    if (worst_peak > budget) {
-      fmt::print(stderr, "remat: the measured peak {} exceeded the budget {}: this is a bug in remat\n",
-                 format_bytes(worst_peak), format_bytes(budget));
-      return kExitInternal;
-    }
-    return kExitOk;
   };
 }
 
