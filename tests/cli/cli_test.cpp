@@ -1200,6 +1200,67 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   CHECK_THAT(mismatch.err, Catch::Contains("stages but the network"));
 }
 
+TEST_CASE(
+    "train --nproc trains data-parallel; bad job settings are exit 2, a missing rank 0 exit 5",
+    "[cli][distributed]") {
+  if (!REMAT_CLI_HAS_TORCH) return;  // the LibTorch commands' refusal is tested above
+  const std::vector<std::string> base = {"train",   "--model",   "resnet18",  "--batch", "2",
+                                         "--image", "32",        "--classes", "10",      "--repeat",
+                                         "1",       "--threads", "1"};
+  const auto with = [&](std::vector<std::string> extra, std::vector<std::string> env = {}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_remat(args, env);
+  };
+  const RunResult run = with({"--budget", "100%", "--steps", "2", "--nproc", "2"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.err, Catch::Contains("remat: starting 2 ranks here, rendezvous at 127.0.0.1:"));
+  CHECK_THAT(run.out,
+             Catch::Contains("ranks      2 (gloo backend), each with this batch and budget"));
+  CHECK_THAT(
+      run.out,
+      Catch::Matches(
+          "(.|\n)*\n +2 +[0-9.]+ ms +[0-9.]+ [KM]iB +[0-9.]+ +[0-9.]+ ms +[0-9]+%\n(.|\n)*"));
+  CHECK_THAT(run.out, Catch::Contains("(median of 2, rank 0)"));
+  CHECK_THAT(run.out, Catch::Contains("% of it hidden by the backward"));
+  // Rank 0 alone prints: one table, one profile.
+  CHECK(run.out.find("model ") == run.out.rfind("model "));
+
+  const std::vector<std::tuple<std::vector<std::string>, std::vector<std::string>, std::string>>
+      bad = {
+          {{"--nproc", "2"},
+           {"RANK=x", "WORLD_SIZE=2"},
+           "RANK='x' is not a whole number from 0 to 1"},
+          {{}, {"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=0"}, "MASTER_PORT='0'"},
+          {{"--nproc", "3"}, {"RANK=0", "WORLD_SIZE=2"}, "--nproc 3 differs from WORLD_SIZE=2"},
+          {{"--rank", "2", "--nproc", "2"}, {}, "--rank 2 is not below --nproc 2"},
+          {{"--rank", "0"}, {}, "--rank needs --nproc"},
+          {{"--nproc", "2", "--backend", "mpi"}, {}, "unknown backend 'mpi'"},
+          {{"--nproc", "2", "--master", "localhost:99999"},
+           {},
+           "--master localhost:99999: the port"},
+          {{"--nproc", "2", "--timeout", "0"}, {}, "--timeout must be a positive number"},
+          {{"--nproc", "2", "--backend", "nccl"},
+           {},
+           "the nccl backend needs a CUDA device, not cpu"},
+      };
+  for (const auto& [args, env, fragment] : bad) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), {"--budget", "100%"});
+    const RunResult r = with(all, env);
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(fragment));
+  }
+  // Rank 1 of a job whose rank 0 never starts: exit 5 after the timeout, saying so.
+  const RunResult alone = with({"--budget", "100%", "--rank", "1", "--nproc", "2", "--master",
+                                "127.0.0.1:9", "--timeout", "2"});
+  INFO(describe(alone));
+  CHECK(alone.exit_code == 5);
+  CHECK_THAT(alone.err, Catch::Contains("rank 1 could not reach the rendezvous at 127.0.0.1:9"));
+}
+
 TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA", "[cli]") {
   REMAT_REQUIRE_TORCH_COMMANDS();
   TempDir dir;
