@@ -171,15 +171,36 @@ std::vector<std::int64_t> DataParallel::bucket_bytes() const {
 }
 
 void DataParallel::broadcast_from_rank0(std::vector<torch::Tensor> tensors, const std::string& what) {
+  // One broadcast per dtype and device, of the tensors packed into one (a BatchNorm network has
+  // hundreds of small buffers: one round trip each would cost more than the gradients' buckets).
+  // The packed copy exists only here, after the backward, when the activations are gone.
   torch::NoGradGuard no_grad;
+  std::vector<std::vector<torch::Tensor>> groups;
+  for (const torch::Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+      return g.front().dtype() == t.dtype() && g.front().device() == t.device();
+    });
+    if (same == groups.end())
+      groups.push_back({t});
+    else
+      same->push_back(t);
+  }
   try {
-    for (torch::Tensor& t : tensors) {
-      if (t.numel() == 0) continue;
-      std::vector<at::Tensor> one{t.is_contiguous() ? t.detach() : t.detach().contiguous()};
+    for (const auto& group : groups) {
+      std::vector<torch::Tensor> flat_parts;
+      for (const torch::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
+      std::vector<at::Tensor> packed{torch::cat(flat_parts)};
+      flat_parts.clear();
       c10d::BroadcastOptions options;
       options.rootRank = 0;
-      group_->backend().broadcast(one, options)->wait();
-      if (!one[0].is_same(t) && one[0].data_ptr() != t.data_ptr()) t.copy_(one[0]);
+      group_->backend().broadcast(packed, options)->wait();
+      std::int64_t offset = 0;
+      for (const torch::Tensor& t : group) {
+        torch::Tensor target = t;
+        target.copy_(packed[0].narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
     }
   } catch (const DistributedError&) {
     throw;
@@ -350,6 +371,7 @@ void DataParallel::finish() {
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
+  if (group_->size() == 1) return;  // the mean of one rank's gradients, its buffers: as they are
   torch::NoGradGuard no_grad;
   const double size = group_->size();
   for (auto& bucket : buckets_) bucket->flat.div_(size);
