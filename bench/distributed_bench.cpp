@@ -8,6 +8,7 @@
 // Without RANK in the environment it is the driver: it starts the ranks (launch_local, this
 // same program) for each configuration and prints the table from what rank 0 wrote.
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>

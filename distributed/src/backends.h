@@ -11,8 +11,7 @@
 namespace remat::distributed::detail {
 
 /// c10d's ProcessGroupNCCL on `store`; the caller has made the rank's GPU current.
-c10::intrusive_ptr<CommBackend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                  int rank, int size,
-                                                  std::chrono::milliseconds timeout);
+Collectives make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                              std::chrono::milliseconds timeout);
 
 }  // namespace remat::distributed::detail

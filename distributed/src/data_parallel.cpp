@@ -17,7 +17,7 @@ namespace remat::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using WorkPtr = decltype(std::declval<CommBackend&>().barrier());
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -192,9 +192,7 @@ void DataParallel::broadcast_from_rank0(std::vector<torch::Tensor> tensors, cons
       for (const torch::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
       std::vector<at::Tensor> packed{torch::cat(flat_parts)};
       flat_parts.clear();
-      c10d::BroadcastOptions options;
-      options.rootRank = 0;
-      group_->backend().broadcast(packed, options)->wait();
+      group_->collectives().broadcast(packed, 0)->wait();
       std::int64_t offset = 0;
       for (const torch::Tensor& t : group) {
         torch::Tensor target = t;
@@ -254,7 +252,7 @@ void DataParallel::launch(std::size_t b) {
   if (in_backward_) ++last_step_.overlapped_buckets;
   try {
     std::vector<at::Tensor> tensors{bucket.flat};
-    bucket.work = group_->backend().allreduce(tensors);
+    bucket.work = group_->collectives().allreduce(tensors);
     // The time it completes, for the overlap figures (on the backend's thread).
     bucket.completed->store(0);
     bucket.work->getFuture()->addCallback([completed = bucket.completed](c10::ivalue::Future&) {

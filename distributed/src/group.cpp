@@ -178,7 +178,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
-  c10::intrusive_ptr<CommBackend> backend;
+  Collectives backend;
   auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name(kind), store);
   try {
     if (kind == BackendKind::kGloo) {
@@ -189,8 +189,8 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
       else
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      backend = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, env.rank,
-                                                            env.world_size, gloo_options);
+      backend = Collectives::of(c10::make_intrusive<c10d::ProcessGroupGloo>(
+          backend_store, env.rank, env.world_size, gloo_options));
     } else {
       backend = detail::make_nccl_backend(backend_store, env.rank, env.world_size, options.timeout());
     }
@@ -202,12 +202,12 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
   return std::make_shared<Group>(store, backend, options.timeout(), env);
 }
 
-Group::Group(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CommBackend> backend,
+Group::Group(c10::intrusive_ptr<c10d::Store> store, Collectives collectives,
              std::chrono::milliseconds timeout, std::optional<Environment> env)
     : store_(c10::make_intrusive<c10d::PrefixStore>("remat", std::move(store))),
-      backend_(std::move(backend)),
-      rank_(backend_->getRank()),
-      size_(backend_->getSize()),
+      collectives_(std::move(collectives)),
+      rank_(collectives_.rank),
+      size_(collectives_.size),
       timeout_(timeout),
       env_(std::move(env)),
       heartbeat_interval_(std::clamp<std::chrono::milliseconds>(
@@ -392,7 +392,7 @@ void Group::check_same(const std::string& what, const std::string& value) {
 
 void Group::barrier() {
   try {
-    backend_->barrier()->wait();
+    collectives_.barrier()->wait();
   } catch (const std::exception& error) {
     throw failure("a barrier", error);
   }

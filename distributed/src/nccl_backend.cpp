@@ -9,12 +9,11 @@ bool has_nccl() { return true; }
 
 namespace detail {
 
-c10::intrusive_ptr<CommBackend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                  int rank, int size,
-                                                  std::chrono::milliseconds timeout) {
+Collectives make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                              std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  return Collectives::of(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options));
 }
 
 }  // namespace detail

@@ -8,8 +8,8 @@ bool has_nccl() { return false; }
 
 namespace detail {
 
-c10::intrusive_ptr<CommBackend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
-                                                  std::chrono::milliseconds) {
+Collectives make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
+                              std::chrono::milliseconds) {
   REMAT_INTERNAL_ASSERT(false, "make_nccl_backend in a build without NCCL");
   return {};
 }

@@ -10,35 +10,52 @@
 //   group->check_same("the model", description);             // refuses a rank that differs
 
 #include <c10/core/Device.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/version.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "remat/core/error.h"
 
-#if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#endif
-
 namespace remat::distributed {
 
-/// c10d's interface to a backend's collectives: c10d::Backend on LibTorch 2.x (what
-/// ProcessGroupGloo and ProcessGroupNCCL derive from), c10d::ProcessGroup on 1.13.
-#if TORCH_VERSION_MAJOR >= 2
-using CommBackend = c10d::Backend;
-#else
-using CommBackend = c10d::ProcessGroup;
-#endif
+/// The collectives remat uses, taken from a c10d process group of any type (ProcessGroupGloo,
+/// ProcessGroupNCCL: they derive from c10d::Backend on LibTorch 2.x, c10d::ProcessGroup on
+/// 1.13, and each has these calls). Example: Collectives::of(gloo).
+struct Collectives {
+  std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&)> allreduce;
+  std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&, int root)> broadcast;
+  std::function<c10::intrusive_ptr<c10d::Work>()> barrier;
+  int rank = 0;
+  int size = 1;
+  c10::intrusive_ptr<c10::intrusive_ptr_target> owner;  // keeps the process group alive
+
+  template <typename ProcessGroup>
+  static Collectives of(const c10::intrusive_ptr<ProcessGroup>& group) {
+    Collectives c;
+    ProcessGroup* g = group.get();
+    c.allreduce = [g](std::vector<at::Tensor>& tensors) { return g->allreduce(tensors); };
+    c.broadcast = [g](std::vector<at::Tensor>& tensors, int root) {
+      c10d::BroadcastOptions options;
+      options.rootRank = root;
+      return g->broadcast(tensors, options);
+    };
+    c.barrier = [g] { return g->barrier(); };
+    c.rank = group->getRank();
+    c.size = group->getSize();
+    c.owner = group;
+    return c;
+  }
+};
 
 /// A rank failed, stopped answering or timed out, or the job could not start: what happened
 /// and, where it could be found out, which ranks are to blame (failed_ranks()). Raised on the
@@ -128,7 +145,8 @@ class Group {
   /// A group on a store and process group made by the caller (its own rendezvous). The
   /// heartbeat, and with it naming a rank that hangs, needs the store's address: without
   /// `env`, a failure names only the ranks that reported their own error.
-  Group(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<CommBackend> backend,
+  /// Example: Group(store, Collectives::of(my_process_group), std::chrono::minutes(5)).
+  Group(c10::intrusive_ptr<c10d::Store> store, Collectives collectives,
         std::chrono::milliseconds timeout, std::optional<Environment> env = std::nullopt);
   /// Leaves the job (leave()) and stops the heartbeat.
   ~Group();
@@ -142,7 +160,8 @@ class Group {
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  CommBackend& backend() { return *backend_; }
+  /// The process group's collectives (in-place all-reduce sum, broadcast, barrier).
+  const Collectives& collectives() const { return collectives_; }
   c10d::Store& store() { return *store_; }
 
   /// Returns rank 0's `value` on every rank (through the store). While rank 0 works (profiles,
@@ -173,7 +192,7 @@ class Group {
   c10::intrusive_ptr<c10d::Store> connect(std::chrono::milliseconds timeout) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<CommBackend> backend_;
+  Collectives collectives_;
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
   std::optional<Environment> env_;
