@@ -10,8 +10,8 @@
 #                                                 (docs/gpu-check.md)
 #   bash scripts/gpu-check.sh --cpu --build build --out DIR
 #                                                 CPU mode: tiny sizes, on an existing build (CI)
-# Options: --only build,tests,fidelity,throughput,python (the parts to run; CPU mode's
-# default is fidelity,throughput,python), --build DIR (default build-gpu), --out DIR (default $OUT),
+# Options: --only build,tests,fidelity,throughput,distributed,python (the parts to run; CPU
+# mode's default is fidelity,throughput,distributed,python), --build DIR (default build-gpu), --out DIR (default $OUT),
 # --models resnet50:128:224,... (throughput models, batch sizes and image sizes).
 # Environment: REMAT_PYTHON, the Python with torch and torchvision (default python3).
 # Exit status: 0 when every part ran and passed; 1 when a test failed or a measured peak
@@ -47,7 +47,8 @@ run() { "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
 
 if [ "$mode" = gpu ]; then
   device=cuda
-  [ -n "$only" ] || only=build,tests,fidelity,throughput,python
+  [ -n "$only" ] || only=build,tests,fidelity,throughput,distributed,python
+  distributed_args=(--model resnet50 --batch 64 --image 224 --steps 10 --budget 50%)
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3 --batch 32 --steps 10 --warmup 3)
   [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,vgg16:64:224
   throughput_args=(--steps 20 --warmup 3)
@@ -55,7 +56,8 @@ if [ "$mode" = gpu ]; then
   python_bench_args=(--device cuda --steps 10)
 else
   device=cpu
-  [ -n "$only" ] || only=fidelity,throughput,python
+  [ -n "$only" ] || only=fidelity,throughput,distributed,python
+  distributed_args=(--model resnet18 --batch 2 --image 32 --steps 2 --budget 100% --repeat 1)
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
   throughput_args=(--steps 3 --warmup 1 --repeat 1)
@@ -127,6 +129,15 @@ with open(out + "/throughput.html", "w") as page:
         page.write(open(w + ".svg").read() + "\n")
     page.write("</body></html>\n")
 PY
+fi
+
+if has distributed; then
+  # Data-parallel training through the backend --device chooses (NCCL on the GPU, Gloo on the
+  # CPU), as a job of one rank started the way torchrun starts one (docs/distributed.md).
+  say "data-parallel: remat train as rank 0 of 1 ($( [ "$mode" = gpu ] && echo NCCL || echo Gloo ))"
+  port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    run "$build/bin/remat" train --device "$device" --classes 10 --timeout 120 "${distributed_args[@]}" || status=1
 fi
 
 if has python; then
