@@ -93,7 +93,7 @@ consumer() {  # consumer <build dir> [CMAKE_PREFIX_PATH entries...]
   cmake -S tests/package -B "$build/package-test" -G Ninja -DCMAKE_PREFIX_PATH="$prefixes" >/dev/null
   cmake --build "$build/package-test" | tail -n 20
   "$build/package-test/consumer"
-  for component in report core profiler runtime models; do  # each target alone
+  for component in report core profiler runtime models distributed; do  # each target alone
     "$build/package-test/component_$component"
   done
   "$build/package-test/consumer_torch"
