@@ -2,6 +2,8 @@
 // DataParallel, whose averaged gradients are then the plain ones. The installed headers need no
 // Gloo headers.
 #include <remat/distributed.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/linear.h>
 
 #include <iostream>
 
