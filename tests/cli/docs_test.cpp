@@ -120,7 +120,7 @@ TEST_CASE("the examples in docs/ print what the docs say", "[cli][docs]") {
       CHECK(lines_match(example.expected, 0, actual, 0));
     }
   }
-  CHECK(examples >= 18);
+  CHECK(examples >= (REMAT_CLI_HAS_TORCH ? 18 : 11));  // without LibTorch: the solver's examples
 }
 
 TEST_CASE("the doc-example matcher can fail", "[cli][docs]") {
