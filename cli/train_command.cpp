@@ -182,11 +182,11 @@ int launch_ranks(const TrainArgs& args) {
 }
 
 // The steps of train(), once the job (if any) has started.
-int train_steps(const TrainArgs& args, const std::optional<distributed::Environment>& env,
-                const ModelInput& in, const std::shared_ptr<distributed::Group>& group,
+int train_steps(const TrainArgs& args, Algorithm algorithm,
+                const std::optional<distributed::Environment>& env, const ModelInput& in,
+                const std::shared_ptr<distributed::Group>& group, distributed::BackendKind backend,
                 const std::unique_ptr<TokenFile>& token_file) {
   const bool speak = !env || env->rank == 0;  // rank 0 prints for the job
-  const Algorithm algorithm = parse_algorithm(args.algorithm);
   torch::manual_seed(0);
   torch::nn::Sequential net = build_model(in, args.classes);
   net->to(in.device);
@@ -264,10 +264,7 @@ int train_steps(const TrainArgs& args, const std::optional<distributed::Environm
     if (group)
       fmt::print(
           "ranks      {} ({} backend), each with this batch and budget; {} gradient bucket(s)\n",
-          group->size(),
-          distributed::backend_name(
-              distributed::resolve_backend(distributed::parse_backend(args.backend), in.device)),
-          dp->bucket_bytes().size());
+          group->size(), distributed::backend_name(backend), dp->bucket_bytes().size());
     fmt::print("schedule   {} for {}: {}\n", args.algorithm, format_bytes(budget),
                collapsed_string(s.sequence));
     fmt::print(
@@ -378,9 +375,11 @@ int train(const TrainArgs& args_in, const std::optional<distributed::Environment
     // A rank's GPU is its local rank's.
     if (args.device == "cuda") args.device = "cuda:" + std::to_string(env->local_rank);
   }
-  parse_algorithm(args.algorithm);  // a bad name before any work
+  const Algorithm algorithm = parse_algorithm(args.algorithm);  // a bad name before any work
   const ModelInput in =
       resolve_model_input(args.model, args.image, args.device, args.sequence, args.granularity);
+  const distributed::BackendKind backend =
+      distributed::resolve_backend(distributed::parse_backend(args.backend), in.device);
   std::unique_ptr<TokenFile> token_file;
   if (!args.tokens_file.empty()) {
     if (!in.tokens())
@@ -392,14 +391,12 @@ int train(const TrainArgs& args_in, const std::optional<distributed::Environment
   if (env) {
     const auto timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000));
-    group = distributed::Group::create(*env, in.device,
-                                       distributed::GroupOptions()
-                                           .backend(distributed::parse_backend(args.backend))
-                                           .timeout(timeout));
+    group = distributed::Group::create(
+        *env, in.device, distributed::GroupOptions().backend(backend).timeout(timeout));
   }
 
   try {
-    return train_steps(args, env, in, group, token_file);
+    return train_steps(args, algorithm, env, in, group, backend, token_file);
   } catch (const distributed::DistributedError&) {
     throw;
   } catch (const std::exception& error) {

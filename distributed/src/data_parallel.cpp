@@ -61,7 +61,6 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 struct DataParallel::Bucket {
   torch::Tensor flat;
   std::vector<std::size_t> parameters;
-  std::int64_t bytes = 0;
   int pending = 0;  // parameters not yet ready in this step
   WorkPtr work;
   Clock::time_point launched;
@@ -127,7 +126,6 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
     for (std::size_t k : groups[g]) numel += parameters_[k].numel();
     const torch::Tensor& first = parameters_[groups[g].front()];
     bucket->flat = torch::zeros({numel}, first.options().requires_grad(false));
-    bucket->bytes = numel * static_cast<std::int64_t>(first.element_size());
     std::int64_t offset = 0;
     for (std::size_t k : groups[g]) {
       const torch::Tensor& p = parameters_[k];
@@ -166,7 +164,8 @@ DataParallel::~DataParallel() {
 
 std::vector<std::int64_t> DataParallel::bucket_bytes() const {
   std::vector<std::int64_t> out;
-  for (const auto& bucket : buckets_) out.push_back(bucket->bytes);
+  for (const auto& bucket : buckets_)
+    out.push_back(static_cast<std::int64_t>(bucket->flat.nbytes()));
   return out;
 }
 
@@ -309,12 +308,10 @@ void DataParallel::backward(const torch::Tensor& loss) {
       expected_ = received_;
       learned_ = true;
     }
-    // Parameters that got fewer contributions than in the first step (or none) are ready now.
+    // Parameters that got fewer contributions than in the first step (or none) are ready now,
+    // and so is every bucket.
     for (std::size_t k = 0; k < parameters_.size(); ++k)
-      if (received_[k] < expected_[k] || expected_[k] == 0) {
-        adopt_gradient(k);
-        --buckets_[bucket_of_[k]]->pending;
-      }
+      if (received_[k] < expected_[k] || expected_[k] == 0) adopt_gradient(k);
     for (auto& bucket : buckets_) bucket->pending = 0;
     launch_ready();
     if (!failure_.empty()) throw group_->failure("the gradients' all-reduce", std::runtime_error(failure_));

@@ -41,6 +41,27 @@ int env_int(const char* name, int low, int high, std::optional<int> fallback) {
   return static_cast<int>(value);
 }
 
+// The rendezvous store at env's address: rank 0's server, or a client of it.
+c10::intrusive_ptr<c10d::TCPStore> tcp_store(const Environment& env, bool server,
+                                             std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(env.master_port);
+  options.isServer = server;
+  if (server) options.numWorkers = static_cast<std::size_t>(env.world_size);
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
+// A rank's heartbeat counter (add 0 reads it without waiting).
+std::int64_t heartbeat_of(c10d::Store& store, int rank) {
+  return store.add(fmt::format("heartbeat/{}", rank), 0);
+}
+
+std::string stopped_answering(int rank) {
+  return fmt::format("rank {} stopped answering (its heartbeat stopped: killed, or hung)", rank);
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -144,15 +165,9 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
 
   // The rendezvous: rank 0 hosts the store; every rank announces itself and waits for the
   // others, so that one that never comes is named.
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
-  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
-  store_options.waitWorkers = false;
-  store_options.timeout = options.startup_timeout();
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    store = tcp_store(env, env.rank == 0, options.startup_timeout());
   } catch (const std::exception& error) {
     if (env.rank == 0)
       throw DistributedError(fmt::format("rank 0 cannot host the rendezvous at {} (is the port "
@@ -212,7 +227,7 @@ Group::Group(c10::intrusive_ptr<c10d::Store> store, Collectives collectives,
       env_(std::move(env)),
       heartbeat_interval_(std::clamp<std::chrono::milliseconds>(
           timeout / 10, std::chrono::milliseconds(50), std::chrono::milliseconds(1000))) {
-  if (env_) start_heartbeat(*env_);
+  if (env_) start_heartbeat();
 }
 
 Group::~Group() {
@@ -222,17 +237,10 @@ Group::~Group() {
 }
 
 c10::intrusive_ptr<c10d::Store> Group::connect(std::chrono::milliseconds timeout) const {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(env_->master_port);
-  options.isServer = false;
-  options.waitWorkers = false;
-  options.timeout = timeout;
-  return c10::make_intrusive<c10d::PrefixStore>(
-      "remat", c10::make_intrusive<c10d::TCPStore>(env_->master_addr, options));
+  return c10::make_intrusive<c10d::PrefixStore>("remat", tcp_store(*env_, false, timeout));
 }
 
-void Group::start_heartbeat(const Environment& env) {
-  (void)env;
+void Group::start_heartbeat() {
   heartbeat_ = std::thread([this] {
     try {
       auto store = connect(timeout_);
@@ -263,7 +271,7 @@ void Group::leave() noexcept {
       for (int r = 1; r < size_; ++r) {
         if (store_->check({fmt::format("left/{}", r)})) continue;
         const auto ur = static_cast<std::size_t>(r);
-        const std::int64_t beat = store_->add(fmt::format("heartbeat/{}", r), 0);
+        const std::int64_t beat = heartbeat_of(*store_, r);
         if (beat != beats[ur]) {
           beats[ur] = beat;
           changed[ur] = Clock::now();
@@ -305,8 +313,7 @@ DistributedError Group::failure(const std::string& during, const std::exception&
   try {
     auto store = connect(std::max(heartbeat_interval_ * 4, std::chrono::milliseconds(2000)));
     std::vector<std::int64_t> before(static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r)
-      before[static_cast<std::size_t>(r)] = store->add(fmt::format("heartbeat/{}", r), 0);
+    for (int r = 0; r < size_; ++r) before[static_cast<std::size_t>(r)] = heartbeat_of(*store, r);
     std::this_thread::sleep_for(heartbeat_interval_ * 2 + std::chrono::milliseconds(100));
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
@@ -314,9 +321,9 @@ DistributedError Group::failure(const std::string& during, const std::exception&
       if (store->check({error_key})) {
         failed.push_back(r);
         why.push_back(fmt::format("rank {} failed: {}", r, text_of(store->get(error_key))));
-      } else if (store->add(fmt::format("heartbeat/{}", r), 0) == before[static_cast<std::size_t>(r)]) {
+      } else if (heartbeat_of(*store, r) == before[static_cast<std::size_t>(r)]) {
         failed.push_back(r);
-        why.push_back(fmt::format("rank {} stopped answering (its heartbeat stopped: killed, or hung)", r));
+        why.push_back(stopped_answering(r));
       } else if (const std::string key = fmt::format("progress/{}", r); step_ >= 0) {
         const std::int64_t step = store->check({key}) ? std::stoll(text_of(store->get(key))) : -1;
         if (step < step_) {
@@ -351,17 +358,18 @@ std::string Group::broadcast(const std::string& what, const std::string& value) 
   std::int64_t last_beat = -1;
   while (!store_->check({name})) {
     if (env_) {
-      const std::int64_t beat = store_->add("heartbeat/0", 0);
+      const std::int64_t beat = heartbeat_of(*store_, 0);
       if (beat != last_beat) {
         last_beat = beat;
         last_progress = Clock::now();
       }
     }
     if (Clock::now() - last_progress > timeout_)
-      throw DistributedError(fmt::format("rank {}: waiting for {} from rank 0: {}", rank_, what,
-                                         env_ ? "rank 0 stopped answering (its heartbeat stopped: killed, or hung)"
-                                              : fmt::format("nothing came within {} ms", timeout_.count())),
-                             {0});
+      throw DistributedError(
+          fmt::format("rank {}: waiting for {} from rank 0: {}", rank_, what,
+                      env_ ? stopped_answering(0)
+                           : fmt::format("nothing came within {} ms", timeout_.count())),
+          {0});
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return text_of(store_->get(name));

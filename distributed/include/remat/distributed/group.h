@@ -187,7 +187,7 @@ class Group {
   DistributedError failure(const std::string& during, const std::exception& cause);
 
  private:
-  void start_heartbeat(const Environment& env);
+  void start_heartbeat();
   // A new client of the store at env's address (for the heartbeat thread and the diagnosis).
   c10::intrusive_ptr<c10d::Store> connect(std::chrono::milliseconds timeout) const;
 
