@@ -22,6 +22,8 @@ torch::nn::Sequential vgg(const std::vector<int>& config, bool batch_norm,
   TORCH_CHECK_VALUE(options.num_classes() >= 1, "vgg: num_classes must be >= 1");
   TORCH_CHECK_VALUE(options.dropout() >= 0 && options.dropout() <= 1,
                     "vgg: dropout must be in [0, 1]");
+  TORCH_CHECK_VALUE(options.classifier_width() >= 1, "vgg: classifier_width must be >= 1");
+  const int64_t width = options.classifier_width();
   auto chain = std::make_shared<detail::TorchvisionChainImpl>();
   int64_t in = 3;
   int index = 0;  // the layer's index in torchvision's `features`
@@ -47,17 +49,17 @@ torch::nn::Sequential vgg(const std::vector<int>& config, bool batch_norm,
   chain->add("avgpool", pool, "");
   const auto dropout = nn::DropoutOptions(options.dropout());
   Block fc1;
-  fc1->push_back("0", nn::Linear(512 * 7 * 7, 4096));
+  fc1->push_back("0", nn::Linear(512 * 7 * 7, width));
   fc1->push_back("1", detail::relu_inplace());
   fc1->push_back("2", nn::Dropout(dropout));
   chain->add("classifier_0", fc1, "classifier.");
   Block fc2;
-  fc2->push_back("3", nn::Linear(4096, 4096));
+  fc2->push_back("3", nn::Linear(width, width));
   fc2->push_back("4", detail::relu_inplace());
   fc2->push_back("5", nn::Dropout(dropout));
   chain->add("classifier_3", fc2, "classifier.");
   Block fc3;
-  fc3->push_back("6", nn::Linear(4096, options.num_classes()));
+  fc3->push_back("6", nn::Linear(width, options.num_classes()));
   chain->add("classifier_6", fc3, "classifier.");
 
   detail::for_each<nn::Conv2dImpl>(*chain, [](nn::Conv2dImpl& conv) {
