@@ -139,7 +139,7 @@ void y_axis(Svg& svg, const Scale& y, double x0, double x1, const std::vector<do
   for (const double v : ticks) {
     const double py = y(v);
     svg.line(x0, py, x1, py, "#e3e3e3", 1);
-    svg.text(x0 - 6, py + 4, label(v), "end", 11, "fill=\"#444\"");
+    svg.text(x0 - 6, py + 4, label(v), "end", 11, "class=\"y-tick\" fill=\"#444\"");
   }
   svg.line(x0, y.r0, x0, y.r1, "#666", 1);
   const double mid = (y.r0 + y.r1) / 2;
@@ -153,7 +153,7 @@ void x_axis(Svg& svg, const Scale& x, double y0, double y1, const std::vector<do
     const double px = x(v);
     if (y1 != y0) svg.line(px, y1, px, y0, "#eeeeee", 1);
     svg.line(px, y0, px, y0 + 4, "#666", 1);
-    svg.text(px, y0 + 17, label(v), "middle", 11, "fill=\"#444\"");
+    svg.text(px, y0 + 17, label(v), "middle", 11, "class=\"x-tick\" fill=\"#444\"");
   }
   svg.line(x.r0, y0, x.r1, y0, "#666", 1);
   svg.text((x.r0 + x.r1) / 2, y0 + 34, title, "middle", 12, "fill=\"#333\"");

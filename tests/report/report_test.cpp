@@ -1,7 +1,9 @@
 #include "remat/report.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cctype>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -13,7 +15,76 @@ using remat::test::parse_xml;
 
 namespace {
 
+using remat::test::XmlElement;
+
 std::int64_t as_int(const std::string& text) { return std::stoll(text); }
+double as_double(const std::string& text) { return std::stod(text); }
+
+/// A linear axis as the picture draws it: pixel = slope * value + offset.
+struct DrawnAxis {
+  double slope = 0, offset = 0;
+  double at(double value) const { return slope * value + offset; }
+  double value(double pixel) const { return (pixel - offset) / slope; }
+};
+
+/// A tick label read back: "1.5 MiB" -> 1572864, "20 ms" -> 20, "900" -> 900.
+double tick_value(const std::string& label) {
+  std::size_t used = 0;
+  const double number = std::stod(label, &used);
+  std::string unit = label.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  const std::map<std::string, double> units = {
+      {"", 1}, {"ms", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  REQUIRE(units.count(unit) == 1);
+  return number * units.at(unit);
+}
+
+/// The axes drawn with tick labels of class `cls` ("x-tick" or "y-tick"), from the labels'
+/// values and the positions of the lines drawn with them, in the order drawn (the profile plot
+/// has two y axes), independently of the plots' own scale code. Every tick must lie on its
+/// axis's line.
+std::vector<DrawnAxis> drawn_axes(const XmlElement& root, const std::string& cls) {
+  std::vector<std::vector<std::pair<double, double>>> runs;  // (value, pixel) per axis
+  std::function<void(const XmlElement&)> walk = [&](const XmlElement& e) {
+    std::ptrdiff_t last_tick = -10;
+    for (std::size_t k = 0; k < e.children.size(); ++k) {
+      const XmlElement& child = *e.children[k];
+      if (child.name == "text" && child.attr("class") == cls) {
+        REQUIRE(k > 0);
+        const XmlElement& line = *e.children[k - 1];
+        REQUIRE(line.name == "line");
+        const double pixel = as_double(line.attr(cls == "x-tick" ? "x1" : "y1"));
+        // A new axis unless the previous tick was drawn just before (line, [line,] text).
+        if (static_cast<std::ptrdiff_t>(k) - last_tick > 3) runs.emplace_back();
+        runs.back().emplace_back(tick_value(child.text), pixel);
+        last_tick = static_cast<std::ptrdiff_t>(k);
+      }
+      walk(child);
+    }
+  };
+  walk(root);
+  std::vector<DrawnAxis> axes;
+  for (const auto& ticks : runs) {
+    REQUIRE(ticks.size() >= 2);
+    const auto& [v0, p0] = ticks.front();
+    const auto& [v1, p1] = ticks.back();
+    DrawnAxis axis;
+    axis.slope = (p1 - p0) / (v1 - v0);
+    axis.offset = p0 - axis.slope * v0;
+    for (const auto& [v, p] : ticks) CHECK(axis.at(v) == Approx(p).margin(0.02));
+    axes.push_back(axis);
+  }
+  return axes;
+}
+
+DrawnAxis the_axis(const XmlElement& root, const std::string& cls) {
+  const auto axes = drawn_axes(root, cls);
+  REQUIRE(axes.size() == 1);
+  return axes[0];
+}
+
+// Coordinates are written with two decimals.
+constexpr double kPixel = 0.02;
 
 }  // namespace
 
@@ -185,4 +256,162 @@ TEST_CASE("measurement plot: one point per measurement, placed by its bytes and 
   CHECK(svg->find_all("polyline").size() == 1);
   CHECK_THROWS_AS(remat::measurement_svg(remat::MeasurementPlot("empty", "x")),
                   std::invalid_argument);
+}
+
+TEST_CASE("schedule plot geometry: marks, budget line and peak where the axes put them",
+          "[report]") {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    const remat::Chain chain = remat::test::random_chain(seed, {6, 14});
+    const std::int64_t budget = remat::store_all_peak(chain) * 3 / 5;
+    const remat::Solution s = remat::solve(chain, remat::SolveOptions(budget));
+    if (!s.ok()) continue;
+    ++checked;
+    INFO("seed " << seed);
+    // Every operation its own mark, and aggregated into at most 7 marks.
+    for (const int max_marks : {1000, 7}) {
+      INFO("at most " << max_marks << " marks");
+      const auto svg =
+          parse_xml(remat::schedule_svg(chain, s, remat::PlotOptions().max_op_marks(max_marks)));
+      const DrawnAxis x = the_axis(*svg, "x-tick");  // time
+      const DrawnAxis y = the_axis(*svg, "y-tick");  // bytes
+      const auto& trace = s.simulation.trace;
+      // Each mark spans its operations' times (at least a pixel wide).
+      std::size_t k = 0;
+      for (const auto* mark : svg->find_all("rect", "op")) {
+        const auto count = static_cast<std::size_t>(as_int(mark->attr("data-count")));
+        REQUIRE(k + count <= trace.size());
+        const double left = x.at(trace[k].start_ms), right = x.at(trace[k + count - 1].end_ms);
+        CHECK(as_double(mark->attr("x")) == Approx(left).margin(kPixel));
+        CHECK(as_double(mark->attr("x")) + as_double(mark->attr("width")) ==
+              Approx(std::max(right, left + 1)).margin(2 * kPixel));
+        k += count;
+      }
+      CHECK(k == trace.size());
+      // The budget line at the budget, the peak marker at the peak, over its operation.
+      const auto budget_lines = svg->find_all("line", "budget");
+      REQUIRE(budget_lines.size() == 1);
+      CHECK(as_double(budget_lines[0]->attr("y1")) ==
+            Approx(y.at(static_cast<double>(budget))).margin(kPixel));
+      CHECK(as_double(budget_lines[0]->attr("y2")) == as_double(budget_lines[0]->attr("y1")));
+      const auto peaks = svg->find_all("circle", "peak");
+      REQUIRE(peaks.size() == 1);
+      CHECK(as_double(peaks[0]->attr("cy")) ==
+            Approx(y.at(static_cast<double>(s.simulation.peak_bytes))).margin(kPixel));
+      const auto& peak_op = trace[static_cast<std::size_t>(s.simulation.peak_op)];
+      const double cx = as_double(peaks[0]->attr("cx"));
+      CHECK(cx >= x.at(peak_op.start_ms) - kPixel);
+      CHECK(cx <= std::max(x.at(peak_op.end_ms), x.at(peak_op.start_ms) + 1) + kPixel);
+      // The memory drawn reaches the peak and no higher: the top of the tallest stack.
+      double top = 1e300;
+      for (const auto* group : svg->find_all("g", "memory"))
+        for (const auto& area : group->children) top = std::min(top, as_double(area->attr("y")));
+      CHECK(top == Approx(y.at(static_cast<double>(s.simulation.peak_bytes))).margin(kPixel));
+    }
+  }
+  CHECK(checked >= 20);
+}
+
+TEST_CASE("tradeoff plot geometry: each point at its budget and makespan", "[report]") {
+  const remat::Chain chain = remat::test::random_chain(11, {10, 16});
+  const remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(12));
+  const auto svg = parse_xml(remat::tradeoff_svg(chain, t));
+  const DrawnAxis x = the_axis(*svg, "x-tick");  // budget
+  const DrawnAxis y = the_axis(*svg, "y-tick");  // makespan
+  int drawn = 0, off_scale = 0;
+  for (const auto* curve : svg->find_all("g", "curve")) {
+    const std::string algorithm = curve->attr("data-algorithm");
+    const auto& points = algorithm == "optimal"   ? t.optimal
+                         : algorithm == "revolve" ? t.revolve
+                                                  : t.periodic_best;
+    std::vector<const XmlElement*> dots;
+    curve->collect([](const XmlElement& e) { return e.attr("class") == "point"; }, dots);
+    std::size_t k = 0;
+    for (const auto& p : points) {
+      if (!p.feasible) continue;
+      REQUIRE(k < dots.size());
+      INFO(algorithm << " at " << p.budget_bytes);
+      const double px = x.at(static_cast<double>(p.budget_bytes));
+      if (dots[k]->name == "circle") {
+        CHECK(as_double(dots[k]->attr("cx")) == Approx(px).margin(kPixel));
+        CHECK(as_double(dots[k]->attr("cy")) == Approx(y.at(p.makespan_ms)).margin(kPixel));
+        ++drawn;
+      } else {  // off the scale: a caret at the top edge, whose apex is below the point's value
+        REQUIRE(dots[k]->name == "polyline");
+        const std::string apex = dots[k]->attr("points");
+        const std::size_t first = apex.find(' ') + 1, comma = apex.find(',', first);
+        CHECK(std::stod(apex.substr(first, comma - first)) == Approx(px).margin(kPixel));
+        CHECK(y.value(std::stod(apex.substr(comma + 1))) < p.makespan_ms);
+        ++off_scale;
+      }
+      ++k;
+    }
+    CHECK(k == dots.size());
+  }
+  CHECK(drawn >= 20);
+  INFO(off_scale << " points above the scale");
+  const auto store_all = svg->find_all("circle", "store-all");
+  REQUIRE(store_all.size() == 1);
+  CHECK(as_double(store_all[0]->attr("cx")) ==
+        Approx(x.at(static_cast<double>(t.store_all_peak_bytes))).margin(kPixel));
+  CHECK(as_double(store_all[0]->attr("cy")) ==
+        Approx(y.at(t.store_all_makespan_ms)).margin(kPixel));
+}
+
+TEST_CASE("profile plot geometry: bar heights are the stages' values on their axes", "[report]") {
+  for (const int length : {12, 1000}) {
+    INFO(length << " stages");
+    const remat::Chain chain = remat::test::random_chain(5, {length, length});
+    const auto svg = parse_xml(remat::profile_svg(chain));
+    const std::vector<DrawnAxis> axes = drawn_axes(*svg, "y-tick");
+    REQUIRE(axes.size() == 2);  // time, then bytes
+    const auto bars = [&](const std::string& cls) { return svg->find_all("rect", cls); };
+    // Each bar from zero up to its value; a bin's bar is the largest of its stages, which are
+    // consecutive, and every stage is in one bin.
+    const auto check_panel = [&](const std::string& cls, const DrawnAxis& axis,
+                                 const std::function<double(const remat::Stage&)>& value) {
+      const auto drawn = bars(cls);
+      REQUIRE(!drawn.empty());
+      const std::size_t bins = drawn.size();
+      for (std::size_t b = 0; b < bins; ++b) {
+        const double top = as_double(drawn[b]->attr("y"));
+        const double bottom = top + as_double(drawn[b]->attr("height"));
+        CHECK(bottom == Approx(axis.at(0)).margin(kPixel));
+        double largest = 0;
+        for (int i = 0; i < length; ++i)
+          if (static_cast<std::size_t>(static_cast<long long>(i) * static_cast<long long>(bins) /
+                                       length) == b)
+            largest = std::max(largest, value(chain.stages[static_cast<std::size_t>(i)]));
+        INFO(cls << " bar " << b);
+        CHECK(top == Approx(axis.at(largest)).margin(kPixel));
+      }
+    };
+    check_panel("fwd", axes[0], [](const remat::Stage& st) { return st.fwd_ms; });
+    check_panel("bwd", axes[0], [](const remat::Stage& st) { return st.bwd_ms; });
+    check_panel("out", axes[1],
+                [](const remat::Stage& st) { return static_cast<double>(st.out_bytes()); });
+  }
+}
+
+TEST_CASE("measurement plot geometry: each point at its bytes and value", "[report]") {
+  remat::MeasurementPlot plot("throughput", "images per second");
+  plot.series.push_back(
+      {"remat optimal", {{2e9, 900, "100%"}, {1e9, 850, "50%"}, {5e8, 700, "25%"}}, true});
+  plot.series.push_back({"checkpoint_sequential", {{1.5e9, 600, "K=2"}, {9e8, 500, "K=4"}}, false});
+  const auto svg = parse_xml(remat::measurement_svg(plot));
+  const DrawnAxis x = the_axis(*svg, "x-tick");
+  const DrawnAxis y = the_axis(*svg, "y-tick");
+  const auto points = svg->find_all("circle", "point");
+  REQUIRE(points.size() == 5);
+  std::size_t k = 0;  // drawn series by series, each in order of bytes
+  for (auto series : plot.series) {
+    std::sort(series.points.begin(), series.points.end(),
+              [](const auto& a, const auto& b) { return a.bytes < b.bytes; });
+    for (const auto& p : series.points) {
+      INFO(series.name << " " << p.bytes);
+      CHECK(as_double(points[k]->attr("cx")) == Approx(x.at(p.bytes)).margin(kPixel));
+      CHECK(as_double(points[k]->attr("cy")) == Approx(y.at(p.value)).margin(kPixel));
+      ++k;
+    }
+  }
 }
