@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "cli.h"
-#include "torch_common.h"
 #include "remat/models.h"
 #include "remat/profiler.h"
 #include "remat/runtime.h"
+#include "torch_common.h"
 
 namespace remat::cli {
 namespace {
@@ -47,6 +49,7 @@ Action add_demo_command(CLI::App& app) {
   return [args, cmd]() -> int {
     REMAT_CHECK(args->batch >= 1 && args->image >= 1 && args->steps >= 1,
                 "--batch, --image and --steps must be at least 1");
+    const InjectedFault fault = InjectedFault::from_env();
     const models::ModelInfo& info = models::find_model(args->model);
     // A language model takes --seq (128 unless given), an image model --image (64).
     const bool tokens = info.input == models::InputKind::kTokens;
@@ -120,7 +123,8 @@ Action add_demo_command(CLI::App& app) {
                       : "cross-entropy on random labels");
     MemoryTracker& tracker = MemoryTracker::for_device(torch::kCPU);
     torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-    auto step = [&](auto&& forward, double& ms, std::int64_t& peak) {
+    // One training step; `checkpointed`: with the schedule (where REMAT_FAULT applies).
+    auto step = [&](auto&& forward, bool checkpointed, int k, double& ms, std::int64_t& peak) {
       // Zeroed in place, not released (LibTorch 2's zero_grad() sets them to none): the
       // gradients stay allocated and out of the activation memory measured below.
       for (auto& param : net->parameters()) param.mutable_grad().zero_();
@@ -129,6 +133,8 @@ Action add_demo_command(CLI::App& app) {
       const auto start = std::chrono::steady_clock::now();
       {
         torch::Tensor loss = training_loss(in, forward(x), target);
+        const torch::Tensor held =
+            checkpointed ? fault.at_step(k + 1, torch::kCPU) : torch::Tensor();
         loss.backward();
       }
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -137,23 +143,61 @@ Action add_demo_command(CLI::App& app) {
     };
     std::vector<double> ours_ms, plain_ms;
     std::int64_t ours_peak = 0, plain_peak = 0;
+    // Out of memory with the schedule ends the demo (exit 4). Without it, where the device is
+    // limited (REMAT_DEVICE_MEMORY_LIMIT), it is what remat is for: said, and plain training
+    // stops while remat's steps go on.
+    std::string plain_out_of_memory;
     for (int k = 0; k < args->steps; ++k) {
       double ms = 0;
       std::int64_t peak = 0;
-      step([&](const torch::Tensor& x) { return chk->forward(Tensors{x}); }, ms, peak);
+      try {
+        step([&](const torch::Tensor& x) { return chk->forward(Tensors{x}); }, true, k, ms, peak);
+      } catch (const c10::OutOfMemoryError& error) {
+        fmt::print(stderr,
+                   "remat: out of memory at step {} with the schedule: {}\nThe schedule predicted "
+                   "a peak of {} activations on top of the model; try a smaller --budget.\n",
+                   k + 1, printable(error.what_without_backtrace()), format_bytes(s.peak_bytes));
+        return kExitOutOfMemory;
+      } catch (const c10::Error& error) {
+        throw std::runtime_error(
+            fmt::format("step {} with the schedule: {}", k + 1, error.what_without_backtrace()));
+      }
       ours_ms.push_back(ms);
       ours_peak = std::max(ours_peak, peak);
-      step([&](const torch::Tensor& x) { return run_stages(chk->stages(), {x}); }, ms, peak);
+      if (!plain_out_of_memory.empty()) continue;
+      try {
+        step([&](const torch::Tensor& x) { return run_stages(chk->stages(), {x}); }, false, k, ms,
+             peak);
+      } catch (const c10::OutOfMemoryError& error) {
+        plain_out_of_memory = error.what_without_backtrace();
+        continue;
+      }
       plain_ms.push_back(ms);
       plain_peak = std::max(plain_peak, peak);
     }
     fmt::print("{:<24} {:>14} {:>14} {:>16}\n", "", "peak", "step (median)", "");
-    fmt::print("{:<24} {:>14} {:>11.1f} ms\n", "plain autograd", format_bytes(plain_peak), median(plain_ms));
+    if (plain_out_of_memory.empty())
+      fmt::print("{:<24} {:>14} {:>11.1f} ms\n", "plain autograd", format_bytes(plain_peak),
+                 median(plain_ms));
+    else
+      fmt::print("{:<24} {:>14}\n", "plain autograd", "out of memory");
     fmt::print("{:<24} {:>14} {:>11.1f} ms\n", "remat, measured", format_bytes(ours_peak), median(ours_ms));
     fmt::print("{:<24} {:>14} {:>11.1f} ms\n", "remat, predicted", format_bytes(s.peak_bytes), s.makespan_ms);
-    fmt::print("\nmeasured peak is {:.1f}% of plain training's and {} the budget of {}\n\n",
-               100.0 * static_cast<double>(ours_peak) / static_cast<double>(std::max<std::int64_t>(plain_peak, 1)),
-               ours_peak <= budget ? "within" : "ABOVE", format_bytes(budget));
+    if (plain_out_of_memory.empty())
+      fmt::print("\nmeasured peak is {:.1f}% of plain training's and {} the budget of {}\n\n",
+                 100.0 * static_cast<double>(ours_peak) /
+                     static_cast<double>(std::max<std::int64_t>(plain_peak, 1)),
+                 ours_peak <= budget ? "within" : "ABOVE", format_bytes(budget));
+    else
+      fmt::print(
+          "\nplain training ran out of memory ({}); remat's measured peak is {} the budget "
+          "of {}\n\n",
+          printable(plain_out_of_memory), ours_peak <= budget ? "within" : "ABOVE",
+          format_bytes(budget));
+    if (ours_peak > budget)
+      fmt::print(stderr,
+                 "remat: the measured peak {} exceeded the budget {}: this is a bug in remat\n",
+                 format_bytes(ours_peak), format_bytes(budget));
     fmt::print(
         "Next: remat profile --model {} --batch {} {} -o chain.json, then remat\n"
         "schedule / tradeoff --chain chain.json (add --plot FILE.svg for pictures).\n",

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "cli.h"
 #include "remat/config.h"
 #include "remat/solver/units.h"
 
@@ -149,6 +150,50 @@ LossFunction training_loss_of(const ModelInput& in, torch::Tensor target) {
   return [in, target = std::move(target)](const Tensors& outputs) {
     return training_loss(in, outputs, target);
   };
+}
+
+InjectedFault InjectedFault::from_env() {
+  InjectedFault fault;
+  const char* value = std::getenv("REMAT_FAULT");
+  if (value == nullptr) return fault;
+  const std::string text = value;
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument(
+        fmt::format("REMAT_FAULT='{}': {} (expected step-error:N or hold:SIZE, comma-separated)",
+                    printable(text), why));
+  };
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    const std::size_t colon = item.find(':');
+    const std::string kind = item.substr(0, colon);
+    const std::string arg = colon == std::string::npos ? "" : item.substr(colon + 1);
+    if (kind == "step-error") {
+      char* rest = nullptr;
+      const long step = std::strtol(arg.c_str(), &rest, 10);
+      if (arg.empty() || *rest != '\0' || step < 1 || step > 1000000)
+        throw bad("'" + arg + "' is not a step number");
+      fault.error_step = static_cast<int>(step);
+    } else if (kind == "hold") {
+      try {
+        fault.hold_bytes = parse_size(arg);
+      } catch (const std::invalid_argument& error) {
+        throw bad(error.what());
+      }
+    } else {
+      throw bad("unknown fault '" + kind + "'");
+    }
+  }
+  return fault;
+}
+
+torch::Tensor InjectedFault::at_step(int step, torch::Device device) const {
+  if (step == error_step)
+    TORCH_CHECK(false, "a fault injected at step ", step, " (REMAT_FAULT=step-error:", step, ")");
+  if (hold_bytes <= 0) return {};
+  return torch::empty({hold_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
 }
 
 ProfileOptions with_progress(ProfileOptions options, ProgressBar& bar) {

@@ -56,6 +56,23 @@ torch::Tensor training_loss(const ModelInput& in, const Tensors& outputs,
 /// training_loss as a function of the output members, for ProfileOptions::loss.
 LossFunction training_loss_of(const ModelInput& in, torch::Tensor target);
 
+/// Fault injection, for the tests of train's and demo's error paths (docs/testing.md): read
+/// from REMAT_FAULT, a comma-separated list of
+/// - "step-error:N": step N (from 1) of checkpointed training throws a c10::Error after its
+///   forward, as a failing kernel would;
+/// - "hold:SIZE": every checkpointed training step keeps SIZE more bytes allocated from its
+///   forward to the end of its backward, as a stage that holds on to memory would, so that
+///   the measured peak exceeds the prediction.
+/// Unset or empty: no fault. A malformed value throws std::invalid_argument naming it.
+struct InjectedFault {
+  int error_step = 0;
+  std::int64_t hold_bytes = 0;
+  static InjectedFault from_env();
+  /// Between step `step`'s forward and its backward: throws at error_step; the tensor to keep
+  /// until the backward is done (undefined when nothing is held).
+  torch::Tensor at_step(int step, torch::Device device) const;
+};
+
 /// Profile options whose progress goes to `bar`.
 ProfileOptions with_progress(ProfileOptions options, ProgressBar& bar);
 

@@ -187,6 +187,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
                 const std::shared_ptr<distributed::Group>& group, distributed::BackendKind backend,
                 const std::unique_ptr<TokenFile>& token_file) {
   const bool speak = !env || env->rank == 0;  // rank 0 prints for the job
+  const InjectedFault fault = InjectedFault::from_env();
   torch::manual_seed(0);
   torch::nn::Sequential net = build_model(in, args.classes);
   net->to(in.device);
@@ -303,6 +304,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
     const auto start = std::chrono::steady_clock::now();
     try {
       torch::Tensor loss = training_loss(in, chk->forward(Tensors{x}), target);
+      const torch::Tensor held = fault.at_step(step + 1, in.device);
       if (dp)
         dp->backward(loss);
       else
@@ -358,10 +360,20 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
                  median(all_reduce), median(hidden));
   }
   if (worst_peak > budget) {
+    const std::string who = env ? fmt::format("rank {}: ", env->rank) : "";
+    if (!args.chain_file.empty()) {
+      // The schedule is only as good as the sizes it was computed from.
+      fmt::print(stderr,
+                 "remat: {}the measured peak {} exceeded the budget {}: the chain {} understates "
+                 "what {} needs here (profiled with another LibTorch, device or model, or "
+                 "edited); profile it again (remat profile --model {} --batch {} ...)\n",
+                 who, format_bytes(worst_peak), format_bytes(budget), printable(args.chain_file),
+                 in.label(args.batch), in.info->name, args.batch);
+      return kExitBadInput;
+    }
     fmt::print(stderr,
                "remat: {}the measured peak {} exceeded the budget {}: this is a bug in remat\n",
-               env ? fmt::format("rank {}: ", env->rank) : "", format_bytes(worst_peak),
-               format_bytes(budget));
+               who, format_bytes(worst_peak), format_bytes(budget));
     return kExitInternal;
   }
   if (group) group->barrier();  // rank 0 hosts the rendezvous: it stays until all are done

@@ -1315,6 +1315,101 @@ TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA",
                                   Catch::Contains(std::to_string(input_bytes) + " bytes"));
 }
 
+TEST_CASE("train and demo: a failing step, a peak above the budget, out of memory", "[cli]") {
+  REMAT_REQUIRE_TORCH_COMMANDS();
+  TempDir dir;
+  const std::vector<std::string> model = {"--model", "convnet", "--batch", "8", "--image", "32"};
+  auto args = [&](std::vector<std::string> head, std::vector<std::string> tail) {
+    head.insert(head.end(), model.begin(), model.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  const std::string chain = dir.path() + "/convnet.json";
+  REQUIRE(
+      run_remat(args({"profile"}, {"--classes", "10", "--repeat", "1", "-o", chain})).exit_code ==
+      0);
+  const auto train = [&](std::vector<std::string> tail, std::vector<std::string> env) {
+    tail.insert(tail.end(), {"--classes", "10", "--repeat", "1"});
+    return run_remat(args({"train"}, tail), env);
+  };
+
+  // A step that fails: exit 1 naming it, after the lines of the steps before it.
+  const RunResult failed =
+      train({"--chain", chain, "--budget", "60%", "--steps", "3"}, {"REMAT_FAULT=step-error:2"});
+  INFO(describe(failed));
+  CHECK(failed.exit_code == 1);
+  CHECK_THAT(failed.err, Catch::Contains("internal error: step 2: a fault injected at step 2"));
+  CHECK_THAT(failed.out, Catch::Matches("(.|\n)*\n +1 +[0-9.]+ ms +[0-9.]+ [KM]iB(.|\n)*"));
+  CHECK_FALSE(Catch::Matches("(.|\n)*\n +2 +[0-9.]+ ms(.|\n)*").match(failed.out));
+
+  // A stage holding on to memory: the measured peak exceeds the budget. Profiled in this run,
+  // that is a bug in remat (exit 1)...
+  const RunResult held = train({"--budget", "60%", "--steps", "1"}, {"REMAT_FAULT=hold:16MiB"});
+  INFO(describe(held));
+  CHECK(held.exit_code == 1);
+  CHECK_THAT(held.err,
+             Catch::Contains("exceeded the budget") && Catch::Contains("this is a bug in remat"));
+  // ... but with a chain file that understates the network's memory, the file is wrong (exit
+  // 2, naming it).
+  json doc = json::parse(read_file(chain));
+  for (auto& stage : doc.at("stages")) {
+    for (auto& member : stage.at("outputs"))
+      if (member.contains("bytes")) member["bytes"] = member["bytes"].get<std::int64_t>() / 4;
+    for (const char* key : {"state_bytes", "fwd_tmp_bytes", "bwd_tmp_bytes"})
+      stage[key] = stage[key].get<std::int64_t>() / 4;
+  }
+  const std::string understated = dir.write("understated.json", doc.dump());
+  const RunResult wrong_chain =
+      train({"--chain", understated, "--budget", "100%", "--steps", "1"}, {});
+  INFO(describe(wrong_chain));
+  CHECK(wrong_chain.exit_code == 2);
+  CHECK_THAT(wrong_chain.err, Catch::Contains("exceeded the budget") &&
+                                  Catch::Contains("understated.json understates") &&
+                                  Catch::Contains("profile it again"));
+  // A malformed fault is bad input, before any work.
+  const RunResult bad_fault = train({"--budget", "60%"}, {"REMAT_FAULT=step-error:two"});
+  CHECK(bad_fault.exit_code == 2);
+  CHECK_THAT(bad_fault.err, Catch::Contains("REMAT_FAULT='step-error:two'"));
+  CHECK(bad_fault.err.find("profile convnet") == std::string::npos);
+
+  // The demo: the same three ends.
+  const auto demo = [&](std::vector<std::string> env) {
+    return run_remat(args({"demo"}, {"--steps", "2"}), env);
+  };
+  const RunResult demo_failed = demo({"REMAT_FAULT=step-error:2"});
+  INFO(describe(demo_failed));
+  CHECK(demo_failed.exit_code == 1);
+  CHECK_THAT(demo_failed.err,
+             Catch::Contains("internal error: step 2 with the schedule: a fault injected"));
+  const RunResult demo_held = demo({"REMAT_FAULT=hold:16MiB"});
+  INFO(describe(demo_held));
+  CHECK(demo_held.exit_code == 1);
+  CHECK_THAT(demo_held.out, Catch::Contains("ABOVE the budget"));
+  CHECK_THAT(demo_held.err, Catch::Contains("this is a bug in remat"));
+  // Out of memory: on a device too small for the schedule's step, exit 4 naming the step; on
+  // one where the schedule fits and plain training does not, the demo says so and succeeds.
+  const remat::Chain measured = remat::parse_chain(read_file(chain));
+  const std::int64_t store_all = remat::store_all_peak(measured);
+  const nlohmann::json info = json::parse(run_remat({"models", "convnet", "--batch", "8", "--image",
+                                                     "32", "--classes", "10", "--format", "json"})
+                                              .out);
+  // Parameters, their gradients and SGD's momentum, the batch and its copy, and some slack.
+  const std::int64_t base = 3 * 4 * info.at("parameters").get<std::int64_t>() +
+                            3 * measured.input_bytes() + (std::int64_t{1} << 20);
+  const RunResult plain_oom =
+      demo({"REMAT_DEVICE_MEMORY_LIMIT=" + std::to_string(base + store_all * 4 / 5)});
+  INFO(describe(plain_oom));
+  CHECK(plain_oom.exit_code == 0);
+  CHECK_THAT(plain_oom.out, Catch::Matches("(.|\n)*plain autograd +out of memory\n(.|\n)*"));
+  CHECK_THAT(plain_oom.out, Catch::Contains("plain training ran out of memory") &&
+                                Catch::Contains("within the budget"));
+  const RunResult ours_oom =
+      demo({"REMAT_DEVICE_MEMORY_LIMIT=" + std::to_string(base + store_all / 5)});
+  INFO(describe(ours_oom));
+  CHECK(ours_oom.exit_code == 4);
+  CHECK_THAT(ours_oom.err, Catch::Contains("out of memory"));
+}
+
 TEST_CASE("train on CUDA runs within its budget, and out of memory is exit 4", "[cli][cuda]") {
   REMAT_REQUIRE_TORCH_COMMANDS();
   const RunResult probe =
