@@ -3,12 +3,15 @@
 tree, builds, runs the tests that should notice, and reports which mutations survived.
 
     python3 tools/mutate.py            # the solver, simulator and report mutations (no LibTorch)
-    python3 tools/mutate.py --list     # the mutations, with what each would break
+    python3 tools/mutate.py --torch    # the runtime, profiler and models mutations (LibTorch)
+    python3 tools/mutate.py --list     # the mutations, with what each would break (--torch too)
     python3 tools/mutate.py --only ID  # one mutation
 
 The copy is made with `git archive HEAD` in build-mutate/tree (committed code only) and
 built without LibTorch (REMAT_WITH_TORCH=OFF) in build-mutate/build: the solver, report and
-CLI tests. Exit status 1 when a mutation survives without a written reason (EXPLAINED); a
+CLI tests. With --torch, in build-mutate-torch/ against scripts/run.sh's PyTorch (with the
+torchvision comparisons), each mutation checked by its component's test programs
+(TORCH_TESTS); about 25 minutes on 2 cores, so CI runs only the first kind. Exit status 1 when a mutation survives without a written reason (EXPLAINED); a
 surviving mutation needs a test, or such a reason. docs/testing.md reports the kill rate.
 """
 import argparse
@@ -62,8 +65,160 @@ MUTATIONS = [
     ("plot-off-scale", "report/src/plots.cpp",
      "const bool off_scale = p.makespan_ms > y.d1;", "const bool off_scale = false;",
      "points above the trade-off plot's scale are drawn outside it"),
+    ("plot-peak-at-budget", "report/src/plots.cpp",
+     "const double peak_y = y(static_cast<double>(sim.peak_bytes));",
+     "const double peak_y = budget_y;",
+     "the schedule plot's peak marker is drawn on the budget line, not at the peak"),
+    ("plot-aggregate-end", "report/src/plots.cpp",
+     "const double x0 = x(first.start_ms), x1 = x(last.end_ms);",
+     "const double x0 = x(first.start_ms), x1 = x(first.end_ms);",
+     "an aggregated mark of the schedule plot ends where its first operation does"),
+    ("plot-bin-last", "report/src/plots.cpp",
+     "fwd[b] = std::max(fwd[b], s.fwd_ms);", "fwd[b] = s.fwd_ms;",
+     "a bin of the profile plot shows its last stage's forward time, not the largest"),
 ]
 
+
+# The LibTorch components' mutations (--torch): built against a LibTorch with the torchvision
+# comparisons, each checked by the test programs of TORCH_TESTS for its component.
+TORCH_MUTATIONS = [
+    # ---- runtime/ ---------------------------------------------------------------------------
+    ("rt-rng-replay", "runtime/src/executor.cpp",
+     "    set_generator_state(c10::Device(c10::kCPU), cpu_rng_[ui].tensor());\n",
+     "",
+     "a recomputation does not replay the CPU generator state of the stage's first forward: "
+     "dropout draws a new mask"),
+    # Killed by tests/runtime/checkpointable_test.cpp, TEST_CASE "checkpointed training equals
+    # plain training, bit for bit" (conv_chain with Dropout; recompute-all and the optimal
+    # schedule at the least budget recompute the dropout stage, whose graph then holds another
+    # mask: input and parameter gradients differ from plain training's), also "under autocast,
+    # recomputations run as the forward did: bfloat16 on the CPU"; tests/runtime/
+    # tuple_stages_test.cpp "stages with tuples, context, TorchScript and callables train exactly
+    # as plain autograd" (dropout in Down, the transformer, the scripted and callable stages);
+    # tests/models/models_test.cpp "dropout inside stages (DenseNet's drop_rate) recomputes the
+    # same masks". The caller's state is still saved and restored, so only the masks change.
+
+    ("rt-bn-restore-after-backward", "runtime/src/executor.cpp",
+     "  if (restore_after_backward_[ui]) restore_buffers(i);\n",
+     "",
+     "BatchNorm's running statistics are not restored after a recomputation with autograd "
+     "(F_all): they are updated twice in a step"),
+    # Killed by tests/runtime/checkpointable_test.cpp "checkpointed training equals plain
+    # training, bit for bit": check_equal compares net.buffers() (running_mean, running_var,
+    # num_batches_tracked) with plain training's after two steps; under recompute-all and the
+    # optimal schedule at the least budget every BatchNorm stage's last forward is an F_all
+    # recomputation just before its B_i, whose snapshot is then never restored (a later no-grad
+    # recomputation cannot fix it: there is none after it). Also tuple_stages_test.cpp "stages
+    # with tuples, context, TorchScript and callables train exactly as plain autograd" (state
+    # includes chk->buffers(): U-Net BatchNorms, the scripted and callable batch_norm stats).
+    # restore_after_backward_ stays a member that is written: no unused-variable warning.
+
+    ("rt-keep-dead-output", "runtime/src/executor.cpp",
+     "  if (op.is_forward() && !lifetimes_.keep_output[index]) x_[input + 1].clear();\n",
+     "",
+     "the runtime keeps a forward's output that no later forward reads (after F_all i before "
+     "B_i): activations accumulate during the backward phase"),
+    # Killed by tests/runtime/per_layer_test.cpp "one layer per stage: store-all peaks as plain
+    # autograd, schedules as predicted" (CHECK(measured == s.peak_bytes - kR + kLossScalars) at
+    # the least and intermediate budgets: each recomputed stage's x_{i+1} is then held to the end
+    # of the step; a convolution's output is not saved by its graph, so the bytes are extra),
+    # tuple_stages_test.cpp "tuple stages: store-all peaks as plain autograd, schedules within
+    # their budget" (measured == predicted, measured <= budget), checkpointable_test.cpp
+    # "measured peak stays within the budget and close to the prediction" and "with the loss
+    # measured, a cross-entropy step stays within every budget" (measured <= budget at the least
+    # budget). Store-all is unaffected (every F_all's output is read by the next forward), so
+    # only schedules with recomputation catch it; they are in all of these tests.
+
+    # ---- profiler/ --------------------------------------------------------------------------
+    ("prof-peak-before-add", "profiler/src/cpu_memory_tracker.cpp",
+     "const std::int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;",
+     "const std::int64_t now = live_.fetch_add(bytes, std::memory_order_relaxed);",
+     "the CPU tracker compares the live bytes before an allocation (fetch_add's old value) with "
+     "its peak and the limit: peaks miss the latest allocation, the limit lets one through"),
+    # Killed by tests/profiler/memory_tracker_test.cpp "PeakScope measures the growth of one
+    # operation" (allocates 2000 then 400 bytes: the peak records 2000, not 2400) and "a CPU
+    # allocation beyond the limit, or one that fails, is an out-of-memory error" (the 1 MiB
+    # allocation over a limit of +1 MiB with 512 KiB live is compared as 512 KiB: no error,
+    # FAIL("no error beyond the limit")). Also the runtime's peak-vs-prediction tests
+    # (per_layer_test.cpp, tuple_stages_test.cpp) whose measured peaks drop below the prediction.
+
+    ("prof-saved-output-twice", "profiler/src/profiler.cpp",
+     "        state_bytes -= stage.outputs[o].bytes;\n",
+     "",
+     "an output member that the stage's graph saves is counted in state_bytes as well as in the "
+     "output's bytes (twice)"),
+    # Killed by tests/profiler/profiler_test.cpp "profiling a conv chain gives a valid chain with
+    # exact activation sizes" (Conv+BN+ReLU saves its output: CHECK(block.state_bytes ==
+    # block.out_bytes() + 2 * 8 * 4) gets 2 * out_bytes + 64) and "the measured store-all peak
+    # equals the simulator's prediction" (the prediction grows by every ReLU output: measured <
+    # predicted - kLossScalar); also per_layer_test.cpp's CHECK(full == plain - kLossScalars).
+    # The loop keeps its push_back: nothing becomes unused.
+
+    # ---- models/ ----------------------------------------------------------------------------
+    ("models-resnet-bn-swap", "models/src/resnet.cpp",
+     '      conv1_ = register_module("conv1", conv2d(inplanes, planes, 3, stride, 1));\n'
+     '      bn1_ = register_module("bn1", nn::BatchNorm2d(planes));\n'
+     '      conv2_ = register_module("conv2", conv2d(planes, planes, 3, 1, 1));\n'
+     '      bn2_ = register_module("bn2", nn::BatchNorm2d(planes));\n',
+     '      conv1_ = register_module("conv1", conv2d(inplanes, planes, 3, stride, 1));\n'
+     '      bn1_ = register_module("bn2", nn::BatchNorm2d(planes));\n'
+     '      conv2_ = register_module("conv2", conv2d(planes, planes, 3, 1, 1));\n'
+     '      bn2_ = register_module("bn1", nn::BatchNorm2d(planes));\n',
+     "the BasicBlock (resnet18/34) registers its two BatchNorms under each other's names: "
+     "torchvision's bn1 weights load into the BatchNorm after conv2 and bn2's after conv1"),
+    # Killed by tests/models/torchvision_test.cpp "the 19 ports reproduce torchvision's
+    # eval-mode outputs, with every weight randomized" (sections resnet18 and resnet34: every
+    # BatchNorm tensor is randomized, and damp_residuals scales bn2's weight to 0.1-0.3 against
+    # bn1's 0.5-1.5, so the outputs differ by far more than kTolerance) and "resnet18 trains
+    # like torchvision's: output, input gradient, statistics". Also, without torchvision, by
+    # tests/models/models_test.cpp "options: zero_init_residual, DenseNet's free configuration":
+    # resnet18(zero_init_residual) zeroes last_bn() == bn2_, now named "bn1", so
+    # named_parameters()["layer2_1.bn2.weight"] is all ones, not zero. The set of names and
+    # shapes is unchanged ("the ports have torchvision's names and shapes at full size" passes).
+
+    ("models-densenet-cat-order", "models/src/densenet.cpp",
+     "    return torch::cat({x, features}, 1);\n",
+     "    return torch::cat({features, x}, 1);\n",
+     "a dense layer appends its new features before its input's instead of after them "
+     "(torchvision concatenates [previous features..., new]): every later layer's weights "
+     "meet the channels in the wrong order"),
+    # Killed by tests/models/torchvision_test.cpp "the 19 ports reproduce torchvision's
+    # eval-mode outputs, with every weight randomized" (sections densenet121, densenet161,
+    # densenet169, densenet201: shapes are unchanged, so the weights load, but norm1/conv1 of
+    # every following layer, the transitions and norm5 see permuted channels). Not killed
+    # without torchvision: models_test.cpp checks only shapes and checkpointed-vs-plain
+    # DenseNets, which run the same (mutated) code on both sides.
+
+    # ---- more runtime/ and models/ ---------------------------------------------------------
+
+    ("rt-carried-grad-overwrite", "runtime/src/executor.cpp",
+     "        passed.add_(own);\n      else\n        passed = passed + own;\n",
+     "        passed.copy_(own);\n      else\n        passed = own;\n",
+     "the gradient a stage computes for an input member it also carries on replaces the gradient "
+     "passed back for that member instead of being added to it"),
+    # Killed by tests/runtime/tuple_stages_test.cpp "stages with tuples, context, TorchScript and
+    # callables train exactly as plain autograd", section "U-Net with carried skips" (Down's input
+    # is both pooled inside the stage and carried as a skip to Up: the stem's parameter gradients
+    # and the input gradient lose one of the two contributions), at every budget, store-all
+    # included. Both branches are mutated, whichever the gradient's storage takes.
+
+    ("models-inception-bn-eps", "models/src/inception.cpp",
+     'bn(register_module("bn", nn::BatchNorm2d(nn::BatchNormOptions(out).eps(0.001)))) {}',
+     'bn(register_module("bn", nn::BatchNorm2d(nn::BatchNormOptions(out)))) {}',
+     "Inception's BasicConv2d uses BatchNorm's default eps (1e-5) instead of torchvision's 0.001"),
+    # Killed by tests/models/torchvision_test.cpp "the 19 ports reproduce torchvision's eval-mode
+    # outputs, with every weight randomized" (sections inception_v3, inception_v3_noaux,
+    # inception_v3_transform: running_var is randomized in 0.5-1.5, so each of ~94 BatchNorms
+    # scales by about 1 + 5e-4, far above kTolerance 1e-5) and "Inception v3's two heads in
+    # training mode match torchvision's InceptionOutputs".
+]
+
+# The test program, and its Catch arguments, that checks each component's mutations.
+TORCH_TESTS = {
+    "rt": ["remat_runtime_tests"],
+    "prof": ["remat_profiler_tests", "remat_runtime_tests"],
+    "models": ["remat_models_tests"],
+}
 
 # Survivors with a written reason: they do not fail the check, and the reason is printed.
 EXPLAINED = {
@@ -79,20 +234,41 @@ def run(cmd, cwd, log):
         return subprocess.call(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
 
 
+def torch_prefix(python):
+    """LibTorch's CMake prefix of `python`'s torch (scripts/run.sh's virtual environment)."""
+    return subprocess.run([python, "-c", "import os, torch; print(os.path.dirname(torch.__file__))"],
+                          check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+
+
+def default_python():
+    pins = os.path.join(ROOT, "scripts", "torch-requirements.txt")
+    digest = subprocess.run(["sha256sum", pins], check=True, stdout=subprocess.PIPE,
+                            text=True).stdout[:12]
+    cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+    return os.environ.get("REMAT_VENV", os.path.join(cache, "remat", "venv-" + digest)) + \
+        "/bin/python"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--torch", action="store_true",
+                        help="the LibTorch components' mutations (runtime, profiler, models)")
+    parser.add_argument("--python", default=None,
+                        help="--torch: the Python whose torch and torchvision to build against "
+                             "(default: scripts/run.sh's virtual environment)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
-    mutations = [m for m in MUTATIONS if not args.only or m[0] in args.only]
+    catalogue = TORCH_MUTATIONS if args.torch else MUTATIONS
+    mutations = [m for m in catalogue if not args.only or m[0] in args.only]
     if args.list:
         for mid, path, _, _, why in mutations:
-            print(f"{mid:20} {path:40} {why}")
+            print(f"{mid:28} {path:36} {why}")
         return 0
     if args.only and len(mutations) != len(args.only):
-        sys.exit("remat: unknown mutation in --only (see --list)")
-    work = os.path.join(ROOT, "build-mutate")
+        sys.exit("remat: unknown mutation in --only (see --list, with --torch for LibTorch's)")
+    work = os.path.join(ROOT, "build-mutate-torch" if args.torch else "build-mutate")
     tree, build, log = (os.path.join(work, d) for d in ("tree", "build", "mutate.log"))
     # A fresh build too: `git archive` gives the sources the commit's times, older than objects
     # a previous run built from a mutated source, which make would then keep.
@@ -103,11 +279,32 @@ def main():
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True,
                              stdout=subprocess.PIPE).stdout
     subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-    if run(["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-            "-DREMAT_WITH_TORCH=OFF", "-DREMAT_BUILD_BENCH=OFF"], ROOT, log) != 0 or \
-            run(["cmake", "--build", build, "-j", str(args.jobs)], ROOT, log) != 0:
+    configure = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                 "-DREMAT_BUILD_BENCH=OFF"]
+    if args.torch:
+        python = args.python or default_python()
+        if not os.path.exists(python):
+            sys.exit(f"remat: no Python at {python}: run scripts/run.sh first, or give --python")
+        configure += [f"-DCMAKE_PREFIX_PATH={torch_prefix(python)}", f"-DREMAT_PYTHON={python}",
+                      "-DREMAT_BUILD_DISTRIBUTED=OFF", "-DREMAT_SKIP_TRANSFORMERS_TESTS=ON"]
+        programs = sorted({p for ps in TORCH_TESTS.values() for p in ps})
+        targets = ["--target"] + programs
+    else:
+        configure += ["-DREMAT_WITH_TORCH=OFF"]
+        targets = []
+    build_cmd = ["cmake", "--build", build, "-j", str(args.jobs)] + targets
+
+    def tests_pass(mid=None):
+        if not args.torch:
+            cmd = ["ctest", "--test-dir", build, "-j", str(args.jobs)]
+            return run(cmd + (["--stop-on-failure"] if mid else []), ROOT, log) == 0
+        programs = TORCH_TESTS[mid.split("-")[0]] if mid else \
+            sorted({p for ps in TORCH_TESTS.values() for p in ps})
+        return all(run([os.path.join(build, "tests", p)], build, log) == 0 for p in programs)
+
+    if run(configure, ROOT, log) != 0 or run(build_cmd, ROOT, log) != 0:
         sys.exit(f"remat: the unmutated tree does not build (log: {log})")
-    if run(["ctest", "--test-dir", build, "-j", str(args.jobs)], ROOT, log) != 0:
+    if not tests_pass():
         sys.exit(f"remat: the unmutated tree fails its tests (log: {log})")
     survived = []
     for mid, path, old, new, why in mutations:
@@ -118,19 +315,18 @@ def main():
         started = time.time()
         open(source, "w").write(original.replace(old, new))
         try:
-            if run(["cmake", "--build", build, "-j", str(args.jobs)], ROOT, log) != 0:
+            if run(build_cmd, ROOT, log) != 0:
                 verdict = "killed (does not build)"
-            elif run(["ctest", "--test-dir", build, "-j", str(args.jobs), "--stop-on-failure"],
-                     ROOT, log) != 0:
+            elif not tests_pass(mid):
                 verdict = "killed"
             else:
                 verdict = "SURVIVED"
                 survived.append(mid)
         finally:
             open(source, "w").write(original)
-        print(f"{mid:20} {verdict:24} {time.time() - started:5.0f} s  {why}", flush=True)
+        print(f"{mid:28} {verdict:24} {time.time() - started:5.0f} s  {why}", flush=True)
         if verdict == "SURVIVED" and mid in EXPLAINED:
-            print(f"{'':20} {EXPLAINED[mid]}", flush=True)
+            print(f"{'':28} {EXPLAINED[mid]}", flush=True)
     killed = len(mutations) - len(survived)
     print(f"\n{killed} of {len(mutations)} mutations killed"
           + (f"; survived: {', '.join(survived)}" if survived else ""))
