@@ -286,7 +286,7 @@ def main():
         if not os.path.exists(python):
             sys.exit(f"remat: no Python at {python}: run scripts/run.sh first, or give --python")
         configure += [f"-DCMAKE_PREFIX_PATH={torch_prefix(python)}", f"-DREMAT_PYTHON={python}",
-                      "-DREMAT_BUILD_DISTRIBUTED=OFF", "-DREMAT_SKIP_TRANSFORMERS_TESTS=ON"]
+                      "-DREMAT_SKIP_TRANSFORMERS_TESTS=ON"]
         programs = sorted({p for ps in TORCH_TESTS.values() for p in ps})
         targets = ["--target"] + programs
     else:
