@@ -249,8 +249,10 @@ TEST_CASE("with N slots, rounding can make a larger budget slower; measured", "[
       previous = solution.makespan_ms;
     }
   }
-  WARN("--slots 50: makespan increased in " << increases << " of " << pairs
+  // docs/algorithms.md says none was measured: a failure, not a warning, if one appears.
+  INFO("--slots 50: makespan increased in " << increases << " of " << pairs
                                             << " budget steps, by at most " << 100 * worst << "%");
+  CHECK(increases == 0);
   CHECK(pairs > 1000);
 }
 

@@ -263,7 +263,7 @@ TEST_CASE("the exact chain step against the published one", "[solver]") {
 
 TEST_CASE("reference_recurrence reproduces the published recurrence with --slots", "[solver]") {
   std::mt19937_64 rng(11);
-  int compared = 0, warned = 0;
+  int compared = 0;
   for (std::uint64_t seed = 0; seed < 300; ++seed) {
     test::RandomChainSpec spec;
     spec.max_bytes = 1000;
@@ -287,11 +287,11 @@ TEST_CASE("reference_recurrence reproduces the published recurrence with --slots
       REQUIRE(collapsed_string(solution.sequence) ==
               collapsed_string(reference.sequence(budget < slots ? budget : slots)));
       REQUIRE(solution.warning.empty() == (solution.peak_bytes <= budget));
-      if (!solution.warning.empty()) ++warned;
     }
   }
   CHECK(compared > 150);
-  WARN("published recurrence overran its budget in " << warned << " of " << compared << " solves");
+  // Each overrun is reported (the REQUIRE above); that overruns occur is checked by "the
+  // exact chain step against the published one".
 }
 
 }  // namespace remat
