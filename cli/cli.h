@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ void check_plot_path(const std::string& path);
 
 /// Checks a --threads argument of the solver's commands: 0 (one per core) to kMaxThreads.
 void check_solver_threads(int threads);
+
+/// `text` as a whole number from `low` to `high` (strtol's decimal form, all of the text);
+/// nullopt if it is not one.
+std::optional<long> whole_number(const std::string& text, long low, long high);
 
 /// `text` safe to print on a terminal: control characters (C0, DEL, and C1 as UTF-8 writes
 /// them), which a chain file's names or a command line could use to move the cursor, retitle

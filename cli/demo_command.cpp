@@ -153,10 +153,7 @@ Action add_demo_command(CLI::App& app) {
       try {
         step([&](const torch::Tensor& x) { return chk->forward(Tensors{x}); }, true, k, ms, peak);
       } catch (const c10::OutOfMemoryError& error) {
-        fmt::print(stderr,
-                   "remat: out of memory at step {} with the schedule: {}\nThe schedule predicted "
-                   "a peak of {} activations on top of the model; try a smaller --budget.\n",
-                   k + 1, printable(error.what_without_backtrace()), format_bytes(s.peak_bytes));
+        print_step_out_of_memory("", torch::kCPU, k + 1, error, s.peak_bytes);
         return kExitOutOfMemory;
       } catch (const c10::Error& error) {
         throw std::runtime_error(
@@ -183,21 +180,18 @@ Action add_demo_command(CLI::App& app) {
       fmt::print("{:<24} {:>14}\n", "plain autograd", "out of memory");
     fmt::print("{:<24} {:>14} {:>11.1f} ms\n", "remat, measured", format_bytes(ours_peak), median(ours_ms));
     fmt::print("{:<24} {:>14} {:>11.1f} ms\n", "remat, predicted", format_bytes(s.peak_bytes), s.makespan_ms);
+    const char* verdict = ours_peak <= budget ? "within" : "ABOVE";
     if (plain_out_of_memory.empty())
       fmt::print("\nmeasured peak is {:.1f}% of plain training's and {} the budget of {}\n\n",
                  100.0 * static_cast<double>(ours_peak) /
                      static_cast<double>(std::max<std::int64_t>(plain_peak, 1)),
-                 ours_peak <= budget ? "within" : "ABOVE", format_bytes(budget));
+                 verdict, format_bytes(budget));
     else
       fmt::print(
           "\nplain training ran out of memory ({}); remat's measured peak is {} the budget "
           "of {}\n\n",
-          printable(plain_out_of_memory), ours_peak <= budget ? "within" : "ABOVE",
-          format_bytes(budget));
-    if (ours_peak > budget)
-      fmt::print(stderr,
-                 "remat: the measured peak {} exceeded the budget {}: this is a bug in remat\n",
-                 format_bytes(ours_peak), format_bytes(budget));
+          printable(plain_out_of_memory), verdict, format_bytes(budget));
+    if (ours_peak > budget) print_peak_over_budget("", ours_peak, budget);
     fmt::print(
         "Next: remat profile --model {} --batch {} {} -o chain.json, then remat\n"
         "schedule / tradeoff --chain chain.json (add --plot FILE.svg for pictures).\n",

@@ -36,6 +36,13 @@ void check_solver_threads(int threads) {
               " (0, the default, runs one per core)");
 }
 
+std::optional<long> whole_number(const std::string& text, long low, long high) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < low || value > high) return std::nullopt;
+  return value;
+}
+
 std::string printable(const std::string& text) {
   std::string out;
   out.reserve(text.size());

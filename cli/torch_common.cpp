@@ -152,6 +152,21 @@ LossFunction training_loss_of(const ModelInput& in, torch::Tensor target) {
   };
 }
 
+void print_step_out_of_memory(const std::string& who, const torch::Device& device, int step,
+                              const c10::OutOfMemoryError& error, std::int64_t predicted_peak) {
+  fmt::print(stderr,
+             "remat: {}out of memory on {} at step {}: {}\nThe schedule predicted a peak of {} "
+             "activations on top of the model; try a smaller --budget.\n",
+             who, device.str(), step, printable(error.what_without_backtrace()),
+             format_bytes(predicted_peak));
+}
+
+void print_peak_over_budget(const std::string& who, std::int64_t peak, std::int64_t budget) {
+  fmt::print(stderr,
+             "remat: {}the measured peak {} exceeded the budget {}: this is a bug in remat\n", who,
+             format_bytes(peak), format_bytes(budget));
+}
+
 InjectedFault InjectedFault::from_env() {
   InjectedFault fault;
   const char* value = std::getenv("REMAT_FAULT");
@@ -171,11 +186,9 @@ InjectedFault InjectedFault::from_env() {
     const std::string kind = item.substr(0, colon);
     const std::string arg = colon == std::string::npos ? "" : item.substr(colon + 1);
     if (kind == "step-error") {
-      char* rest = nullptr;
-      const long step = std::strtol(arg.c_str(), &rest, 10);
-      if (arg.empty() || *rest != '\0' || step < 1 || step > 1000000)
-        throw bad("'" + arg + "' is not a step number");
-      fault.error_step = static_cast<int>(step);
+      const std::optional<long> step = whole_number(arg, 1, 1000000);
+      if (!step) throw bad("'" + arg + "' is not a step number");
+      fault.error_step = static_cast<int>(*step);
     } else if (kind == "hold") {
       try {
         fault.hold_bytes = parse_size(arg);

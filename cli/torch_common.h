@@ -56,6 +56,14 @@ torch::Tensor training_loss(const ModelInput& in, const Tensors& outputs,
 /// training_loss as a function of the output members, for ProfileOptions::loss.
 LossFunction training_loss_of(const ModelInput& in, torch::Tensor target);
 
+/// What train and demo print when a step with the schedule runs out of memory: `who` (a rank,
+/// or empty), the device, the step (from 1), the error and the schedule's predicted peak.
+void print_step_out_of_memory(const std::string& who, const torch::Device& device, int step,
+                              const c10::OutOfMemoryError& error, std::int64_t predicted_peak);
+/// What they print when a step's measured peak exceeded the budget with a chain they
+/// profiled themselves: a bug in remat.
+void print_peak_over_budget(const std::string& who, std::int64_t peak, std::int64_t budget);
+
 /// Fault injection, for the tests of train's and demo's error paths (docs/testing.md): read
 /// from REMAT_FAULT, a comma-separated list of
 /// - "step-error:N": step N (from 1) of checkpointed training throws a c10::Error after its

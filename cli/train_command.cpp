@@ -133,13 +133,11 @@ std::pair<std::string, int> parse_master(const std::string& text) {
   std::string host = text.substr(0, colon);
   int port = 29500;
   if (colon != std::string::npos) {
-    const std::string digits = text.substr(colon + 1);
-    char* end = nullptr;
-    const long value = std::strtol(digits.c_str(), &end, 10);
-    if (digits.empty() || *end != '\0' || value < 1 || value > 65535)
+    const std::optional<long> value = whole_number(text.substr(colon + 1), 1, 65535);
+    if (!value)
       throw std::invalid_argument(
           fmt::format("--master {}: the port must be a number from 1 to 65535", printable(text)));
-    port = static_cast<int>(value);
+    port = static_cast<int>(*value);
   }
   if (host.empty())
     throw std::invalid_argument(fmt::format("--master {}: no host (HOST:PORT)", printable(text)));
@@ -314,11 +312,8 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
     } catch (const c10::OutOfMemoryError& error) {
       bar.clear();
       if (group) group->report_failure(fmt::format("out of memory at step {}", step + 1));
-      fmt::print(stderr,
-                 "remat: {}out of memory on {} at step {}: {}\nThe schedule predicted a peak of {} "
-                 "activations on top of the model; try a smaller --budget.\n",
-                 env ? fmt::format("rank {}: ", env->rank) : "", in.device.str(), step + 1,
-                 error.what_without_backtrace(), format_bytes(s.peak_bytes));
+      print_step_out_of_memory(env ? fmt::format("rank {}: ", env->rank) : "", in.device, step + 1,
+                               error, s.peak_bytes);
       return kExitOutOfMemory;
     } catch (const distributed::DistributedError&) {
       bar.clear();
@@ -371,9 +366,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
                  in.label(args.batch), in.info->name, args.batch);
       return kExitBadInput;
     }
-    fmt::print(stderr,
-               "remat: {}the measured peak {} exceeded the budget {}: this is a bug in remat\n",
-               who, format_bytes(worst_peak), format_bytes(budget));
+    print_peak_over_budget(who, worst_peak, budget);
     return kExitInternal;
   }
   if (group) group->barrier();  // rank 0 hosts the rendezvous: it stays until all are done
