@@ -280,6 +280,7 @@ def main():
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True,
                              stdout=subprocess.PIPE).stdout
     subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+    all_programs = sorted({p for ps in TORCH_TESTS.values() for p in ps})
     configure = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                  "-DREMAT_BUILD_BENCH=OFF"]
     if args.torch:
@@ -288,8 +289,7 @@ def main():
             sys.exit(f"remat: no Python at {python}: run scripts/run.sh first, or give --python")
         configure += [f"-DCMAKE_PREFIX_PATH={torch_prefix(python)}", f"-DREMAT_PYTHON={python}",
                       "-DREMAT_SKIP_TRANSFORMERS_TESTS=ON"]
-        programs = sorted({p for ps in TORCH_TESTS.values() for p in ps})
-        targets = ["--target"] + programs
+        targets = ["--target"] + all_programs
     else:
         configure += ["-DREMAT_WITH_TORCH=OFF"]
         targets = []
@@ -299,8 +299,7 @@ def main():
         if not args.torch:
             cmd = ["ctest", "--test-dir", build, "-j", str(args.jobs)]
             return run(cmd + (["--stop-on-failure"] if mid else []), ROOT, log) == 0
-        programs = TORCH_TESTS[mid.split("-")[0]] if mid else \
-            sorted({p for ps in TORCH_TESTS.values() for p in ps})
+        programs = TORCH_TESTS[mid.split("-")[0]] if mid else all_programs
         return all(run([os.path.join(build, "tests", p)], build, log) == 0 for p in programs)
 
     if run(configure, ROOT, log) != 0 or run(build_cmd, ROOT, log) != 0:

@@ -86,7 +86,7 @@ std::vector<std::string> torchvision_cnns() {
 }
 
 /// Two floating-point tensors of `net` with the same shape and different values, in different
-/// stages when there are such: 1-D ones (BatchNorm's statistics, biases) first.
+/// stages: 1-D ones (BatchNorm's statistics, biases) first.
 std::pair<torch::Tensor, torch::Tensor> two_alike(const nn::Sequential& net) {
   std::vector<std::pair<std::string, torch::Tensor>> all;
   for (const auto& p : net->named_parameters()) all.emplace_back(p.key(), p.value());
