@@ -12,6 +12,10 @@
 // The optimal schedules run at the per-block schedule's predicted peak (equal memory) and at
 // 50% and 30% of the block chain's store-all peak; then at the least budget at which each is
 // predicted to be within 10% of plain training's time ("speed budget").
+// With --hf-json (the output of bench/hf_gpt2_baseline.py, run beside it at the same batch,
+// sequence and device), the table also has Hugging Face's GPT2LMHeadModel, plain and after
+// gradient_checkpointing_enable(), as measured there, and both optimal schedules run at
+// the measured peak of Hugging Face's checkpointing (equal measured memory).
 //
 // A step: forward (the chain's output is the causal LM loss on random token ids), backward;
 // parameter gradients allocated beforehand and zeroed in place, no optimizer step. Step time:
@@ -28,6 +32,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench_util.h"
@@ -73,7 +78,27 @@ struct Row {
   std::string model, method, setting;
   std::int64_t budget = 0, predicted_peak = 0, measured_peak = 0;
   double predicted_ms = 0, measured_ms = 0;
+  bool oom = false;
 };
+
+/// Hugging Face's rows of `model` from bench/hf_gpt2_baseline.py's JSON: "hf-plain" and
+/// "hf-checkpointing", measured only (no prediction).
+std::vector<Row> hf_rows(const json& hf, const std::string& model) {
+  std::vector<Row> rows;
+  for (const json& r : hf.at("results")) {
+    if (r.at("model") != model) continue;
+    const bool checkpointing = r.at("method") == "hf-checkpointing";
+    Row row{model, r.at("method").get<std::string>(),
+            checkpointing ? "gradient_checkpointing_enable()" : "GPT2LMHeadModel, plain autograd"};
+    row.oom = r.value("oom", false);
+    if (!row.oom) {
+      row.measured_ms = r.at("median_ms").get<double>();
+      row.measured_peak = r.at("peak_bytes").get<std::int64_t>();
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
 
 /// Measured step time (median) and peak of `forward` on `n`.
 std::pair<double, std::int64_t> measure(Net& n, const torch::Tensor& ids, torch::Device device,
@@ -115,7 +140,7 @@ std::int64_t speed_budget(Net& n, double slowdown) {
 int main(int argc, char** argv) {
   CLI::App app("remat_transformer_bench: GPT-2 at block and half-block granularity against "
                "per-block checkpointing (docs/models.md)");
-  std::string models = "gpt2,gpt2-medium", device_name = "cpu", json_path, markdown_path;
+  std::string models = "gpt2,gpt2-medium", device_name = "cpu", json_path, markdown_path, hf_path;
   int batch = 1, sequence = 1024, steps = 2, warmup = 1, repeat = 2, threads = 0;
   app.add_option("--models", models, "Comma-separated GPT-2 configurations")->capture_default_str();
   app.add_option("--batch", batch)->capture_default_str();
@@ -127,9 +152,27 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads for LibTorch");
   app.add_option("--json", json_path, "Write the rows as JSON");
   app.add_option("--markdown", markdown_path, "Write the table as Markdown");
+  app.add_option("--hf-json", hf_path,
+                 "Results of bench/hf_gpt2_baseline.py (same batch, sequence and device) to merge")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) torch::set_num_threads(threads);
   const torch::Device device(device_name);
+  json hf;
+  if (!hf_path.empty()) {
+    try {
+      hf = json::parse(std::ifstream(hf_path));
+      if (hf.at("batch") != batch || hf.at("sequence") != sequence ||
+          torch::Device(hf.at("device").get<std::string>()).type() != device.type())
+        throw std::runtime_error("measured at batch " + hf.at("batch").dump() + ", sequence " +
+                                 hf.at("sequence").dump() + " on " + hf.at("device").dump() +
+                                 ", not at this run's");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "remat_transformer_bench: --hf-json %s: %s\n", hf_path.c_str(),
+                   e.what());
+      return 2;
+    }
+  }
 
   std::vector<Row> rows;
   std::stringstream names(models);
@@ -140,15 +183,22 @@ int main(int argc, char** argv) {
     const auto run = [&](Net& n, const std::string& method, const std::string& setting,
                          const remat::Solution* s, bool plain) {
       std::fprintf(stderr, "  %s %s %s\n", name.c_str(), method.c_str(), setting.c_str());
-      const auto [ms, peak] = measure(n, ids, device, steps, warmup, [&](const torch::Tensor& x) {
-        return plain ? remat::run_stages(n.chk->stages(), {x}) : n.chk->forward(remat::Tensors{x});
-      });
       Row r{name, method, setting};
       r.budget = s ? s->budget_bytes : 0;
       r.predicted_peak = s ? s->peak_bytes : n.chk->store_all_peak();
       r.predicted_ms = s ? s->makespan_ms : n.chain.store_all_ms();
-      r.measured_peak = peak;
-      r.measured_ms = ms;
+      try {
+        std::tie(r.measured_ms, r.measured_peak) =
+            measure(n, ids, device, steps, warmup, [&](const torch::Tensor& x) {
+              return plain ? remat::run_stages(n.chk->stages(), {x})
+                           : n.chk->forward(remat::Tensors{x});
+            });
+      } catch (const c10::OutOfMemoryError& error) {
+        std::fprintf(stderr, "    out of memory: %s\n", error.what_without_backtrace());
+        r.oom = true;
+        rows.push_back(r);
+        return;
+      }
       rows.push_back(r);
       std::fprintf(stderr, "    predicted %s %.0f ms, measured %s %.0f ms\n",
                    mib(double(r.predicted_peak)).c_str(), r.predicted_ms,
@@ -166,10 +216,20 @@ int main(int argc, char** argv) {
             .segments(block.chain.length()));
     run(block, "per-block", "every stage", &per_block, false);
     const std::int64_t store_all = block.chk->store_all_peak();
-    const std::vector<std::pair<std::string, std::int64_t>> budgets = {
+    std::vector<std::pair<std::string, std::int64_t>> budgets = {
         {"= per-block peak", per_block.peak_bytes},
         {"50% of store-all", store_all / 2},
         {"30% of store-all", store_all * 3 / 10}};
+    if (!hf.is_null()) {
+      const std::vector<Row> theirs = hf_rows(hf, name);
+      if (theirs.empty())
+        std::fprintf(stderr, "  %s: not in --hf-json %s\n", name.c_str(), hf_path.c_str());
+      for (const Row& r : theirs) {
+        rows.push_back(r);
+        if (r.method == "hf-checkpointing" && !r.oom)
+          budgets.insert(budgets.begin(), {"= HF checkpointing's measured peak", r.measured_peak});
+      }
+    }
     for (Net* n : {&block, &half}) {
       const std::string method =
           n == &block ? "optimal/block" : "optimal/half";
@@ -200,18 +260,20 @@ int main(int argc, char** argv) {
     double plain_ms = 0;
     for (const Row& p : rows)
       if (p.model == r.model && p.method == "plain" && plain_ms == 0) plain_ms = p.measured_ms;
-    const bool ran = r.measured_ms > 0;
-    char line[512];
-    std::snprintf(line, sizeof line, "| %s | %s | %s%s | %s | %s | %s | %s | %s |\n", r.model.c_str(),
-                  r.method.c_str(), r.setting.c_str(),
-                  r.budget > 0 ? (" (" + mib(double(r.budget)) + ")").c_str() : "",
-                  mib(double(r.predicted_peak)).c_str(), ran ? mib(double(r.measured_peak)).c_str() : "-",
-                  ran ? (std::to_string(static_cast<long>(r.predicted_ms)) + " ms").c_str() : "-",
-                  ran ? (std::to_string(static_cast<long>(r.measured_ms)) + " ms").c_str() : "-",
-                  ran && plain_ms > 0
-                      ? (std::to_string(static_cast<int>(100 * (r.measured_ms / plain_ms - 1) + (r.measured_ms >= plain_ms ? 0.5 : -0.5))) + "%").c_str()
-                      : "-");
-    md << line;
+    const bool ran = r.measured_ms > 0, predicted = r.predicted_ms > 0;
+    const auto ms = [](double v) { return std::to_string(static_cast<long>(v)) + " ms"; };
+    const auto percent = [](double v) {
+      return std::to_string(static_cast<int>(100 * v + (v >= 0 ? 0.5 : -0.5))) + "%";
+    };
+    md << "| " << r.model << " | " << r.method << " | " << r.setting
+       << (r.budget > 0 ? " (" + mib(double(r.budget)) + ")" : "") << " | "
+       << (r.predicted_peak > 0 ? mib(double(r.predicted_peak)) : "-") << " | "
+       << (r.oom ? "out of memory"
+           : ran ? mib(double(r.measured_peak))
+                 : "-")
+       << " | " << (predicted && (ran || r.oom) ? ms(r.predicted_ms) : "-") << " | "
+       << (ran ? ms(r.measured_ms) : "-") << " | "
+       << (ran && plain_ms > 0 ? percent(r.measured_ms / plain_ms - 1) : "-") << " |\n";
   }
   std::printf("GPT-2, batch %d, sequence %d, %s, LibTorch %s, %d threads: median of %d steps after %d\n\n%s",
               batch, sequence, device_name.c_str(), TORCH_VERSION, torch::get_num_threads(), steps,
@@ -220,10 +282,15 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     json out = json::array();
     for (const Row& r : rows)
-      out.push_back({{"model", r.model}, {"method", r.method}, {"setting", r.setting},
-                     {"budget", r.budget}, {"predicted_peak", r.predicted_peak},
-                     {"measured_peak", r.measured_peak}, {"predicted_ms", r.predicted_ms},
-                     {"measured_ms", r.measured_ms}});
+      out.push_back({{"model", r.model},
+                     {"method", r.method},
+                     {"setting", r.setting},
+                     {"budget", r.budget},
+                     {"predicted_peak", r.predicted_peak},
+                     {"measured_peak", r.measured_peak},
+                     {"predicted_ms", r.predicted_ms},
+                     {"measured_ms", r.measured_ms},
+                     {"oom", r.oom}});
     std::ofstream(json_path) << json{{"batch", batch}, {"sequence", sequence}, {"device", device_name},
                                      {"libtorch", TORCH_VERSION}, {"rows", out}}.dump(2) << "\n";
   }

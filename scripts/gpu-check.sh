@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The GPU check, in one command: builds remat against this machine's PyTorch (every CUDA
-# source), runs the whole test suite ([cuda] tests included), then the fidelity table and the
-# throughput benchmark (remat against plain LibTorch, plain PyTorch and
-# torch.utils.checkpoint.checkpoint_sequential on the same torchvision networks). Logs, tables
-# and plots go to the output folder (docs/gpu-check.md says what each holds).
+# source), runs the CUDA tests, the fidelity table, the throughput benchmark (remat against
+# plain LibTorch, plain PyTorch and torch.utils.checkpoint.checkpoint_sequential on the same
+# torchvision networks), the published reference point, GPT-2 against Hugging Face's
+# checkpointing, data-parallel training, the Python package, and last the CPU tests. Logs,
+# tables and plots go to the output folder (docs/gpu-check.md says what each holds).
+# scripts/gpu-session.sh runs it in the background across several device calls.
 #
 #   bash scripts/gpu-check.sh                     on the GPU machine, output in $OUT; the
 #                                                 header-only packages it lacks in .devdeps/
 #                                                 (docs/gpu-check.md)
 #   bash scripts/gpu-check.sh --cpu --build build --out DIR
 #                                                 CPU mode: tiny sizes, on an existing build (CI)
-# Options: --only build,tests,fidelity,throughput,distributed,python (the parts to run; CPU
-# mode's default is fidelity,throughput,distributed,python), --build DIR (default build-gpu), --out DIR (default $OUT),
-# --models resnet50:128:224,... (throughput models, batch sizes and image sizes).
+# Options: --only PARTS, a comma list of build, tests (the CUDA ones), fidelity, throughput,
+# reference, transformers, distributed, python, cpu-tests (run in that order whatever the
+# list's; GPU mode's default is all of them, CPU mode's all but build, tests and cpu-tests),
+# --build DIR (default build-gpu), --out DIR (default $OUT), --models resnet50:128:224,...
+# (throughput models, batch sizes and image sizes).
 # Environment: REMAT_PYTHON, the Python with torch and torchvision (default python3).
 # Exit status: 0 when every part ran and passed; 1 when a test failed or a measured peak
 # exceeded its budget (the other parts still run); 2 for bad arguments.
@@ -47,31 +51,55 @@ run() { "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
 
 if [ "$mode" = gpu ]; then
   device=cuda
-  [ -n "$only" ] || only=build,tests,fidelity,throughput,distributed,python
+  [ -n "$only" ] || only=build,tests,fidelity,throughput,reference,transformers,distributed,python,cpu-tests
   distributed_args=(--model resnet50 --batch 64 --image 224 --steps 10 --budget 50%)
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3 --batch 32 --steps 10 --warmup 3)
   [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,vgg16:64:224
-  throughput_args=(--steps 20 --warmup 3)
-  baseline_args=(--steps 20 --warmup 3)
+  throughput_args=(--steps 10 --warmup 3)
+  baseline_args=(--steps 10 --warmup 3)
+  # PyTorch's sublinear-memory reimplementation: resnet152, batch 16, 5459 MiB -> 2455 MiB
+  # (45%) at 10% lower speed; remat at 45% of store-all, and at 40% and 35% (where the
+  # parameters and gradients, which that figure included, would put 45% of the total).
+  reference_spec=resnet152:16:224
+  reference_budgets=100,45,40,35
+  transformer_args=(--models gpt2,gpt2-medium --batch 8 --seq 1024 --steps 10 --warmup 3)
+  transformer_repeat=(--repeat 3)
   python_bench_args=(--device cuda --steps 10)
 else
   device=cpu
-  [ -n "$only" ] || only=fidelity,throughput,distributed,python
+  [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python
   distributed_args=(--model resnet18 --batch 2 --image 32 --steps 2 --budget 100% --repeat 1)
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
   throughput_args=(--steps 3 --warmup 1 --repeat 1)
   baseline_args=(--steps 3 --warmup 1)
+  reference_spec=resnet18:2:64
+  reference_budgets=100,45
+  transformer_args=(--models gpt2 --batch 1 --seq 32 --steps 1 --warmup 0)
+  transformer_repeat=(--repeat 1)
   python_bench_args=(--device cpu --steps 1 --quick)
 fi
 has() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+for part in ${only//,/ }; do
+  case "$part" in
+    build|tests|fidelity|throughput|reference|transformers|distributed|python|cpu-tests) ;;
+    *) echo "gpu-check: unknown part '$part' (known: build, tests, fidelity, throughput, reference, transformers, distributed, python, cpu-tests)" >&2; exit 2 ;;
+  esac
+done
 
 say "gpu-check ($mode mode) on $(hostname), output in $out"
 if command -v nvidia-smi >/dev/null; then run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; fi
 run "$python" -c 'import torch, torchvision; print("torch", torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available(), "torchvision", torchvision.__version__)'
 
 if has build; then
-  say "building remat in $build against this machine's PyTorch"
+  # Everything when tests run; else only the programs the selected parts run.
+  targets=()
+  if ! has tests && ! has cpu-tests; then
+    { has fidelity || has throughput || has reference; } && targets+=(remat_training_bench)
+    has transformers && targets+=(remat_transformer_bench)
+    has distributed && targets+=(remat)
+  fi
+  say "building remat in $build against this machine's PyTorch${targets[*]:+ (${targets[*]})}"
   [ -f .devdeps/env.sh ] && source .devdeps/env.sh
   torch_prefix=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
   export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -80,15 +108,20 @@ if has build; then
   run cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
     "$cuda_flag" -DREMAT_PYTHON="$(command -v "$python")" || { say "configure failed"; exit 1; }
-  run cmake --build "$build" -j "$jobs" || { say "build failed"; exit 1; }
+  if has tests || has cpu-tests || [ ${#targets[@]} -gt 0 ]; then
+    run cmake --build "$build" -j "$jobs" ${targets[@]:+--target "${targets[@]}"} || { say "build failed"; exit 1; }
+  fi
 fi
-if has tests || has fidelity || has throughput; then
-  [ -x "$build/bin/remat_training_bench" ] || { say "no $build/bin/remat_training_bench: build first (--only build)"; exit 1; }
-fi
+need() {  # need PROGRAM: it must have been built
+  [ -x "$build/bin/$1" ] || { say "no $build/bin/$1: build first (--only build,...)"; exit 1; }
+}
+{ has fidelity || has throughput || has reference; } && need remat_training_bench
+has transformers && need remat_transformer_bench
+has distributed && need remat
 
 if has tests; then
-  say "tests: the CPU ones in parallel, then the CUDA ones one at a time"
-  run ctest --test-dir "$build" --output-on-failure -j "$jobs" -E '(CUDA|cuda)' || status=1
+  # The CUDA tests one at a time (they share the GPU); the CPU tests come last (cpu-tests).
+  say "tests: the CUDA ones"
   run ctest --test-dir "$build" --output-on-failure -R '(CUDA|cuda)' || status=1
 fi
 
@@ -98,37 +131,62 @@ if has fidelity; then
     "${fidelity_args[@]}" --json "$out/fidelity.json" --markdown "$out/fidelity.md" || status=1
 fi
 
-if has throughput; then
-  say "throughput: remat against plain LibTorch, plain PyTorch and checkpoint_sequential"
-  tables=()
+# throughput_runs NAME SPECS BUDGETS: for each MODEL:BATCH:IMAGE of SPECS, PyTorch's side
+# (plain and checkpoint_sequential for K = 2 .. 2 sqrt(L)), then remat's (plain LibTorch,
+# optimal at BUDGETS percent of store-all, periodic); writes NAME.md, NAME.json, NAME.html.
+throughput_runs() {
+  local name=$1 specs=$2 budgets=$3 tables=() spec model batch image work
   # Per-model files beside the build, not in $out (the GPU machine returns 8 files at most).
-  work_dir=$build/gpu-check-work
+  local work_dir=$build/gpu-check-work
   mkdir -p "$work_dir"
-  for spec in ${throughput_models//,/ }; do
+  for spec in ${specs//,/ }; do
     IFS=: read -r model batch image <<< "$spec"
-    [ -n "$image" ] || { say "bad --models entry '$spec': expected MODEL:BATCH:IMAGE"; exit 2; }
+    [ -n "$image" ] || { say "bad model entry '$spec': expected MODEL:BATCH:IMAGE"; exit 2; }
     work=$work_dir/$model-b$batch-$image
     say "$model, batch $batch: PyTorch (plain and checkpoint_sequential for K = 2 .. 2 sqrt(L))"
     run "$python" bench/pytorch_baseline.py --model "$model" --batch "$batch" --image "$image" --device "$device" \
       --segments all "${baseline_args[@]}" --json "$work-pytorch.json" || { status=1; continue; }
-    say "$model, batch $batch: remat (plain LibTorch, optimal at 100/75/50/35/25%, periodic)"
+    say "$model, batch $batch: remat (plain LibTorch, optimal at $budgets% of store-all, periodic)"
     run "$build/bin/remat_training_bench" throughput --model "$model" --batch "$batch" --image "$image" --device "$device" \
-      --budgets 100,75,50,35,25 "${throughput_args[@]}" --pytorch-json "$work-pytorch.json" \
+      --budgets "$budgets" "${throughput_args[@]}" --pytorch-json "$work-pytorch.json" \
       --json "$work.json" --markdown "$work.md" --svg "$work.svg" || { status=1; continue; }
     tables+=("$work")
   done
   # One file of each kind: the tables, the results, the plots (one page).
-  { for t in "${tables[@]}"; do echo "## ${t##*/}"; echo; cat "$t.md"; echo; done; } > "$out/throughput.md"
-  "$python" - "$out" "${tables[@]}" <<'PY'
+  { for t in "${tables[@]}"; do echo "## ${t##*/}"; echo; cat "$t.md"; echo; done; } > "$out/$name.md"
+  "$python" - "$out/$name" "${tables[@]}" <<'PY'
 import json, sys
 out, works = sys.argv[1], sys.argv[2:]
-json.dump([json.load(open(w + ".json")) for w in works], open(out + "/throughput.json", "w"), indent=1)
-with open(out + "/throughput.html", "w") as page:
+json.dump([json.load(open(w + ".json")) for w in works], open(out + ".json", "w"), indent=1)
+with open(out + ".html", "w") as page:
     page.write("<!DOCTYPE html><html><head><meta charset='utf-8'><title>remat throughput</title></head><body>\n")
     for w in works:
         page.write(open(w + ".svg").read() + "\n")
     page.write("</body></html>\n")
 PY
+}
+
+if has throughput; then
+  say "throughput: remat against plain LibTorch, plain PyTorch and checkpoint_sequential"
+  throughput_runs throughput "$throughput_models" 100,75,50,35,25
+fi
+
+if has reference; then
+  say "the published reference point (resnet152, batch 16: 5459 -> 2455 MiB at 10% lower speed): $reference_spec at $reference_budgets% of store-all"
+  throughput_runs reference "$reference_spec" "$reference_budgets"
+fi
+
+if has transformers; then
+  say "transformers: GPT-2, Hugging Face's gradient_checkpointing_enable() against remat's schedules"
+  hf_json=$build/gpu-check-work/hf-gpt2.json
+  mkdir -p "${hf_json%/*}"
+  if run "$python" bench/hf_gpt2_baseline.py --device "$device" "${transformer_args[@]}" --json "$hf_json"; then
+    run "$build/bin/remat_transformer_bench" --device "$device" "${transformer_args[@]}" \
+      "${transformer_repeat[@]}" --hf-json "$hf_json" --json "$out/transformers.json" \
+      --markdown "$out/transformers.md" || status=1
+  else
+    status=1
+  fi
 fi
 
 if has distributed; then
@@ -158,6 +216,11 @@ if has python; then
   say "the Python benchmark: remat, checkpoint_sequential and rockmate at 75/50/35% of store-all"
   run "$python" bench/python_bench.py "${python_bench_args[@]}" --json "$out/python.json" \
     --markdown "$out/python.md" || status=1
+fi
+
+if has cpu-tests; then
+  say "tests: the CPU ones, in parallel"
+  run ctest --test-dir "$build" --output-on-failure -j "$jobs" -E '(CUDA|cuda)' || status=1
 fi
 
 say "done: $( [ $status = 0 ] && echo passed || echo FAILED ) in $(( SECONDS - started )) s; files in $out"
