@@ -89,7 +89,30 @@ done
 
 say "gpu-check ($mode mode) on $(hostname), output in $out"
 if command -v nvidia-smi >/dev/null; then run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; fi
-run "$python" -c 'import torch, torchvision; print("torch", torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available(), "torchvision", torchvision.__version__)'
+# The machine, for the tables' headings (tools/gpu_results.py reads environment.json).
+run "$python" - "$out/environment.json" <<'PY'
+import datetime, json, platform, subprocess, sys
+import torch, torchvision
+env = {"date": datetime.date.today().isoformat(), "host": platform.node(),
+       "torch": torch.__version__, "cuda": torch.version.cuda,
+       "cuda_available": torch.cuda.is_available(), "torchvision": torchvision.__version__,
+       "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
+try:
+    import transformers
+    env["transformers"] = transformers.__version__
+except ImportError:
+    env["transformers"] = None
+if torch.cuda.is_available():
+    env["gpu"] = torch.cuda.get_device_name(0)
+    env["gpu_memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
+    try:
+        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True, check=True).stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        env["driver"] = None
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+print(" ".join(f"{k} {v}" for k, v in env.items()))
+PY
 
 if has build; then
   # Everything when tests run; else only the programs the selected parts run.

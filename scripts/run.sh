@@ -151,4 +151,8 @@ for _ in 1 2; do  # about a minute in all; a check still running after 18 min ha
   code=0; "${session[@]}" wait || code=$?
 done
 [ "$code" = 0 ] || { echo "the GPU check's CPU mode failed (exit $code)" >&2; exit 1; }
+# Its report (CPU times miss the GPU's targets: not --strict), and the report's own tests.
+"$venv_python" tools/gpu_results.py build/gpu-check-cpu/results.tar.gz \
+  --markdown build/gpu-check-cpu/report.md --img-dir build/gpu-check-cpu/img > /dev/null
+"$venv_python" -m pytest -q -p no:cacheprovider tests/tools
 step "all tests passed"

@@ -1,0 +1,129 @@
+"""tools/gpu_results.py: each target of the GPU check is judged as docs/gpu-check.md says, on
+synthetic results where the right verdict is known (run by scripts/run.sh with pytest)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import gpu_results  # noqa: E402
+
+MIB = 1 << 20
+
+
+def fidelity_row(percent: float, budget: int, predicted: int, measured: int,
+                 predicted_ms: float = 100.0, measured_ms: float = 100.0) -> dict:
+    return {"model": "net", "percent": percent, "budget_bytes": budget,
+            "predicted_peak_bytes": predicted, "measured_peak_bytes": measured,
+            "predicted_ms": predicted_ms, "measured_ms": measured_ms}
+
+
+def throughput_run(remat_100: float, plain: float, ratio_50: float | None) -> list[dict]:
+    def result(method: str, setting: str, images: float, peak: int) -> dict:
+        return {"method": method, "setting": setting, "oom": False, "images_per_s": images,
+                "peak_bytes": peak}
+    equal = [{"budget": "100%", "checkpoint_sequential": None, "remat-periodic": None},
+             {"budget": "50%", "remat-periodic": None,
+              "checkpoint_sequential": None if ratio_50 is None else
+              {"setting": "K=4", "peak_bytes": 40 * MIB, "images_per_s": 100 / ratio_50, "ratio": ratio_50}}]
+    return [{"model": "net b8", "stages": 10, "device": "CUDA cuda", "libtorch": "2.11.0", "steps": 10,
+             "results": [result("plain-libtorch", "", plain, 100 * MIB),
+                         result("remat-optimal", "100%", remat_100, 100 * MIB),
+                         result("remat-optimal", "50%", 100.0, 50 * MIB)],
+             "at_equal_memory": equal}]
+
+
+def judge(tmp_path: Path, files: dict, strict: bool = True, name: str = "out") -> tuple[int, str]:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "gpu-check.log").write_text("== done\n")
+    for name, data in files.items():
+        (folder / name).write_text(json.dumps(data))
+    markdown = tmp_path / f"{name}.md"
+    code = gpu_results.main([str(folder), "--markdown", str(markdown)] + (["--strict"] if strict else []))
+    return code, markdown.read_text()
+
+
+@pytest.mark.parametrize("row, missed", [
+    (fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB), None),
+    (fidelity_row(50, 50 * MIB, 49 * MIB, 50 * MIB + 512), "above the budget"),
+    (fidelity_row(50, 50 * MIB, 40 * MIB, 43 * MIB), "of the prediction"),  # 7.5% above it
+    (fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB, 100.0, 111.0), "step time 1.110"),
+    (fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB, 100.0, 89.0), "step time 0.890"),
+    (fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB, 100.0, 109.0), None),
+])
+def test_fidelity_targets(tmp_path: Path, row: dict, missed: str | None) -> None:
+    code, text = judge(tmp_path, {"fidelity.json": {"device": "CUDA", "libtorch": "2.11", "rows": [row]}})
+    assert code == (0 if missed is None else 1)
+    if missed:
+        assert "Targets missed" in text and missed in text
+    else:
+        assert "Every target checked here was met." in text
+
+
+def test_infeasible_budgets_are_listed_not_missed(tmp_path: Path) -> None:
+    row = {"model": "net", "percent": 30, "budget_bytes": 30 * MIB, "infeasible": True,
+           "min_budget_bytes": 35 * MIB}
+    code, text = judge(tmp_path, {"fidelity.json": {"rows": [row]}})
+    assert code == 0 and "infeasible (least 35.0 MiB)" in text
+
+
+@pytest.mark.parametrize("remat_100, ratio_50, missed", [
+    (99.0, 1.20, None),
+    (97.0, 1.20, "at 100%: 0.970 of plain LibTorch"),
+    (99.0, 1.10, "at 50%: 1.100 of the best checkpoint_sequential"),
+    (99.0, None, None),  # no checkpoint_sequential fits in remat's memory: met outright
+])
+def test_throughput_targets(tmp_path: Path, remat_100: float, ratio_50: float | None,
+                            missed: str | None) -> None:
+    code, text = judge(tmp_path, {"throughput.json": throughput_run(remat_100, 100.0, ratio_50)})
+    assert code == (0 if missed is None else 1), text
+    if missed:
+        assert missed in text
+    # The reference point reports the same measurements and judges none of them.
+    code, text = judge(tmp_path, {"reference.json": throughput_run(remat_100, 100.0, ratio_50)},
+                       name="reference")
+    assert code == 0 and "published reference point" in text
+
+
+def test_transformers_within_hugging_face_peak(tmp_path: Path) -> None:
+    def row(method: str, setting: str, peak: int, ms: float) -> dict:
+        return {"model": "gpt2", "method": method, "setting": setting, "measured_peak": peak,
+                "measured_ms": ms, "oom": False}
+    data = {"batch": 8, "sequence": 1024, "device": "cuda", "libtorch": "2.11.0",
+            "rows": [row("hf-checkpointing", "gradient_checkpointing_enable()", 100 * MIB, 120.0),
+                     row("optimal/block", "= HF checkpointing's measured peak", 99 * MIB, 100.0),
+                     row("optimal/half", "= HF checkpointing's measured peak", 101 * MIB, 100.0)]}
+    code, text = judge(tmp_path, {"transformers.json": data})
+    assert code == 1
+    assert "| gpt2 | optimal/block | = HF checkpointing's measured peak | 99.0 MiB | 100 | 1.200 | yes |" in text
+    assert "optimal/half: peak above Hugging Face's" in text
+
+
+def test_tarball_and_plots(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "gpu-check.log").write_text("== done\n")
+    (folder / "throughput.json").write_text(json.dumps(throughput_run(99.0, 100.0, 1.2)))
+    (folder / "throughput.html").write_text("<html><body><svg a='1'>x</svg>\n</body></html>")
+    tarball = tmp_path / "results.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(folder, arcname="out")
+    images = tmp_path / "img"
+    assert gpu_results.main([str(tarball), "--img-dir", str(images), "--strict"]) == 0
+    assert (images / "gpu-throughput-net-b8.svg").read_text() == "<svg a='1'>x</svg>\n"
+
+
+def test_unreadable_results_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "results.tar.gz"
+    bad.write_text("not a tarball")
+    assert gpu_results.main([str(bad)]) == 2
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "fidelity.json").write_text('{"rows": [{"model": "net"}]}')  # fields missing
+    assert gpu_results.main([str(folder)]) == 2

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""What the GPU check measured, against its targets, in Markdown for docs/performance.md.
+
+    python3 tools/gpu_results.py RESULTS [--markdown FILE] [--img-dir DIR] [--strict]
+
+RESULTS is the GPU check's output folder, or the results.tar.gz that scripts/gpu-session.sh
+hands back. Printed (and written to --markdown): the machine (environment.json), then each
+part that ran, with every target of docs/gpu-check.md checked row by row:
+- fidelity: measured peak at most the budget and within 5% of the prediction; measured step
+  time within 10% of the predicted makespan;
+- throughput: at every remat budget, at least 1.15 times the throughput of the fastest
+  checkpoint_sequential whose measured peak is at most remat's (met outright where none
+  fits); at 100% of store-all, within 2% of plain LibTorch;
+- the published reference point (resnet152, batch 16, 5459 MiB -> 2455 MiB at 10% lower
+  speed): remat's peak and throughput against plain at each budget;
+- transformers: remat's schedules against Hugging Face's gradient_checkpointing_enable() at
+  its measured peak.
+--img-dir writes each network's throughput plot as its own SVG (gpu-throughput-MODEL.svg,
+gpu-reference-MODEL.svg), for docs/img/. Exit status: 0; with --strict, 1 when a target
+was missed; 2 when RESULTS cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+PEAK_TOLERANCE = 0.05  # measured peak within 5% of the prediction
+TIME_TOLERANCE = 0.10  # measured step within 10% of the predicted makespan
+SPEEDUP = 1.15  # against the best checkpoint_sequential at equal memory
+PLAIN_TOLERANCE = 0.02  # remat at 100% against plain LibTorch
+MIB = 1 << 20
+
+
+class Report:
+    """Markdown lines and the count of missed targets."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.missed: list[str] = []
+
+    def add(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def verdict(self, ok: bool, what: str) -> str:
+        """'yes', or 'NO' after recording `what` as missed."""
+        if not ok:
+            self.missed.append(what)
+        return "yes" if ok else "NO"
+
+
+def mib(n: float) -> str:
+    return f"{n / MIB:.1f} MiB"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table; numbers are right-aligned by the caller's choice of `---:`."""
+    return ["| " + " | ".join(header) + " |",
+            "|" + "|".join("---:" if h.endswith(("MiB", "ms", "/s", "ratio", "%")) or h.startswith("measured")
+                           else "---" for h in header) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def environment(env: dict, report: Report) -> None:
+    gpu = env.get("gpu") or "no GPU (CPU mode)"
+    memory = f", {env['gpu_memory_bytes'] / (1 << 30):.0f} GiB" if env.get("gpu_memory_bytes") else ""
+    cudnn = env.get("cudnn")
+    cudnn_text = f"{cudnn // 10000}.{cudnn // 100 % 100}.{cudnn % 100}" if isinstance(cudnn, int) and cudnn >= 10000 else str(cudnn)
+    report.add(f"Measured on {gpu}{memory} (driver {env.get('driver') or '-'}), CUDA {env.get('cuda')}, "
+               f"cuDNN {cudnn_text}, PyTorch {env.get('torch')}, torchvision {env.get('torchvision')}, "
+               f"transformers {env.get('transformers') or '-'}, on {env.get('date')}.", "")
+
+
+def fidelity(data: dict, report: Report) -> None:
+    report.add("### Fidelity", "", f"{data.get('device', '')}, LibTorch {data.get('libtorch', '')}.", "")
+    rows = []
+    for r in data["rows"]:
+        where = f"{r['model']} at {r['percent']:.0f}%"
+        if r.get("infeasible"):
+            rows.append([r["model"], f"{r['percent']:.0f}%", mib(r["budget_bytes"]),
+                         f"infeasible (least {mib(r['min_budget_bytes'])})", "", "", "", "", ""])
+            continue
+        if r.get("oom"):
+            rows.append([r["model"], f"{r['percent']:.0f}%", mib(r["budget_bytes"]), "out of memory",
+                         "", "", "", report.verdict(False, f"fidelity: {where} ran out of memory"), ""])
+            continue
+        peak_ratio = r["measured_peak_bytes"] / r["predicted_peak_bytes"]
+        time_ratio = r["measured_ms"] / r["predicted_ms"]
+        within = r["measured_peak_bytes"] <= r["budget_bytes"]
+        rows.append([
+            r["model"], f"{r['percent']:.0f}%", mib(r["budget_bytes"]), mib(r["predicted_peak_bytes"]),
+            mib(r["measured_peak_bytes"]), f"{peak_ratio:.3f}",
+            report.verdict(within, f"fidelity: {where}: measured peak above the budget"),
+            report.verdict(abs(peak_ratio - 1) <= PEAK_TOLERANCE,
+                           f"fidelity: {where}: measured peak {peak_ratio:.3f} of the prediction"),
+            f"{r['predicted_ms']:.1f}, {r['measured_ms']:.1f}: {time_ratio:.3f} "
+            + report.verdict(abs(time_ratio - 1) <= TIME_TOLERANCE,
+                             f"fidelity: {where}: step time {time_ratio:.3f} of the prediction"),
+        ])
+    report.add(*table(["model", "budget", "budget MiB", "predicted MiB", "measured MiB",
+                       "measured / predicted", "within budget", "within 5%",
+                       "predicted, measured ms: measured / predicted (within 10%)"], rows), "")
+
+
+def throughput(name: str, runs: list[dict], report: Report, reference: bool = False) -> None:
+    report.add(f"### {'The published reference point' if reference else 'Throughput at equal memory'}", "")
+    if reference:
+        report.add("PyTorch's sublinear-memory reimplementation: resnet152 at batch 16 from 5459 MiB "
+                   "to 2455 MiB (45%) at 10% lower speed. remat on the same network:", "")
+    for run in runs:
+        results = run["results"]
+        plain = next((r for r in results if r["method"] == "plain-libtorch" and not r["oom"]), None)
+        pytorch = next((r for r in results if r["method"] == "plain-pytorch" and not r.get("oom")), None)
+        report.add(f"**{run['model']}** ({run['stages']} stages, {run['device']}, LibTorch {run['libtorch']}, "
+                   f"median of {run['steps']} steps): plain LibTorch "
+                   + (f"{plain['images_per_s']:.1f} images/s at {mib(plain['peak_bytes'])}" if plain else "out of memory")
+                   + (f"; plain PyTorch {pytorch['images_per_s']:.1f} images/s at {mib(pytorch['peak_bytes'])}"
+                      if pytorch else "") + ".", "")
+        rows = []
+        for r in results:
+            if r["method"] != "remat-optimal" or r["oom"]:
+                continue
+            row = [r["setting"], mib(r["peak_bytes"]), f"{r['images_per_s']:.1f}"]
+            if plain:
+                speed = r["images_per_s"] / plain["images_per_s"]
+                cell = f"{100 * r['peak_bytes'] / plain['peak_bytes']:.0f}% / {speed:.3f}"
+                if r["setting"] == "100%" and not reference:
+                    cell += " " + report.verdict(speed >= 1 - PLAIN_TOLERANCE,
+                                                 f"throughput: {run['model']} at 100%: {speed:.3f} of plain LibTorch")
+                row.append(cell)
+            else:
+                row.append("-")
+            equal = next((e for e in run["at_equal_memory"] if e["budget"] == r["setting"]), None)
+            best = equal and equal.get("checkpoint_sequential")
+            if best:
+                ok = best["ratio"] >= SPEEDUP
+                row.append(f"{best['setting']} ({mib(best['peak_bytes'])}, {best['images_per_s']:.1f}/s): "
+                           f"{best['ratio']:.3f} " + ("" if reference else report.verdict(
+                               ok, f"throughput: {run['model']} at {r['setting']}: {best['ratio']:.3f} "
+                                   "of the best checkpoint_sequential")))
+            else:
+                row.append("none fits" + ("" if reference else " (met)"))
+            periodic = equal and equal.get("remat-periodic")
+            row.append(f"{periodic['setting']}: {periodic['ratio']:.3f}" if periodic else "none fits")
+            rows.append(row)
+        report.add(*table(["remat budget", "measured MiB", "images/s", "memory / speed vs plain",
+                           "best checkpoint_sequential at equal memory: ratio",
+                           "best remat periodic: ratio"], rows), "")
+
+
+def transformers(data: dict, report: Report) -> None:
+    report.add("### GPT-2 against Hugging Face's checkpointing", "",
+               f"Batch {data['batch']}, sequence {data['sequence']}, {data['device']}, LibTorch "
+               f"{data['libtorch']}. Ratios are throughputs (> 1: faster than Hugging Face's "
+               "`gradient_checkpointing_enable()`).", "")
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in data["rows"]):
+        mine = [r for r in data["rows"] if r["model"] == model]
+        hf = next((r for r in mine if r["method"] == "hf-checkpointing" and not r.get("oom")), None)
+        if hf is None:
+            report.add(f"{model}: no measurement of Hugging Face's checkpointing.", "")
+            continue
+        for r in mine:
+            if r.get("oom") or r["measured_ms"] <= 0:
+                continue
+            equal = r["setting"].startswith("= HF")
+            row = [model, r["method"], r["setting"], mib(r["measured_peak"]), f"{r['measured_ms']:.0f}",
+                   f"{hf['measured_ms'] / r['measured_ms']:.3f}"]
+            if equal:
+                row.append(report.verdict(r["measured_peak"] <= hf["measured_peak"],
+                                          f"transformers: {model} {r['method']}: peak above Hugging Face's"))
+            else:
+                row.append("")
+            rows.append(row)
+    report.add(*table(["model", "schedule", "setting", "measured MiB", "step ms",
+                       "speed vs HF checkpointing ratio", "within HF's peak"], rows), "")
+
+
+def split_svgs(html: Path, prefix: str, runs: list[dict], out: Path) -> list[Path]:
+    """Each <svg> of the check's HTML page, in the order of `runs`, as prefix-MODEL.svg."""
+    svgs = re.findall(r"<svg\b.*?</svg>", html.read_text(), flags=re.S)
+    written = []
+    for run, svg in zip(runs, svgs):
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run["model"]).strip("-")
+        path = out / f"{prefix}-{name}.svg"
+        path.write_text(svg + "\n")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", type=Path, help="the output folder, or results.tar.gz")
+    p.add_argument("--markdown", type=Path, help="also write the report here")
+    p.add_argument("--img-dir", type=Path, help="write each throughput plot here as an SVG")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a target was missed")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.results
+        if args.results.is_file():
+            try:
+                with tarfile.open(args.results) as tar:
+                    tar.extractall(tmp, filter="data")
+            except (OSError, tarfile.TarError) as error:
+                print(f"gpu_results: {args.results}: {error}", file=sys.stderr)
+                return 2
+            found = [f.parent for f in Path(tmp).rglob("gpu-check.log")]
+            folder = found[0] if found else Path(tmp)
+        if not folder.is_dir():
+            print(f"gpu_results: {args.results}: neither a folder nor a tarball", file=sys.stderr)
+            return 2
+        report = Report()
+        try:
+            files = {f.name: f for f in folder.iterdir()}
+            parts = [("environment.json", environment), ("fidelity.json", fidelity),
+                     ("throughput.json", lambda d, r: throughput("throughput", d, r)),
+                     ("reference.json", lambda d, r: throughput("reference", d, r, reference=True)),
+                     ("transformers.json", transformers)]
+            for name, part in parts:
+                if name in files:
+                    part(json.loads(files[name].read_text()), report)
+            if args.img_dir:
+                args.img_dir.mkdir(parents=True, exist_ok=True)
+                for prefix in ("throughput", "reference"):
+                    if f"{prefix}.html" in files and f"{prefix}.json" in files:
+                        for path in split_svgs(files[f"{prefix}.html"], f"gpu-{prefix}",
+                                               json.loads(files[f"{prefix}.json"].read_text()), args.img_dir):
+                            print(f"gpu_results: wrote {path}", file=sys.stderr)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"gpu_results: {folder}: cannot read the results: {type(error).__name__}: {error}",
+                  file=sys.stderr)
+            return 2
+    if report.missed:
+        report.add("### Targets missed", "", *(f"- {m}" for m in report.missed), "")
+    else:
+        report.add("Every target checked here was met.", "")
+    text = "\n".join(report.lines)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+    return 1 if args.strict and report.missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
