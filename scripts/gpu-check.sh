@@ -145,7 +145,7 @@ has distributed && need remat
 if has tests; then
   # The CUDA tests one at a time (they share the GPU); the CPU tests come last (cpu-tests).
   say "tests: the CUDA ones"
-  run ctest --test-dir "$build" --output-on-failure -R '(CUDA|cuda)' || status=1
+  run ctest --test-dir "$build" --output-on-failure --timeout 300 -R '(CUDA|cuda)' || status=1
 fi
 
 if has fidelity; then
@@ -243,7 +243,7 @@ fi
 
 if has cpu-tests; then
   say "tests: the CPU ones, in parallel"
-  run ctest --test-dir "$build" --output-on-failure -j "$jobs" -E '(CUDA|cuda)' || status=1
+  run ctest --test-dir "$build" --output-on-failure --timeout 600 -j "$jobs" -E '(CUDA|cuda)' || status=1
 fi
 
 say "done: $( [ $status = 0 ] && echo passed || echo FAILED ) in $(( SECONDS - started )) s; files in $out"
