@@ -24,8 +24,9 @@ Methods, for each budget (a fraction of remat's store-all peak, the loss include
   use_reentrant=False), for the K in 2 .. floor(2 sqrt(L)) (L stages) that is fastest among
   those whose measured peak fits in the budget; "none fits" when none does.
 - "plain": the chain under plain autograd, once, for reference.
-- "rockmate": rockmate 2.0 (Inria), if it can be imported and run on this device; otherwise
-  the bench prints why.
+- "rockmate": rockmate 2.0 (Inria) is not measured; the bench prints why: PyPI's rockmate
+  2.0.0 cannot be imported (its rkgb 2.0.0 lacks rkgb.core), it runs on CUDA only, and where
+  it does import this bench does not drive it (docs/performance.md, "Python").
 
 glibc is asked to keep freed memory (remat.keep_freed_memory(), as remat's C++ benchmarks and
 commands do): without it, steps fault in pages glibc gave back, a cost that depends on the
@@ -204,7 +205,8 @@ def rockmate_status(device: torch.device) -> str:
     if device.type != "cuda":
         return ("rockmate 2.0 runs on CUDA only: its Rockmate module fixes its device to "
                 "torch.device('cuda') and times and schedules with CUDA streams and events")
-    return ""
+    return ("rockmate imports here, but this bench does not drive it: PyPI's rockmate could "
+            "never be imported where the bench was written, so no driver could be tested")
 
 
 def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> dict:
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = {"torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
                 "machine": platform.processor() or platform.machine(),
                 "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                "keep_freed_memory": kept, "rockmate": note or "measured", "results": results}
+                "keep_freed_memory": kept, "rockmate": note, "results": results}
         Path(args.json).write_text(json.dumps(meta, indent=1))
     return 0
 
