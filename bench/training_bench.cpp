@@ -98,6 +98,11 @@ struct Measured {
   bool oom = false;
   std::vector<double> step_ms;
   std::int64_t peak_bytes = 0;  // the largest over the steps
+  // CUDA only (-1 elsewhere), the caching allocator's view (remat::CudaAllocatorStats), for
+  // telling apart the causes of a gap: the peak of the tensors' exact sizes above the start
+  // of the step, and the largest the allocator's reserved segments and its live blocks
+  // reached in all (parameters and cache included).
+  std::int64_t requested_peak_bytes = -1, reserved_bytes = -1, allocated_total_bytes = -1;
   double median_ms() const { return step_ms.empty() ? 0 : median(step_ms); }
 };
 
@@ -110,6 +115,8 @@ Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tenso
       for (auto& p : s.net->parameters()) p.mutable_grad().zero_();
       remat::synchronize(s.device);
       const remat::PeakScope scope(tracker);
+      std::int64_t requested_start = 0;
+      if (s.device.is_cuda()) requested_start = remat::cuda_allocator_stats(s.device).requested;
       const auto start = Clock::now();
       // The output is not held during the backward (the cost model frees x_L at the loss).
       torch::Tensor loss = s.loss(forward(s.sample));
@@ -119,6 +126,14 @@ Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tenso
       if (k < warmup) continue;
       m.step_ms.push_back(ms);
       m.peak_bytes = std::max(m.peak_bytes, scope.peak_above_start());
+      if (s.device.is_cuda()) {
+        const remat::CudaAllocatorStats stats = remat::cuda_allocator_stats(s.device);
+        if (stats.requested >= 0)
+          m.requested_peak_bytes =
+              std::max(m.requested_peak_bytes, stats.requested_peak - requested_start);
+        m.reserved_bytes = std::max(m.reserved_bytes, stats.reserved_peak);
+        m.allocated_total_bytes = std::max(m.allocated_total_bytes, stats.allocated_peak);
+      }
     }
   } catch (const c10::OutOfMemoryError& error) {
     std::fprintf(stderr, "  out of memory: %s\n", error.what_without_backtrace());
@@ -149,13 +164,35 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
      << "| model | budget | budget bytes | predicted peak | measured peak | measured / predicted | "
         "within budget | predicted ms | measured ms | measured / predicted |\n"
      << "|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|\n";
-  json rows = json::array();
+  json rows = json::array(), plain_rows = json::array();
+  std::ostringstream plain_md, allocator_md;
   bool all_within = true;
   for (const std::string& model : models) {
     Setup s(model, device, batch, image);
     s.profile(repeat);
     remat::Checkpointable chk(s.net);
     chk->set_chain(s.chain);
+    // Plain training through the same stages: its time against the store-all prediction
+    // shows how far the profile's times are from a step's before any schedule is involved.
+    {
+      const std::vector<remat::NamedStage> stages = remat::stages_of(s.net);
+      std::fprintf(stderr, "%s: plain\n", s.label().c_str());
+      const Measured m = measure(
+          s, [&](const torch::Tensor& x) { return remat::run_stages(stages, {x}); }, steps, warmup);
+      const double predicted_ms = s.chain.store_all_ms();
+      json row = {{"model", s.label()}, {"predicted_ms", predicted_ms}, {"oom", m.oom}};
+      if (!m.oom) {
+        row["measured_ms"] = m.median_ms();
+        row["step_ms"] = m.step_ms;
+        row["measured_peak_bytes"] = m.peak_bytes + s.chain.input_bytes();
+        char line[256];
+        std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %.3f | %s |\n", s.label().c_str(),
+                      predicted_ms, m.median_ms(), m.median_ms() / predicted_ms,
+                      mib(static_cast<double>(m.peak_bytes + s.chain.input_bytes())).c_str());
+        plain_md << line;
+      }
+      plain_rows.push_back(row);
+    }
     // Percentages of the store-all peak as the runtime needs it (its reserve included).
     const std::int64_t store_all = chk->store_all_peak();
     for (double percent : budgets) {
@@ -193,6 +230,21 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       row["step_ms"] = m.step_ms;
       row["measured_ms"] = m.median_ms();
       row["within_budget"] = within;
+      if (m.reserved_bytes >= 0) {
+        // The exact sizes, the input's included as the cost model counts it (its bytes).
+        const std::int64_t requested =
+            m.requested_peak_bytes >= 0 ? m.requested_peak_bytes + s.sample.nbytes() : -1;
+        row["requested_peak_bytes"] = requested;
+        row["reserved_bytes"] = m.reserved_bytes;
+        row["allocated_total_bytes"] = m.allocated_total_bytes;
+        char line[256];
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %s | %s | %s | %s |\n", s.label().c_str(),
+                      percent, mib(static_cast<double>(measured)).c_str(),
+                      requested >= 0 ? mib(static_cast<double>(requested)).c_str() : "-",
+                      mib(static_cast<double>(m.allocated_total_bytes)).c_str(),
+                      mib(static_cast<double>(m.reserved_bytes)).c_str());
+        allocator_md << line;
+      }
       char line[512];
       std::snprintf(line, sizeof line, "| %s | %.0f%% | %s | %s | %s | %.3f | %s | %.1f | %.1f | %.3f |\n",
                     s.label().c_str(), percent, mib(static_cast<double>(budget)).c_str(),
@@ -207,8 +259,26 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       rows.push_back(row);
     }
   }
+  md << "\nPlain training through the same stages (no schedule): its measured step against the "
+        "predicted store-all makespan.\n\n"
+     << "| model | predicted ms | measured ms | measured / predicted | measured peak |\n"
+     << "|---|---:|---:|---:|---:|\n"
+     << plain_md.str();
+  if (!allocator_md.str().empty())
+    md << "\nThe caching allocator's view of each step: the measured peak (its blocks, above the "
+          "start of the step, plus the batch), the same for the tensors' exact sizes, and the "
+          "largest its live blocks and its reserved segments reached in all (parameters, "
+          "gradients and cache included).\n\n"
+       << "| model | budget | measured peak (blocks) | exact sizes | all blocks | reserved |\n"
+       << "|---|---:|---:|---:|---:|---:|\n"
+       << allocator_md.str();
   write_file(markdown_path, md.str());
-  write_file(json_path, json{{"device", device_name(device)}, {"libtorch", TORCH_VERSION}, {"rows", rows}}.dump(2) + "\n");
+  write_file(json_path, json{{"device", device_name(device)},
+                             {"libtorch", TORCH_VERSION},
+                             {"rows", rows},
+                             {"plain", plain_rows}}
+                                .dump(2) +
+                            "\n");
   if (markdown_path.empty()) std::printf("\n%s", md.str().c_str());
   return all_within ? 0 : 1;
 }

@@ -105,6 +105,25 @@ def fidelity(data: dict, report: Report) -> None:
     report.add(*table(["model", "budget", "budget MiB", "predicted MiB", "measured MiB",
                        "measured / predicted", "within budget", "within 5%",
                        "predicted, measured ms: measured / predicted (within 10%)"], rows), "")
+    plain = [[p["model"], f"{p['predicted_ms']:.1f}", f"{p['measured_ms']:.1f}",
+              f"{p['measured_ms'] / p['predicted_ms']:.3f}", mib(p["measured_peak_bytes"])]
+             for p in data.get("plain", []) if not p.get("oom")]
+    if plain:
+        report.add("Plain training through the same stages, against the predicted store-all "
+                   "makespan (the profile's own bias, before any schedule):", "",
+                   *table(["model", "predicted ms", "measured ms", "measured / predicted ratio",
+                           "measured MiB"], plain), "")
+    detail = [[r["model"], f"{r['percent']:.0f}%", mib(r["measured_peak_bytes"]),
+               mib(r["requested_peak_bytes"]) if r.get("requested_peak_bytes", -1) >= 0 else "-",
+               mib(r["allocated_total_bytes"]), mib(r["reserved_bytes"]),
+               mib(r["reserved_bytes"] - r["allocated_total_bytes"])]
+              for r in data["rows"] if r.get("reserved_bytes", -1) >= 0]
+    if detail:
+        report.add("The caching allocator's view: the step's peak in blocks and in exact sizes "
+                   "(above the start, the batch included), the peak of all live blocks and of the "
+                   "reserved segments, and the cache's excess over the live blocks:", "",
+                   *table(["model", "budget", "blocks MiB", "exact sizes MiB", "all blocks MiB",
+                           "reserved MiB", "cache excess MiB"], detail), "")
 
 
 def throughput(name: str, runs: list[dict], report: Report, reference: bool = False) -> None:

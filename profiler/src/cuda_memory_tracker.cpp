@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
+#include <utility>
 
 #include "detail.h"
 
@@ -24,6 +26,22 @@ namespace alloc = c10::cuda::CUDACachingAllocator;
 // moved between LibTorch versions (c10::cuda::CUDACachingAllocator in 1.x,
 // c10::CachingDeviceAllocator in 2.6+), hence auto; StatType::AGGREGATE is the first entry.
 auto allocated_bytes(c10::DeviceIndex index) { return alloc::getDeviceStats(index).allocated_bytes[0]; }
+
+// DeviceStats::requested_bytes appeared in LibTorch 2.1.
+template <typename Stats, typename = void>
+struct HasRequestedBytes : std::false_type {};
+template <typename Stats>
+struct HasRequestedBytes<Stats, std::void_t<decltype(std::declval<Stats&>().requested_bytes)>>
+    : std::true_type {};
+
+// A template, so that the branch is not compiled where the statistic does not exist.
+template <typename Stats>
+void read_requested_bytes(const Stats& stats, CudaAllocatorStats& out) {
+  if constexpr (HasRequestedBytes<Stats>::value) {
+    out.requested = stats.requested_bytes[0].current;
+    out.requested_peak = stats.requested_bytes[0].peak;
+  }
+}
 
 class CudaMemoryTracker final : public MemoryTracker {
  public:
@@ -53,6 +71,18 @@ MemoryTracker& cuda_memory_tracker(int device_index) {
   auto& tracker = trackers[index];
   if (!tracker) tracker = std::make_unique<CudaMemoryTracker>(index);
   return *tracker;
+}
+
+CudaAllocatorStats cuda_allocator_stats(int device_index) {
+  const auto index = static_cast<c10::DeviceIndex>(device_or_current(device_index));
+  const auto stats = alloc::getDeviceStats(index);
+  CudaAllocatorStats out;
+  out.allocated = stats.allocated_bytes[0].current;
+  out.allocated_peak = stats.allocated_bytes[0].peak;
+  out.reserved = stats.reserved_bytes[0].current;
+  out.reserved_peak = stats.reserved_bytes[0].peak;
+  read_requested_bytes(stats, out);
+  return out;
 }
 
 void limit_cuda_memory(int device_index, std::int64_t bytes) {

@@ -16,6 +16,7 @@ namespace {
 
 MemoryTracker& cuda_memory_tracker(int /*device_index*/) { no_cuda(); }
 void limit_cuda_memory(int /*device_index*/, std::int64_t /*bytes*/) { no_cuda(); }
+CudaAllocatorStats cuda_allocator_stats(int /*device_index*/) { no_cuda(); }
 
 }  // namespace detail
 }  // namespace remat

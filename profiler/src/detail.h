@@ -15,6 +15,8 @@ void set_cpu_limit(std::int64_t bytes);
 MemoryTracker& cuda_memory_tracker(int device_index);
 /// The caching allocator's memory fraction for `bytes` of a CUDA device (0: the whole GPU).
 void limit_cuda_memory(int device_index, std::int64_t bytes);
+/// remat::cuda_allocator_stats for a CUDA device (-1: the current one).
+CudaAllocatorStats cuda_allocator_stats(int device_index);
 
 }  // namespace detail
 }  // namespace remat

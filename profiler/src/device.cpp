@@ -16,6 +16,12 @@ void limit_device_memory(c10::Device device, std::int64_t bytes) {
                     " (cpu and cuda are supported)");
 }
 
+CudaAllocatorStats cuda_allocator_stats(c10::Device device) {
+  TORCH_CHECK_VALUE(device.is_cuda(), "remat::cuda_allocator_stats: ", device.str(),
+                    " is not a CUDA device");
+  return detail::cuda_allocator_stats(device.has_index() ? device.index() : -1);
+}
+
 void synchronize(c10::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
 }

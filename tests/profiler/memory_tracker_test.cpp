@@ -68,6 +68,43 @@ TEST_CASE("CUDA memory in a build or on a machine without CUDA is a clear error"
   CHECK_THROWS_WITH(MemoryTracker::for_device(torch::Device(torch::kCUDA, 0)), Catch::Contains("CUDA"));
   CHECK_THROWS_WITH(remat::limit_device_memory(torch::Device(torch::kCUDA, 0), 1 << 20),
                     Catch::Contains("CUDA"));
+  CHECK_THROWS_WITH(remat::cuda_allocator_stats(torch::Device(torch::kCUDA, 0)),
+                    Catch::Contains("CUDA"));
+}
+
+TEST_CASE("cuda_allocator_stats refuses a device that is not CUDA", "[profiler]") {
+  CHECK_THROWS_AS(remat::cuda_allocator_stats(torch::kCPU), c10::ValueError);
+  CHECK_THROWS_WITH(remat::cuda_allocator_stats(torch::kCPU),
+                    Catch::Contains("cpu is not a CUDA device"));
+}
+
+TEST_CASE("cuda_allocator_stats: blocks as the tracker counts them, exact sizes, the cache",
+          "[profiler][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  MemoryTracker& tracker = MemoryTracker::for_device(cuda);
+  const remat::CudaAllocatorStats before = remat::cuda_allocator_stats(cuda);
+  CHECK(before.allocated == tracker.live());
+  CHECK(before.reserved >= before.allocated);
+  REQUIRE(before.requested >= 0);  // LibTorch 2.1 and later
+  CHECK(before.requested <= before.allocated);
+  tracker.reset_peak();
+  {
+    // 1000 bytes: a 1024-byte block of the small pool; 3 MiB + 4: a block of the large pool.
+    torch::Tensor small = torch::empty({250}, torch::TensorOptions().device(cuda));
+    torch::Tensor large = torch::empty({(3 << 18) + 1}, torch::TensorOptions().device(cuda));
+    const remat::CudaAllocatorStats during = remat::cuda_allocator_stats(cuda);
+    CHECK(during.allocated - before.allocated ==
+          tracker.counted_bytes(1000) + tracker.counted_bytes((3 << 20) + 4));
+    CHECK(during.requested - before.requested == 1000 + (3 << 20) + 4);
+    CHECK(during.reserved >= during.allocated);
+  }
+  const remat::CudaAllocatorStats after = remat::cuda_allocator_stats(cuda);
+  CHECK(after.allocated == before.allocated);
+  CHECK(after.requested == before.requested);
+  CHECK(after.allocated_peak == tracker.peak());
+  CHECK(after.requested_peak - before.requested == 1000 + (3 << 20) + 4);
+  CHECK(after.reserved_peak >= after.allocated_peak);
 }
 
 TEST_CASE("the CUDA tracker counts the caching allocator's blocks as counted_bytes says",

@@ -127,3 +127,14 @@ def test_unreadable_results_exit_2(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "fidelity.json").write_text('{"rows": [{"model": "net"}]}')  # fields missing
     assert gpu_results.main([str(folder)]) == 2
+
+
+def test_fidelity_diagnostics(tmp_path: Path) -> None:
+    row = fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB)
+    row |= {"requested_peak_bytes": 48 * MIB, "allocated_total_bytes": 300 * MIB,
+            "reserved_bytes": 320 * MIB}
+    plain = {"model": "net", "predicted_ms": 80.0, "measured_ms": 72.0, "measured_peak_bytes": 90 * MIB}
+    code, text = judge(tmp_path, {"fidelity.json": {"rows": [row], "plain": [plain]}})
+    assert code == 0
+    assert "| net | 80.0 | 72.0 | 0.900 | 90.0 MiB |" in text
+    assert "| net | 50% | 49.0 MiB | 48.0 MiB | 300.0 MiB | 320.0 MiB | 20.0 MiB |" in text

@@ -63,6 +63,23 @@ std::int64_t set_cpu_granularity(std::int64_t granularity);
 /// for a negative size or another device type, c10::Error for CUDA without CUDA.
 void limit_device_memory(c10::Device device, std::int64_t bytes);
 
+/// The CUDA caching allocator's own statistics, in bytes, for telling apart the causes of a
+/// gap between the measured and the predicted memory on a GPU. `allocated`: the blocks that
+/// hold live tensors (what the CUDA tracker counts; a block can exceed its tensor's rounded size
+/// where the allocator reused a cached block without splitting it). `requested`: the tensors'
+/// exact sizes (-1 with a LibTorch older than 2.1, which lacks the statistic). `reserved`: the
+/// segments the allocator holds from the GPU, its cache and fragmentation included. Each is
+/// current and peak, peaks since the CUDA tracker's last reset_peak().
+struct CudaAllocatorStats {
+  std::int64_t allocated = 0, allocated_peak = 0;
+  std::int64_t requested = -1, requested_peak = -1;
+  std::int64_t reserved = 0, reserved_peak = 0;
+};
+
+/// The statistics above for a CUDA device. Throws c10::Error in a build without CUDA or where
+/// no GPU is visible; c10::ValueError for another device type.
+CudaAllocatorStats cuda_allocator_stats(c10::Device device);
+
 /// Waits until the work queued on `device` is done (CUDA: every stream of that GPU; CPU:
 /// nothing to wait for). Time measurements are taken between two synchronizations.
 void synchronize(c10::Device device);
