@@ -1,7 +1,7 @@
 // The transformer ports (ViT, GPT-2) without their reference implementations: parameter
-// counts, stages at both granularities, checkpointed training exactly equal to plain, input
-// checks. The comparisons with torchvision and Hugging Face are in torchvision_test.cpp and
-// gpt2_reference_test.cpp.
+// counts, stages at both granularities, checkpointed training exactly equal to plain (on
+// CUDA too, with each attention kernel's dropout replayed), input checks. The comparisons with
+// torchvision and Hugging Face are in torchvision_test.cpp and gpt2_reference_test.cpp.
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -10,6 +10,7 @@
 #include "remat/models.h"
 #include "remat/runtime.h"
 #include "remat/solver.h"
+#include "skip.h"
 
 namespace nn = torch::nn;
 using namespace remat::models;
@@ -186,6 +187,96 @@ TEST_CASE("transformers train checkpointed under a budget exactly as plain",
         REQUIRE(plain[k].defined());
         CHECK(torch::equal(plain[k], ours[k]));
       }
+    }
+  }
+}
+
+TEST_CASE("on CUDA, GPT-2 trains checkpointed as plain, attention dropout replayed by every kernel",
+          "[models][transformer][runtime][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  // Dropout everywhere (attention included), so that a recomputation that drew other masks
+  // would change the gradients by their own size.
+  const GPT2Options options =
+      small_gpt2().n_embd(64).n_head(2).n_positions(64).resid_pdrop(0.2).embd_pdrop(0.2).attn_pdrop(
+          0.2);
+  torch::manual_seed(3);
+  const torch::Tensor ids = torch::randint(97, {4, 64}).to(cuda);
+  struct Backend {
+    const char* name;
+    bool deterministic;  // bit-identical; else within `tolerance` (atomic adds in the kernel)
+    double tolerance;
+  };
+  // The math kernel under deterministic algorithms: bit-identical. The fused kernels (float32
+  // takes the memory-efficient one), whose backward adds atomically: a tolerance far below
+  // what one different dropout mask would do.
+  for (const Backend& backend : {Backend{"math", true, 0.0}, Backend{"fused", false, 1e-4}}) {
+    DYNAMIC_SECTION(backend.name << " attention") {
+#if TORCH_VERSION_MAJOR >= 2
+      at::globalContext().setSDPUseFlash(!backend.deterministic);
+      at::globalContext().setSDPUseMemEfficient(!backend.deterministic);
+      at::globalContext().setSDPUseCuDNN(!backend.deterministic);
+      at::globalContext().setSDPUseMath(true);
+#endif
+      if (backend.deterministic) {
+        setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/1);
+        at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+      }
+      for (const Granularity granularity : {Granularity::kBlock, Granularity::kHalfBlock}) {
+        INFO(granularity_name(granularity));
+        const auto step = [&](nn::Sequential& net, auto forward) {
+          torch::manual_seed(5);
+          const remat::Tensors out = forward(ids);
+          out[0].backward();
+          std::vector<torch::Tensor> state = {out[0].detach()};
+          for (const auto& p : net->parameters()) state.push_back(p.grad());
+          return state;
+        };
+        torch::manual_seed(1);
+        nn::Sequential plain_net = gpt2(GPT2Options(options).granularity(granularity));
+        plain_net->to(cuda);
+        plain_net->train();
+        const auto plain = step(plain_net, [&](const torch::Tensor& x) {
+          return remat::run_stages(remat::stages_of(plain_net), {x});
+        });
+        torch::manual_seed(1);
+        nn::Sequential net = gpt2(GPT2Options(options).granularity(granularity));
+        net->to(cuda);
+        net->train();
+        remat::Checkpointable chk(net);
+        remat::Chain chain =
+            remat::profile(net, ids, remat::ProfileOptions().measure_time(false)).chain;
+        for (auto& stage : chain.stages)
+          stage.fwd_ms = 1, stage.bwd_ms = 2, stage.fwd_nograd_ms = 1;
+        chk->set_chain(chain);
+        const std::int64_t half =
+            std::max(remat::store_all_peak(chain) / 2,
+                     remat::min_feasible_budget(chain, remat::SolveOptions(0)));
+        const remat::Solution& s = chk->compute_sequence(half + remat::runtime_reserve_bytes(cuda));
+        REQUIRE(s.ok());
+        INFO(remat::collapsed_string(s.sequence));
+        CHECK(s.makespan_ms > 3.0 * chain.stages.size());  // store-all's: it recomputes
+        const auto ours =
+            step(net, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); });
+        REQUIRE(plain.size() == ours.size());
+        for (std::size_t k = 0; k < plain.size(); ++k) {
+          INFO("tensor " << k << " of " << plain.size());
+          REQUIRE(plain[k].defined());
+          if (backend.deterministic) {
+            CHECK(torch::equal(plain[k], ours[k]));
+          } else {
+            const double scale = plain[k].abs().max().item<double>();
+            CHECK((plain[k] - ours[k]).abs().max().item<double>() <=
+                  backend.tolerance * std::max(scale, 1e-6));
+          }
+        }
+      }
+      at::globalContext().setDeterministicAlgorithms(false, false);
+#if TORCH_VERSION_MAJOR >= 2
+      at::globalContext().setSDPUseFlash(true);
+      at::globalContext().setSDPUseMemEfficient(true);
+      at::globalContext().setSDPUseCuDNN(true);
+#endif
     }
   }
 }
