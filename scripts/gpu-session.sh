@@ -6,7 +6,7 @@
 # 10 minutes, and keeps a machine 30 seconds after a call: call `wait` again at once.
 #
 #   bash scripts/gpu-session.sh start [GPU-CHECK OPTIONS]   start the check, then wait as below
-#   bash scripts/gpu-session.sh wait [SECONDS]              wait (default 540 s), then hand back
+#   bash scripts/gpu-session.sh wait [SECONDS]              wait (default 560 s), then hand back
 #
 # Handing back: into $OUT (or --out DIR, given first), three files: gpu-check.log (the whole
 # log so far), console.txt (what the check printed that is not in its log: its own errors) and
@@ -38,10 +38,10 @@ case "$command" in
       "$dir" "$@" > "$dir/console.txt" 2>&1 < /dev/null &
     echo $! > "$dir/pid"
     echo "gpu-session: started scripts/gpu-check.sh $* (pid $!), writing to $dir/out"
-    limit=540
+    limit=560
     ;;
   wait)
-    limit=${1:-540}
+    limit=${1:-560}
     case "$limit" in '' | *[!0-9]*) usage ;; esac
     ;;
   *) usage ;;
