@@ -21,7 +21,7 @@
 # Exit status: 0 when every part ran and passed; 1 when a test failed or a measured peak
 # exceeded its budget (the other parts still run); 2 for bad arguments.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 mode=gpu
 build=build-gpu
 out=${OUT:-}

@@ -18,7 +18,7 @@
 # still running: call `wait` again; 4 no check was started on this machine (the machine was
 # given back in between: `start` again, with --only the parts not yet done).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 out=${OUT:-}
 if [ "${1:-}" = --out ]; then out=$2; shift 2; fi
 command=${1:-}
