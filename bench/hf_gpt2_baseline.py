@@ -10,7 +10,8 @@ The model: GPT2LMHeadModel(GPT2Config(...)) with the published sizes of each con
 (gpt2: 12 layers, width 768, 12 heads; gpt2-medium: 24, 1024, 16; gpt2-large: 36, 1280, 20;
 gpt2-xl: 48, 1600, 25), randomly initialized after torch.manual_seed(0) (no download), in
 train mode (dropout 0.1 as published), float32, transformers' default attention
-implementation (recorded in the output). The token ids: random integers in [0, 50257) of
+implementation (recorded in the output), use_cache=False (no key-value cache kept in
+training; gradient_checkpointing_enable() turns it off anyway). The token ids: random integers in [0, 50257) of
 shape batch x sequence, allocated once, on the device. A step: model(input_ids=ids,
 labels=ids).loss (the causal LM loss, labels shifted inside), then backward. Parameter
 gradients are allocated beforehand and zeroed (set_to_none=False) before each step, outside
@@ -104,7 +105,7 @@ def gpt2(name: str, device: torch.device) -> torch.nn.Module:
     layers, width, heads = CONFIGS[name]
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=VOCABULARY, n_positions=POSITIONS, n_layer=layers,
-                        n_embd=width, n_head=heads)
+                        n_embd=width, n_head=heads, use_cache=False)
     return GPT2LMHeadModel(config).to(device).train()
 
 
