@@ -30,7 +30,7 @@ Measurements, per configuration:
   model counts the chain's input in its peak and remat_transformer_bench measures it so.
   On CUDA: the caching allocator's max_memory_allocated after reset_peak_memory_stats, the
   largest over the timed steps. On CPU: one extra untimed step under torch.profiler's memory
-  events (pytorch_baseline.cpu_peak_bytes).
+  events (pytorch_baseline.timed_steps).
 A configuration that runs out of CUDA memory is recorded as {"oom": true}.
 
 Output: one progress line per configuration on stderr, a table on stdout and, with --json,
@@ -47,7 +47,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -57,7 +56,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pytorch_baseline import _non_negative, _positive, cpu_peak_bytes, device_name, format_bytes  # noqa: E402
+from pytorch_baseline import _non_negative, _positive, device_name, format_bytes, timed_steps  # noqa: E402
 
 # The published GPT-2 sizes: layers, width, heads (remat::models::gpt2_config's).
 CONFIGS = {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16),
@@ -117,30 +116,11 @@ def counted_bytes(t: torch.Tensor) -> int:
 
 def measure(model: torch.nn.Module, ids: torch.Tensor, steps: int, warmup: int) -> dict:
     """Times `steps` training steps after `warmup`; the peak bytes as the docstring says."""
-    cuda = ids.device.type == "cuda"
 
     def step() -> None:
         model(input_ids=ids, labels=ids).loss.backward()
 
-    times, peak = [], 0
-    for i in range(warmup + steps):
-        model.zero_grad(set_to_none=False)
-        if cuda:
-            torch.cuda.synchronize(ids.device)
-            torch.cuda.reset_peak_memory_stats(ids.device)
-            before = torch.cuda.memory_allocated(ids.device)
-        start = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize(ids.device)
-        ms = (time.perf_counter() - start) * 1e3
-        if i >= warmup:
-            times.append(ms)
-            if cuda:
-                peak = max(peak, torch.cuda.max_memory_allocated(ids.device) - before)
-    if not cuda:
-        model.zero_grad(set_to_none=False)
-        peak = cpu_peak_bytes(step)
+    times, peak = timed_steps(step, model, ids.device, steps, warmup)
     median = statistics.median(times)
     return {"median_ms": median, "step_ms": times, "peak_bytes": peak + counted_bytes(ids),
             "tokens_per_s": ids.numel() / (median / 1e3)}

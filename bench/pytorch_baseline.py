@@ -166,7 +166,6 @@ def measure(forward: Callable[[torch.Tensor], torch.Tensor | tuple], model: torc
             x: torch.Tensor, target: torch.Tensor, classes: int, steps: int,
             warmup: int) -> dict:
     """Times `steps` training steps after `warmup` and measures the peak activation bytes."""
-    cuda = x.device.type == "cuda"
 
     def step() -> None:
         out = forward(x)
@@ -179,28 +178,39 @@ def measure(forward: Callable[[torch.Tensor], torch.Tensor | tuple], model: torc
             loss = loss + 0.4 * F.cross_entropy(aux, target)
         loss.backward()
 
+    times, peak = timed_steps(step, model, x.device, steps, warmup)
+    median = statistics.median(times)
+    return {"median_ms": median, "step_ms": times, "peak_bytes": peak,
+            "images_per_s": x.size(0) / (median / 1e3)}
+
+
+def timed_steps(step: Callable[[], None], model: torch.nn.Module, device: torch.device,
+                steps: int, warmup: int) -> tuple[list[float], int]:
+    """The times in ms of `steps` calls of `step` after `warmup` untimed ones, `model`'s
+    gradients zeroed in place before each, and the peak bytes above what was live before a
+    step, as the module docstring says (CUDA: the largest over the timed steps; CPU: one more
+    step under the profiler's memory events)."""
+    cuda = device.type == "cuda"
     times, peak = [], 0
     for i in range(warmup + steps):
         model.zero_grad(set_to_none=False)
         if cuda:
-            torch.cuda.synchronize(x.device)
-            torch.cuda.reset_peak_memory_stats(x.device)
-            before = torch.cuda.memory_allocated(x.device)
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
         start = time.perf_counter()
         step()
         if cuda:
-            torch.cuda.synchronize(x.device)
+            torch.cuda.synchronize(device)
         ms = (time.perf_counter() - start) * 1e3
         if i >= warmup:
             times.append(ms)
             if cuda:
-                peak = max(peak, torch.cuda.max_memory_allocated(x.device) - before)
+                peak = max(peak, torch.cuda.max_memory_allocated(device) - before)
     if not cuda:
         model.zero_grad(set_to_none=False)
         peak = cpu_peak_bytes(step)
-    median = statistics.median(times)
-    return {"median_ms": median, "step_ms": times, "peak_bytes": peak,
-            "images_per_s": x.size(0) / (median / 1e3)}
+    return times, peak
 
 
 def format_bytes(n: int) -> str:

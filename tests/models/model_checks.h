@@ -71,14 +71,15 @@ inline std::map<std::string, std::map<std::string, std::string>> read_shape_list
 
 /// Measures `net` on `sample` without timing it (every stage 1 ms forward, 2 ms backward: the
 /// schedule depends on memory alone), gives `chk` the chain, and computes the optimal schedule
-/// at half the store-all peak (or the least budget, if higher).
+/// at half the store-all peak (or the least budget, if higher), plus the runtime's reserve on
+/// the sample's device.
 inline const Solution& schedule_at_half(Checkpointable& chk, torch::nn::Sequential& net,
                                         const torch::Tensor& sample) {
   Chain chain = profile(net, sample, ProfileOptions().measure_time(false)).chain;
   for (auto& stage : chain.stages) stage.fwd_ms = 1, stage.bwd_ms = 2, stage.fwd_nograd_ms = 1;
   chk->set_chain(chain);
   const int64_t half = std::max(store_all_peak(chain) / 2, min_feasible_budget(chain, SolveOptions(0)));
-  return chk->compute_sequence(half + runtime_reserve_bytes(torch::kCPU));
+  return chk->compute_sequence(half + runtime_reserve_bytes(sample.device()));
 }
 
 }  // namespace remat::test

@@ -244,18 +244,10 @@ TEST_CASE("on CUDA, GPT-2 trains checkpointed as plain, attention dropout replay
         net->to(cuda);
         net->train();
         remat::Checkpointable chk(net);
-        remat::Chain chain =
-            remat::profile(net, ids, remat::ProfileOptions().measure_time(false)).chain;
-        for (auto& stage : chain.stages)
-          stage.fwd_ms = 1, stage.bwd_ms = 2, stage.fwd_nograd_ms = 1;
-        chk->set_chain(chain);
-        const std::int64_t half =
-            std::max(remat::store_all_peak(chain) / 2,
-                     remat::min_feasible_budget(chain, remat::SolveOptions(0)));
-        const remat::Solution& s = chk->compute_sequence(half + remat::runtime_reserve_bytes(cuda));
+        const remat::Solution& s = remat::test::schedule_at_half(chk, net, ids);
         REQUIRE(s.ok());
         INFO(remat::collapsed_string(s.sequence));
-        CHECK(s.makespan_ms > 3.0 * chain.stages.size());  // store-all's: it recomputes
+        CHECK(s.makespan_ms > 3.0 * chk->chain().stages.size());  // store-all's: it recomputes
         const auto ours =
             step(net, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); });
         REQUIRE(plain.size() == ours.size());
