@@ -182,13 +182,14 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       const double predicted_ms = s.chain.store_all_ms();
       json row = {{"model", s.label()}, {"predicted_ms", predicted_ms}, {"oom", m.oom}};
       if (!m.oom) {
+        const std::int64_t measured = m.peak_bytes + s.chain.input_bytes();
         row["measured_ms"] = m.median_ms();
         row["step_ms"] = m.step_ms;
-        row["measured_peak_bytes"] = m.peak_bytes + s.chain.input_bytes();
+        row["measured_peak_bytes"] = measured;
         char line[256];
         std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %.3f | %s |\n", s.label().c_str(),
                       predicted_ms, m.median_ms(), m.median_ms() / predicted_ms,
-                      mib(static_cast<double>(m.peak_bytes + s.chain.input_bytes())).c_str());
+                      mib(static_cast<double>(measured)).c_str());
         plain_md << line;
       }
       plain_rows.push_back(row);

@@ -196,10 +196,9 @@ int main(int argc, char** argv) {
       } catch (const c10::OutOfMemoryError& error) {
         std::fprintf(stderr, "    out of memory: %s\n", error.what_without_backtrace());
         r.oom = true;
-        rows.push_back(r);
-        return;
       }
       rows.push_back(r);
+      if (r.oom) return;
       std::fprintf(stderr, "    predicted %s %.0f ms, measured %s %.0f ms\n",
                    mib(double(r.predicted_peak)).c_str(), r.predicted_ms,
                    mib(double(r.measured_peak)).c_str(), r.measured_ms);

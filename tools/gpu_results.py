@@ -126,7 +126,7 @@ def fidelity(data: dict, report: Report) -> None:
                            "reserved MiB", "cache excess MiB"], detail), "")
 
 
-def throughput(name: str, runs: list[dict], report: Report, reference: bool = False) -> None:
+def throughput(runs: list[dict], report: Report, reference: bool = False) -> None:
     report.add(f"### {'The published reference point' if reference else 'Throughput at equal memory'}", "")
     if reference:
         report.add("PyTorch's sublinear-memory reimplementation: resnet152 at batch 16 from 5459 MiB "
@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             files = {f.name: f for f in folder.iterdir()}
             parts = [("environment.json", environment), ("fidelity.json", fidelity),
-                     ("throughput.json", lambda d, r: throughput("throughput", d, r)),
-                     ("reference.json", lambda d, r: throughput("reference", d, r, reference=True)),
+                     ("throughput.json", throughput),
+                     ("reference.json", lambda d, r: throughput(d, r, reference=True)),
                      ("transformers.json", transformers)]
             for name, part in parts:
                 if name in files:
