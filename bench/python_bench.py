@@ -19,7 +19,9 @@ and targets are allocated once; no optimizer update.
 
 Methods, for each budget (a fraction of remat's store-all peak, the loss included):
 - "remat": remat.Checkpointable measured with the loss (profiling: 5 timed repetitions per
-  stage), solved for the budget ("solve s": the solver's own time for that budget).
+  stage), solved for the budget ("solve s": the solver's own time for that budget); one
+  Checkpointable per budget over the same chain and the same measurement (set_chain), so that
+  all budgets can take turns.
 - "checkpoint_sequential": torch.utils.checkpoint.checkpoint_sequential(chain, K, x,
   use_reentrant=False), for the K in 2 .. floor(2 sqrt(L)) (L stages) that is fastest among
   those whose measured peak fits in the budget; "none fits" when none does.
@@ -32,10 +34,13 @@ glibc is asked to keep freed memory (remat.keep_freed_memory(), as remat's C++ b
 commands do): without it, steps fault in pages glibc gave back, a cost that depends on the
 order of frees rather than on the method (--malloc-defaults leaves glibc as it is).
 
-Measurements: step time is the median of --steps timed steps after one untimed step. The peak
-is that of one more step: the peak of LibTorch's CPU allocations during the step above what
-was live before it, counted by remat's tracking allocator (which sees every allocation of
-LibTorch's CPU allocator, whoever makes it; on CUDA: torch.cuda.max_memory_allocated).
+Measurements: every configuration (plain, each K, remat at each budget) runs one step in turn,
+round after round: one untimed round, then --steps timed ones; step time is a configuration's
+median. Taking turns puts any drift of the machine's speed during the run on every
+configuration alike. The peak is that of one more step: the peak of LibTorch's CPU allocations
+during the step above what was live before it, counted by remat's tracking allocator (which
+sees every allocation of LibTorch's CPU allocator, whoever makes it; on CUDA:
+torch.cuda.max_memory_allocated).
 
 Output: a table on stdout (also written to --markdown), progress on stderr, and with --json
 the raw figures.
@@ -162,8 +167,13 @@ def peak_of(step: Callable[[], Any], device: torch.device) -> int:
     return remat._C.peak_during(step, "cpu")
 
 
-def measure(model: nn.Module, step: Callable[[], Any], steps: int, device: torch.device) -> dict:
-    """Median step time of `steps` timed steps after one untimed one, and one step's peak."""
+def measure_all(model: nn.Module, steps: "OrderedDict[str, Callable[[], Any]]", repeats: int,
+                device: torch.device, on_round: Callable[[int], None] = lambda r: None) -> dict:
+    """Each configuration's median step time and one step's peak, {name: {"step_ms",
+    "peak_bytes"}}. The configurations take turns: one untimed round, then `repeats` timed
+    rounds of one step each, so that a machine getting slower or faster during the run (other
+    work on it, frequency, the allocator's state) weighs on every configuration alike rather
+    than on whichever was measured last. The peaks come after, one step each."""
     params = [p for p in model.parameters() if p.requires_grad]
 
     def zero():
@@ -173,19 +183,22 @@ def measure(model: nn.Module, step: Callable[[], Any], steps: int, device: torch
     for p in params:  # allocated once, outside the measured steps
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    zero()
-    step()
-    times = []
-    for _ in range(steps):
+    times: dict = {name: [] for name in steps}
+    for r in range(repeats + 1):
+        for name, step in steps.items():
+            zero()
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            if r > 0:
+                times[name].append(time.perf_counter() - start)
+        on_round(r)
+    figures = {}
+    for name, step in steps.items():
         zero()
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    zero()
-    peak = peak_of(step, device)
-    return {"step_ms": 1000 * statistics.median(times), "peak_bytes": peak}
+        figures[name] = {"step_ms": 1000 * statistics.median(times[name]), "peak_bytes": peak_of(step, device)}
+    return figures
 
 
 def mib(n: float) -> str:
@@ -214,12 +227,6 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> di
     stages = len(chain)
     progress(f"{name}: {description}, {stages} stages")
 
-    def plain_step():
-        loss_fn(chain(x)).backward()
-
-    plain = measure(chain, plain_step, args.steps, device)
-    progress(f"  plain: {plain['step_ms']:.0f} ms, peak {mib(plain['peak_bytes'])} MiB")
-
     start = time.perf_counter()
     chk = remat.Checkpointable(chain, progress=False)
     chk.measure(x, loss=loss_fn)
@@ -228,13 +235,27 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> di
     least = chk.min_budget()
     progress(f"  remat measured in {measure_s:.1f} s: store-all {mib(full)} MiB, least {mib(least)} MiB")
 
+    steps: "OrderedDict[str, Callable[[], Any]]" = OrderedDict()
+    steps["plain"] = lambda: loss_fn(chain(x)).backward()
     segment_counts = list(range(2, min(stages, math.floor(2 * math.sqrt(stages))) + 1))
-    theirs = {}
     for k in segment_counts:
-        def step(k=k):
-            loss_fn(checkpoint_sequential(chain, k, x, use_reentrant=False)).backward()
-
-        theirs[k] = measure(chain, step, args.steps, device)
+        steps[f"K={k}"] = lambda k=k: loss_fn(checkpoint_sequential(chain, k, x, use_reentrant=False)).backward()
+    solutions = {}
+    for fraction in args.fractions:
+        budget = int(fraction * full)
+        if budget < least:
+            continue
+        runner = remat.Checkpointable(chain, progress=False)  # one per budget, on the same chain
+        runner.set_chain(chk.chain)
+        solutions[fraction] = runner.compute_sequence(budget)
+        steps[f"remat {fraction}"] = lambda runner=runner: loss_fn(runner(x)).backward()
+    progress(f"  {len(steps)} configurations, taking turns: 1 untimed and {args.steps} timed steps each")
+    figures = measure_all(chain, steps, args.steps, device,
+                          on_round=lambda r: progress(f"  round {r + 1} of {args.steps + 1} done"))
+    plain = figures["plain"]
+    progress(f"  plain: {plain['step_ms']:.0f} ms, peak {mib(plain['peak_bytes'])} MiB")
+    theirs = {k: figures[f"K={k}"] for k in segment_counts}
+    for k in segment_counts:
         progress(f"  checkpoint_sequential K={k}: {theirs[k]['step_ms']:.0f} ms, "
                  f"peak {mib(theirs[k]['peak_bytes'])} MiB")
 
@@ -242,11 +263,11 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> di
     for fraction in args.fractions:
         budget = int(fraction * full)
         row: dict = {"fraction": fraction, "budget_bytes": budget}
-        if budget < least:
+        if fraction not in solutions:
             row["remat"] = {"infeasible": True, "least_bytes": least}
         else:
-            solution = chk.compute_sequence(budget)
-            ours = measure(chain, lambda: loss_fn(chk(x)).backward(), args.steps, device)
+            solution = solutions[fraction]
+            ours = dict(figures[f"remat {fraction}"])
             ours.update(solve_s=solution.solve_seconds, predicted_peak_bytes=solution.peak_bytes,
                         predicted_ms=solution.makespan_ms)
             row["remat"] = ours
