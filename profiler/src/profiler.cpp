@@ -12,9 +12,11 @@
 //   fwd_nograd_tmp_bytes = peak during the forward without autograd - live after it;
 //   bwd_tmp_bytes  = peak during the backward, run from the output's graph edge with a
 //                    gradient the engine alone holds - (live before it + x's gradient).
-// and, with a loss function, for the chain's output x_L (a leaf that requires grad):
+// and, with a loss function, for the chain's output x_L (handed over as the runtime returns it,
+// with a sink for its gradient):
 //   loss_tmp_bytes = peak during the loss's forward and backward - (live before it + the
-//                    bytes of x_L's gradient y_L).
+//                    bytes of x_L's gradient y_L), our handle on x_L held through the backward,
+//                    or dropped once the loss has its value when !output_held.
 #include "remat/profiler/profiler.h"
 
 #include <ATen/Context.h>
@@ -485,10 +487,16 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     x = std::move(next);
   }
   if (options.loss()) {
+    // x_L handed over as the runtime's forward returns it: not a leaf, so that the loss's graph
+    // keeps it only if the loss saved it (a leaf would be held by its gradient accumulator).
     const std::vector<Member>& members = result.chain.members(length);
     Tensors outputs;
-    for (std::size_t k = 0; k < x.size(); ++k)
-      outputs.push_back(x[k].detach().requires_grad_(members[k].grad));
+    std::vector<std::shared_ptr<detail::GradientSink>> sinks;
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      StageInput output = stage_input(x[k], members[k].grad);
+      outputs.push_back(std::move(output.tensor));
+      if (output.sink) sinks.push_back(std::move(output.sink));
+    }
     x.clear();
     synchronize(device);
     PeakScope scope(tracker);
@@ -499,6 +507,9 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                            (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
                                             : std::string("an undefined tensor")) +
                            ", not one value");
+      // A step written `loss(model(x)).backward()` lets the output go once the loss has its
+      // value; one that keeps `out = model(x)` holds it through the loss's backward.
+      if (!options.output_held()) outputs.clear();
       torch::autograd::backward({value});
     } catch (const c10::OutOfMemoryError&) {
       throw;
@@ -509,9 +520,10 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     }
     synchronize(device);
     std::int64_t gradient_bytes = 0;
-    for (const torch::Tensor& out : outputs) gradient_bytes += storage_bytes({out.grad()});
+    for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
     result.chain.loss_tmp_bytes =
         std::max<std::int64_t>(0, scope.peak_above_start() - gradient_bytes);
+    result.chain.output_held = options.output_held();
   }
   if (options.progress()) options.progress()(length, length, "");
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();

@@ -107,6 +107,17 @@ class Chain:
         """Bytes of each stage's output activation x_1 .. x_L."""
         return self._chain.output_bytes
 
+    @property
+    def loss_tmp_bytes(self) -> int:
+        """The loss's own memory, beyond x_L and its gradient (0 when no loss was measured)."""
+        return self._chain.loss_tmp_bytes
+
+    @property
+    def output_held(self) -> bool:
+        """Whether the loss was measured with the step holding the chain's output through the
+        loss's backward (True), or letting it go once the loss has its value (False)."""
+        return self._chain.output_held
+
     def __len__(self) -> int:
         return self._chain.length
 
@@ -257,23 +268,25 @@ def _as_list(x: Any) -> list:
 
 
 def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
-                       loss: Optional[Callable], progress: bool) -> tuple:
+                       loss: Optional[Callable], output_held: bool, progress: bool) -> tuple:
     """The profiler's options, as remat._C's profile and Checkpointable.measure take them."""
     return (repeat, warmup, measure_time, name,
-            None if loss is None else (lambda outs: loss(*outs)),
+            None if loss is None else (lambda outs: loss(*outs)), bool(output_held),
             _progress(name or "chain") if progress else None)
 
 
 def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Callable] = None,
-            repeat: int = 5, warmup: int = 1, measure_time: bool = True, name: str = "",
-            progress: bool = True) -> Chain:
+            output_held: bool = True, repeat: int = 5, warmup: int = 1, measure_time: bool = True,
+            name: str = "", progress: bool = True) -> Chain:
     """Measures each stage of ``module`` (an ``nn.Sequential``, a list of modules or of
     (name, module) pairs) on ``sample`` (a tensor or a tuple of them): times, and what each
     keeps for its backward, in bytes. On the CPU this installs remat's tracking CPU allocator
-    in the process (docs/python.md)."""
+    in the process (docs/python.md). ``loss`` and ``output_held``: as for
+    ``Checkpointable``."""
     from ._checkpointable import _stage_specs
 
     specs, _ = _stage_specs(module, takes_context=context is not None)
     inputs = _as_list(sample)
     return Chain(_C.profile(specs, inputs, _as_list(context),
-                            *_profile_arguments(repeat, warmup, measure_time, name, loss, progress)))
+                            *_profile_arguments(repeat, warmup, measure_time, name, loss, output_held,
+                                                               progress)))

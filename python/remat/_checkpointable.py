@@ -62,6 +62,11 @@ class Checkpointable(nn.Module):
     The budget covers the chain. A loss computed from its output (say, cross-entropy over a
     language model's logits) allocates memory of its own: give it as ``loss`` (called with the
     chain's outputs, returning a scalar) and it is measured and counted in the budget too.
+    It is measured with the step holding the chain's output until the loss's backward is done
+    (``out = model(x)`` kept); if the step lets it go once the loss has its value
+    (``loss_fn(model(x)).backward()``), say so with ``output_held=False``: the budget then
+    gains up to the output's size (a language model's logits), and a step that keeps the
+    output after all may exceed it by as much.
 
     In eval mode or under ``torch.no_grad()`` the modules run plainly.
 
@@ -72,8 +77,8 @@ class Checkpointable(nn.Module):
     """
 
     def __init__(self, module: StageList, sample: Any = None, budget: Optional[Budget] = None, *,
-                 context: Any = None, loss: Optional[Callable] = None, repeat: int = 5,
-                 progress: bool = True):
+                 context: Any = None, loss: Optional[Callable] = None, output_held: bool = True,
+                 repeat: int = 5, progress: bool = True):
         super().__init__()
         specs, stages = _stage_specs(module, takes_context=context is not None)
         # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
@@ -88,6 +93,7 @@ class Checkpointable(nn.Module):
         self._takes_context = context is not None
         self._repeat = repeat
         self._loss = loss
+        self._output_held = output_held
         self._progress = progress
         self.budget = budget
         if sample is not None:
@@ -97,15 +103,19 @@ class Checkpointable(nn.Module):
 
     # ---- measure and solve -------------------------------------------------------------
 
-    def measure(self, sample: Any, *, context: Any = None, loss: Optional[Callable] = None) -> Chain:
+    def measure(self, sample: Any, *, context: Any = None, loss: Optional[Callable] = None,
+                output_held: Optional[bool] = None) -> Chain:
         """Profiles the chain on ``sample`` (its shapes, dtypes and device are those of the
-        training inputs; a larger input is refused later). ``loss`` (default: the constructor's)
-        is measured with it. Under ``torch.autocast``, measure under the autocast of training:
-        the activations' sizes depend on it."""
+        training inputs; a larger input is refused later). ``loss`` and ``output_held``
+        (default: the constructor's) are measured with it. Under ``torch.autocast``, measure
+        under the autocast of training: the activations' sizes depend on it."""
         if loss is None:
             loss = self._loss
+        if output_held is None:
+            output_held = self._output_held
         chain = self._impl.measure(_as_list(sample), _as_list(context),
-                                   *_profile_arguments(self._repeat, 1, True, "", loss, self._progress))
+                                   *_profile_arguments(self._repeat, 1, True, "", loss, output_held,
+                                                       self._progress))
         return Chain(chain)
 
     @property

@@ -51,9 +51,10 @@ std::shared_ptr<py::object> hold(py::object object) {
 }
 
 ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const std::string& name,
-                               py::object loss, py::object progress) {
+                               py::object loss, bool output_held, py::object progress) {
   ProfileOptions options;
   options.repeat(repeat).warmup(warmup).measure_time(measure_time).name(name);
+  options.output_held(output_held);
   if (!loss.is_none()) {
     // Called by the profiler on the caller's thread, which holds the GIL.
     auto holder = hold(std::move(loss));
@@ -153,6 +154,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("name", &Chain::name)
       .def_property_readonly("length", &Chain::length)
       .def_property_readonly("input_bytes", &Chain::input_bytes)
+      .def_readonly("loss_tmp_bytes", &Chain::loss_tmp_bytes)
+      .def_readonly("output_held", &Chain::output_held)
       .def_property_readonly("stage_names", [](const Chain& c) {
         std::vector<std::string> names;
         for (const Stage& s : c.stages) names.push_back(s.name);
@@ -236,16 +239,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("profile", [](const std::vector<StageSpec>& stages, const Tensors& inputs,
                       const Tensors& context, int repeat, int warmup, bool measure_time,
-                      const std::string& name, py::object loss, py::object progress) {
+                      const std::string& name, py::object loss, bool output_held,
+                      py::object progress) {
     std::vector<NamedStage> named = to_stages(stages);
     py::gil_scoped_release release;
     return profile(named, inputs, context,
                    profile_options(repeat, warmup, measure_time, name, std::move(loss),
-                                   std::move(progress)))
+                                   output_held, std::move(progress)))
         .chain;
   }, py::arg("stages"), py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5,
         py::arg("warmup") = 1, py::arg("measure_time") = true, py::arg("name") = "",
-        py::arg("loss") = py::none(), py::arg("progress") = py::none());
+        py::arg("loss") = py::none(), py::arg("output_held") = true,
+        py::arg("progress") = py::none());
 
   // The runtime: a CheckpointableImpl over Python stages. The Python class owns the modules
   // (registered there, for parameters(), state_dict() and DDP); this one runs them.
@@ -255,16 +260,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       }), py::arg("stages"))
       .def("measure", [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context,
                          int repeat, int warmup, bool measure_time, const std::string& name,
-                         py::object loss, py::object progress) {
+                         py::object loss, bool output_held, py::object progress) {
         // The profiler runs autograd's engine, which must not be entered holding the GIL;
         // the stages take it back to call Python.
         py::gil_scoped_release release;
         return Chain(self.measure(inputs, context,
                                   profile_options(repeat, warmup, measure_time, name,
-                                                  std::move(loss), std::move(progress))));
+                                                  std::move(loss), output_held,
+                                                  std::move(progress))));
       }, py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5, py::arg("warmup") = 1,
            py::arg("measure_time") = true, py::arg("name") = "", py::arg("loss") = py::none(),
-           py::arg("progress") = py::none())
+           py::arg("output_held") = true, py::arg("progress") = py::none())
       .def("set_chain", &CheckpointableImpl::set_chain, py::arg("chain"))
       .def("compute_sequence", [](CheckpointableImpl& self, std::int64_t budget,
                                   const std::string& algorithm, std::int64_t slots, int segments,

@@ -211,7 +211,7 @@ Chain parse_v1(const json& doc, const std::string& source) {
 
 Chain parse_v2(const json& doc, const std::string& source) {
   check_keys(doc, source, "", {"format", "name", "inputs", "stages"},
-             {"loss_tmp_bytes", "context_bytes"});
+             {"loss_tmp_bytes", "output_held", "context_bytes"});
   Chain chain;
   chain.name = get_string(doc.at("name"), source, "name");
   chain.inputs = get_members(doc.at("inputs"), source, "inputs", false);
@@ -219,6 +219,12 @@ Chain parse_v2(const json& doc, const std::string& source) {
     fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
   if (doc.contains("loss_tmp_bytes"))
     chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
+  if (doc.contains("output_held")) {
+    if (!doc.at("output_held").is_boolean())
+      fail(source, "output_held",
+           str_cat("must be true or false, got ", type_name(doc.at("output_held"))));
+    chain.output_held = doc.at("output_held").get<bool>();
+  }
   if (doc.contains("context_bytes"))
     chain.context_bytes = get_bytes(doc.at("context_bytes"), source, "context_bytes");
   const json& stages = stages_array(doc, source);
@@ -502,6 +508,7 @@ std::string chain_to_json(const Chain& chain) {
   }
   doc["stages"] = std::move(stages);
   doc["loss_tmp_bytes"] = chain.loss_tmp_bytes;
+  if (!chain.output_held) doc["output_held"] = false;  // the default is not written
   return doc.dump(2) + "\n";
 }
 

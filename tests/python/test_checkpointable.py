@@ -127,6 +127,43 @@ def test_measured_peak_is_the_prediction_within_the_budget(net):
     assert independents[0] < plain_independent  # as the independent count sees too
 
 
+def test_a_step_that_lets_the_output_go_is_measured_so_and_predicted_exactly():
+    # A language model's head: the logits are the step's largest tensor and its peak is at the
+    # loss. cross_entropy keeps their log-softmax, not the logits, and `loss_fn(model(x))`
+    # drops them before the backward: measured with output_held=False, the prediction is that
+    # step's peak exactly, one logits below the default measurement's.
+    batch, classes = 64, 3000
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 128), nn.Tanh(), nn.Linear(128, 64), nn.ReLU(),
+                          nn.Linear(64, classes))
+    x = torch.randn(batch, 32, requires_grad=True)
+    target = torch.randint(classes, (batch,))
+
+    def loss_fn(out):
+        return nn.functional.cross_entropy(out, target)
+
+    held = remat.Checkpointable(model, x, loss=loss_fn, progress=False)
+    released = remat.Checkpointable(model, x, loss=loss_fn, output_held=False, progress=False)
+    assert held.chain.output_held and not released.chain.output_held
+    assert '"output_held": false' in released.chain.to_json()
+    assert not remat.Chain.from_json(released.chain.to_json()).output_held
+    assert held.store_all_peak() - released.store_all_peak() == batch * classes * 4
+    reserve = remat._C.runtime_reserve_bytes("cpu")
+    full, least = released.store_all_peak(), released.min_budget()
+    for budget in (least, (least + full) // 2, full):
+        solution = released.compute_sequence(budget)
+        assert solution.ok
+
+        def step():
+            loss_fn(released(x)).backward()
+
+        x.grad = None
+        measured = step_peak(step)
+        assert measured + x.nbytes + reserve == solution.peak_bytes, (budget, measured, solution.sequence)
+        x.grad = None
+        assert storage_peak(step) + x.nbytes + reserve <= budget
+
+
 def test_stages_from_lists_pairs_and_tuples():
     class Split(nn.Module):
         def forward(self, x):

@@ -672,3 +672,60 @@ TEST_CASE("with the loss measured, a cross-entropy step stays within every budge
                                                    [](const torch::Tensor& out) { return out * 2; })),
                     Catch::Contains("the loss function returned a tensor of shape"));
 }
+
+TEST_CASE("a loss measured with the output let go gives the budget the logits back, exactly",
+          "[runtime]") {
+  // A language model's head: the logits are the largest tensor of the step, and the peak is
+  // at the loss. A cross-entropy keeps their log-softmax, not the logits, so a step that lets
+  // the output go once the loss has its value peaks one logits lower than the default
+  // measurement (the output held through the loss's backward) predicts. Measured with
+  // output_held(false), the prediction is that step's peak, exactly.
+  torch::set_num_threads(1);
+  const std::int64_t granularity = GENERATE(1, 512);
+  remat::test::CpuGranularity units(granularity);
+  const std::int64_t batch = 64, classes = 3000;
+  const torch::Tensor sample = torch::randn({batch, 32});
+  const torch::Tensor target = torch::randint(classes, {batch}, torch::kLong);
+  auto loss = [&](const torch::Tensor& out) {
+    return torch::nn::functional::cross_entropy(out, target);
+  };
+  const std::int64_t logits = remat::counted_bytes(torch::kCPU, batch * classes * 4);
+  const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+  std::map<bool, std::int64_t> store_all;
+  for (const bool held : {true, false}) {
+    torch::manual_seed(41);
+    nn::Sequential net(nn::Linear(32, 128), nn::Tanh(), nn::Linear(128, 64), nn::ReLU(),
+                       nn::Linear(64, classes));
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+    remat::Checkpointable chk(net);
+    const remat::Chain& chain = chk->measure(
+        sample, remat::ProfileOptions().measure_time(false).loss(loss).output_held(held));
+    CHECK(chain.output_held == held);
+    CHECK(remat::parse_chain(remat::chain_to_json(chain), "saved").output_held == held);
+    store_all[held] = chk->store_all_peak();
+    const std::int64_t least = chk->min_budget();
+    for (const std::int64_t budget : {store_all[held], (least + store_all[held]) / 2, least}) {
+      const remat::Solution& s = chk->compute_sequence(budget);
+      REQUIRE(s.ok());
+      const std::int64_t base = tracker.live();
+      tracker.reset_peak();
+      {
+        torch::Tensor x = sample.clone();
+        torch::Tensor value = loss(chk->forward(x));  // the output goes with the statement
+        value.backward();
+      }
+      const std::int64_t measured = tracker.peak() - base;
+      INFO("output held " << held << ", budget " << budget << ", predicted " << s.peak_bytes
+                          << ", measured " << measured << ", granularity " << granularity);
+      CHECK(measured <= budget);
+      // The peak is at the loss, whose measurement (loss_tmp_bytes) saw its two scalars.
+      if (held) {
+        CHECK(measured <= s.peak_bytes - kR);
+      } else {
+        CHECK(measured == s.peak_bytes - kR);
+      }
+    }
+  }
+  CHECK(store_all[true] - store_all[false] == logits);
+}

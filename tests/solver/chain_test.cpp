@@ -114,7 +114,17 @@ TEST_CASE("a version 2 chain is read field by field", "[solver]") {
   CHECK(chain.stages[1].kept_bytes() == 464);
   CHECK(chain.stages[1].nograd_ms() == 2.5);
   CHECK(chain.loss_tmp_bytes == 4);
+  CHECK(chain.output_held);  // the default, not written
+  CHECK(chain_to_json(chain).find("output_held") == std::string::npos);
   CHECK(chain_to_json(parse_chain(chain_to_json(chain))) == chain_to_json(chain));
+  // A loss measured with the output let go says so, and keeps saying so.
+  const Chain released = parse_chain(
+      edited("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"output_held\": false", kValid2));
+  CHECK_FALSE(released.output_held);
+  CHECK_FALSE(parse_chain(chain_to_json(released)).output_held);
+  CHECK(parse_chain(edited("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"output_held\": true",
+                           kValid2))
+            .output_held);
 }
 
 TEST_CASE("version 2 chain files are rejected with the stage, the member and the field",
@@ -148,6 +158,8 @@ TEST_CASE("version 2 chain files are rejected with the stage, the member and the
              Contains("stages[1].outputs is empty"));
   CHECK_THAT(error2("\"context_bytes\": 32", "\"context_bytes\": -1"),
              Contains("context_bytes (-1) must not be negative"));
+  CHECK_THAT(error2("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"output_held\": \"no\""),
+             Contains("c.json: output_held must be true or false, got a string"));
   CHECK_THAT(error2("\"state_bytes\": 64", "\"state_bytes\": 6.5"),
              Contains("stages[1].state_bytes (6.5) must be a whole number of bytes"));
   CHECK_THAT(

@@ -108,6 +108,11 @@ struct Chain {
   std::vector<Stage> stages;
   /// Transient peak of the loss computation and its backward.
   std::int64_t loss_tmp_bytes = 0;
+  /// How loss_tmp_bytes was measured: with the caller holding x_L through the loss's backward
+  /// (true), or letting it go once the loss has its value (false: the step must be written so;
+  /// if it keeps x_L, it peaks up to x_L's bytes above the prediction). The simulation is the
+  /// same either way; only the measurement differs.
+  bool output_held = true;
 
   /// Number of stages L.
   int length() const { return static_cast<int>(stages.size()); }
