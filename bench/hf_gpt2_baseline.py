@@ -56,7 +56,8 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pytorch_baseline import _non_negative, _positive, device_name, format_bytes, timed_steps  # noqa: E402
+from pytorch_baseline import (  # noqa: E402
+    _non_negative, _positive, device_name, format_bytes, parse_device, timed_steps)
 
 # The published GPT-2 sizes: layers, width, heads (remat::models::gpt2_config's).
 CONFIGS = {"gpt2": (12, 768, 12), "gpt2-medium": (24, 1024, 16),
@@ -85,15 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
     if args.seq > POSITIONS:
         p.error(f"--seq: GPT-2 takes at most {POSITIONS} tokens")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        p.error(f"--device: invalid device {args.device!r}")
-    if device.type not in ("cpu", "cuda"):
-        p.error("--device: cpu or cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        p.error("--device: CUDA is not available")
-    args.device = device
+    args.device = parse_device(p, args.device)
     return args
 
 

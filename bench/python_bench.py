@@ -198,7 +198,8 @@ def measure_all(model: nn.Module, steps: "OrderedDict[str, Callable[[], Any]]", 
     figures = {}
     for name, step in steps.items():
         zero()
-        figures[name] = {"step_ms": 1000 * statistics.median(times[name]), "peak_bytes": peak_of(step, device)}
+        figures[name] = {"step_ms": 1000 * statistics.median(times[name]),
+                         "peak_bytes": peak_of(step, device)}
     return figures
 
 
@@ -241,9 +242,9 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> di
     segment_counts = list(range(2, min(stages, math.floor(2 * math.sqrt(stages))) + 1))
     for k in segment_counts:
         steps[f"K={k}"] = lambda k=k: loss_fn(checkpoint_sequential(chain, k, x, use_reentrant=False)).backward()
+    budgets = {fraction: int(fraction * full) for fraction in args.fractions}
     solutions = {}
-    for fraction in args.fractions:
-        budget = int(fraction * full)
+    for fraction, budget in budgets.items():
         if budget < least:
             continue
         runner = remat.Checkpointable(chain, progress=False)  # one per budget, on the same chain
@@ -261,8 +262,7 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> di
                  f"peak {mib(theirs[k]['peak_bytes'])} MiB")
 
     rows = []
-    for fraction in args.fractions:
-        budget = int(fraction * full)
+    for fraction, budget in budgets.items():
         row: dict = {"fraction": fraction, "budget_bytes": budget}
         if fraction not in solutions:
             row["remat"] = {"infeasible": True, "least_bytes": least}

@@ -88,16 +88,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, 
         p.error(f"--image: {args.model} needs at least {MIN_IMAGE.get(args.model, 32)}"
                 + (" (its auxiliary classifier; inception_v3_noaux takes 75)"
                    if args.model == "inception_v3" else ""))
+    args.device = parse_device(p, args.device)
+    return p, args
+
+
+def parse_device(p: argparse.ArgumentParser, text: str) -> torch.device:
+    """--device: "cpu" or a CUDA device that is available, else a usage error (exit 2)."""
     try:
-        device = torch.device(args.device)
+        device = torch.device(text)
     except RuntimeError:
-        p.error(f"--device: invalid device {args.device!r}")
+        p.error(f"--device: invalid device {text!r}")
     if device.type not in ("cpu", "cuda"):
         p.error("--device: cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device: CUDA is not available")
-    args.device = device
-    return p, args
+    return device
 
 
 def _int_at_least(text: str, low: int) -> int:

@@ -288,5 +288,5 @@ def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Cal
     specs, _ = _stage_specs(module, takes_context=context is not None)
     inputs = _as_list(sample)
     return Chain(_C.profile(specs, inputs, _as_list(context),
-                            *_profile_arguments(repeat, warmup, measure_time, name, loss, output_held,
-                                                               progress)))
+                            *_profile_arguments(repeat, warmup, measure_time, name, loss,
+                                                output_held, progress)))

@@ -62,11 +62,10 @@ class Checkpointable(nn.Module):
     The budget covers the chain. A loss computed from its output (say, cross-entropy over a
     language model's logits) allocates memory of its own: give it as ``loss`` (called with the
     chain's outputs, returning a scalar) and it is measured and counted in the budget too.
-    It is measured with the step holding the chain's output until the loss's backward is done
-    (``out = model(x)`` kept); if the step lets it go once the loss has its value
-    (``loss_fn(model(x)).backward()``), say so with ``output_held=False``: the budget then
-    gains up to the output's size (a language model's logits), and a step that keeps the
-    output after all may exceed it by as much.
+    It is measured with the step holding the chain's output until the loss's backward is done;
+    if the step lets it go once the loss has its value (``loss_fn(model(x)).backward()``), say
+    so with ``output_held=False``: the budget then gains up to the output's size (a language
+    model's logits), and a step that keeps the output after all may exceed it by as much.
 
     In eval mode or under ``torch.no_grad()`` the modules run plainly.
 
