@@ -78,6 +78,7 @@ Action add_demo_command(CLI::App& app) {
                               with_progress(ProfileOptions()
                                                 .repeat(3)
                                                 .loss(training_loss_of(in, target))
+                                                .output_held(false)  // the steps let it go
                                                 .name(in.label(args->batch)),
                                             bar));
     bar.finish(p.chain.length());

@@ -209,7 +209,9 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
                         with_progress(ProfileOptions()
                                           .repeat(args.repeat)
                                           .name(in.label(args.batch))
-                                          .loss(training_loss_of(in, target)),
+                                          .loss(training_loss_of(in, target))
+                                          // the step below lets the output go with the loss
+                                          .output_held(false),
                                       bar))
                     .chain;
       } catch (const ProfileError& error) {

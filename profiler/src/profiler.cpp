@@ -508,7 +508,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                                             : std::string("an undefined tensor")) +
                            ", not one value");
       // A step written `loss(model(x)).backward()` lets the output go once the loss has its
-      // value; one that keeps `out = model(x)` holds it through the loss's backward.
+      // value; one that keeps `out = model(x)` holds it through the backward.
       if (!options.output_held()) outputs.clear();
       torch::autograd::backward({value});
     } catch (const c10::OutOfMemoryError&) {
@@ -523,8 +523,8 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
     result.chain.loss_tmp_bytes =
         std::max<std::int64_t>(0, scope.peak_above_start() - gradient_bytes);
-    result.chain.output_held = options.output_held();
   }
+  result.chain.output_held = options.output_held();
   if (options.progress()) options.progress()(length, length, "");
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   result.chain.validate("profile");

@@ -62,10 +62,11 @@ class Checkpointable(nn.Module):
     The budget covers the chain. A loss computed from its output (say, cross-entropy over a
     language model's logits) allocates memory of its own: give it as ``loss`` (called with the
     chain's outputs, returning a scalar) and it is measured and counted in the budget too.
-    It is measured with the step holding the chain's output until the loss's backward is done;
-    if the step lets it go once the loss has its value (``loss_fn(model(x)).backward()``), say
-    so with ``output_held=False``: the budget then gains up to the output's size (a language
-    model's logits), and a step that keeps the output after all may exceed it by as much.
+    The step is taken to keep the chain's output until it ends (``out = model(x)``, the loss,
+    ``loss.backward()``), as most training loops do, and the output is counted so. If the step
+    lets it go once the loss has its value (``loss_fn(model(x)).backward()``), say so with
+    ``output_held=False``: the budget then gains up to the output's size (a language model's
+    logits), and a step that keeps the output after all may exceed it by as much.
 
     In eval mode or under ``torch.no_grad()`` the modules run plainly.
 

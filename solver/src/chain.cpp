@@ -181,13 +181,24 @@ void read_times_and_temporaries(const json& item, const std::string& source,
     stage.fwd_nograd_ms = get_ms(item.at("fwd_nograd_ms"), source, where + ".fwd_nograd_ms");
 }
 
+// The optional "output_held" of both formats.
+void read_output_held(const json& doc, const std::string& source, Chain& chain) {
+  if (!doc.contains("output_held")) return;
+  if (!doc.at("output_held").is_boolean())
+    fail(source, "output_held",
+         str_cat("must be true or false, got ", type_name(doc.at("output_held"))));
+  chain.output_held = doc.at("output_held").get<bool>();
+}
+
 Chain parse_v1(const json& doc, const std::string& source) {
-  check_keys(doc, source, "", {"format", "name", "input_bytes", "stages"}, {"loss_tmp_bytes"});
+  check_keys(doc, source, "", {"format", "name", "input_bytes", "stages"},
+             {"loss_tmp_bytes", "output_held"});
   Chain chain;
   chain.name = get_string(doc.at("name"), source, "name");
   chain.set_input(get_bytes(doc.at("input_bytes"), source, "input_bytes"));
   if (doc.contains("loss_tmp_bytes"))
     chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
+  read_output_held(doc, source, chain);
   const json& stages = stages_array(doc, source);
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const std::string where = stage_where(i);
@@ -219,12 +230,7 @@ Chain parse_v2(const json& doc, const std::string& source) {
     fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
   if (doc.contains("loss_tmp_bytes"))
     chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
-  if (doc.contains("output_held")) {
-    if (!doc.at("output_held").is_boolean())
-      fail(source, "output_held",
-           str_cat("must be true or false, got ", type_name(doc.at("output_held"))));
-    chain.output_held = doc.at("output_held").get<bool>();
-  }
+  read_output_held(doc, source, chain);
   if (doc.contains("context_bytes"))
     chain.context_bytes = get_bytes(doc.at("context_bytes"), source, "context_bytes");
   const json& stages = stages_array(doc, source);

@@ -53,6 +53,14 @@ struct UnitChain {
   std::vector<double> fw, bw, nf;            // 0..L
   // Context tensors: held by the caller for the whole step.
   std::int64_t context = 0;
+  // The chain's output x_L, held by the caller from the loss to the step's end
+  // (Chain::output_held): every operation after the loss also holds `tail` = x[L], except
+  // that B_{L-1} right after the loss (the chain step of a segment (L-1, L)) finds the part its
+  // autograd state keeps already counted: `tail_shared`, rounded down. A segment (i, l) with
+  // l < L runs wholly after the loss: it has `tail` less of its memory for itself. 0 and 0
+  // when the output is let go, and in the published recurrence (the reference does not model
+  // it).
+  std::int64_t tail = 0, tail_shared = 0;
   // Check the chain step as the published recurrence does (docs/algorithms.md).
   bool published_chain_step = false;
 
@@ -76,10 +84,16 @@ struct UnitChain {
     const auto a = static_cast<std::size_t>(i);
     return held(i, taped) + gk[a] + g[a + 1] + g[a] + bt[a];
   }
+  // The memory of the chain step of segment (i, l): B_i runs after the loss when l = L.
   std::int64_t chain_step_memory(int i, int l, bool taped) const {
-    const std::int64_t forward = forward_memory(i, l), backward = backward_memory(i, taped);
+    const std::int64_t forward = forward_memory(i, l);
+    std::int64_t backward = backward_memory(i, taped);
+    if (l == length) backward += tail - (i + 1 == length ? tail_shared : 0);
     return forward > backward ? forward : backward;
   }
+  // What the caller's x_L takes from the memory of the left part (i, j-1) of a leaf of
+  // segment (i, l): all of it after the loss, i.e. when l = L.
+  std::int64_t left_shift(int l) const { return l == length ? tail : 0; }
   // What the chain step keeps outside the rest of the segment: the remains of x_i and the
   // autograd state (x_{i+1} belongs to the rest).
   std::int64_t chain_shift(int i, bool taped) const {
@@ -209,9 +223,9 @@ class PersistentTable {
   void single_row(int i, int worker);
   void begin_row(int i, int l, bool taped, Pending& p);
   // Leaf j of a row (i, l): left is Opt(i, j-1, ., state), right Opt(j, l, ., fresh), shifted
-  // by x[i]; the leaf's own forwards need `forward_lo`.
-  void add_leaf(std::int64_t shift, std::int64_t forward_lo, double prefix, const Row& left,
-                const Row& right, Pending& p);
+  // by x[i], left by `tail` (UnitChain::left_shift); the leaf's own forwards need `forward_lo`.
+  void add_leaf(std::int64_t shift, std::int64_t tail, std::int64_t forward_lo, double prefix,
+                const Row& left, const Row& right, Pending& p);
   void finish_row(int i, int l, bool taped, int worker, Pending& p);
   double* allocate(int worker, std::int64_t count);
   void rebuild(int i, int l, std::int64_t m, bool taped, Sequence& out) const;

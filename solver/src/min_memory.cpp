@@ -60,6 +60,16 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
   c.hf[n] = c.ht[n] = c.x[n];
   c.bt[n] = units(chain.loss_tmp_bytes);
   c.context = units(chain.context_bytes);
+  if (chain.output_held && !published_chain_step) {
+    c.tail = c.x[n];
+    // The members of x_L that stage L-1 keeps, rounded down: with the rest of its state
+    // (gk, rounded up), they are never counted below their bytes.
+    const Stage& last = chain.stages[n - 1];
+    std::int64_t kept_output = 0;
+    for (const int m : last.saved_outputs)
+      kept_output += last.outputs[static_cast<std::size_t>(m)].bytes;
+    c.tail_shared = kept_output / unit_bytes;
+  }
   return c;
 }
 
@@ -100,6 +110,18 @@ std::int32_t min_of_max(std::int32_t a, const std::int32_t* __restrict column,
   return min_of_max_body(a, column, row, b, forward, n);
 }
 
+// The leaves of a segment (i, L): their left parts run after the loss, beside the caller's
+// x_L (`shift`). One row per segment start: a plain loop.
+template <class T>
+std::int64_t after_loss_leaf(T a, const T* column, const T* row, std::int64_t shift, T b,
+                             const T* forward, std::size_t n) {
+  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t k = 0; k < n; ++k)
+    best = std::min(best, std::max({std::int64_t{a} + column[k], std::int64_t{row[k]} + shift,
+                                    std::int64_t{b} + forward[k]}));
+  return best;
+}
+
 // Below 2^29, sums of two clamped values stay within 32 bits.
 constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 
@@ -110,7 +132,7 @@ constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 //
 // MinMem(i, i, s) = max(forward_memory(i, i), backward_memory(i, s))
 // MinMem(i, l, s) = min( min_{i<j<=l} max(x[i] + g[l+1] + lf(i, j), x[i] + MinMem(j, l, fresh),
-//                                         MinMem(i, j-1, s)),
+//                                         left_shift(l) + MinMem(i, j-1, s)),
 //                        max(chain_step_memory(i, l, s), chain_shift(i, s) + MinMem(i+1, l, taped))
 //                        )
 //
@@ -166,8 +188,11 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
         const bool taped = s == 1;
         const std::vector<T>& rows = table(taped && c.two_states(i));
         const std::int64_t leaf =
-            min_of_max(a, &mm_t[ul * stride_ + ui + 1], &rows[ui * stride_ + ui], b,
-                       &forward[ui + 1], ul - ui);
+            c.left_shift(l) == 0
+                ? min_of_max(a, &mm_t[ul * stride_ + ui + 1], &rows[ui * stride_ + ui], b,
+                             &forward[ui + 1], ul - ui)
+                : after_loss_leaf(a, &mm_t[ul * stride_ + ui + 1], &rows[ui * stride_ + ui],
+                                  c.left_shift(l), b, &forward[ui + 1], ul - ui);
         const std::int64_t chain_step =
             std::max(c.chain_step_memory(i, l, taped),
                      c.chain_shift(i, taped) + std::int64_t{at(i + 1, l, true)});
@@ -218,8 +243,9 @@ class MinMemoryTable::LeastMemory {
       const auto uj = static_cast<std::size_t>(j);
       prefix += c_.nf[uj - 1];
       if (j > i + 1) lf = std::max(lf, c_.x[uj - 1] + c_.x[uj] + c_.nt[uj - 1]);
-      const std::int64_t leaf = std::max({c_.x[ui] + c_.g[static_cast<std::size_t>(l) + 1] + lf,
-                                          c_.x[ui] + t_.at(j, l, false), t_.at(i, j - 1, taped)});
+      const std::int64_t leaf =
+          std::max({c_.x[ui] + c_.g[static_cast<std::size_t>(l) + 1] + lf,
+                    c_.x[ui] + t_.at(j, l, false), c_.left_shift(l) + t_.at(i, j - 1, taped)});
       if (leaf != target) continue;
       const double candidate = prefix + time(j, l, false) + time(i, j - 1, taped);
       if (candidate < best) best = candidate, best_choice = j;

@@ -11,7 +11,8 @@
 //
 //   Opt(i, i, m, s) = fw[i] + bw[i]   if m >= MinMem(i, i, s), else +inf
 //   Opt(i, l, m, s) = +inf            if m < MinMem(i, l, s), else the least of
-//     leaf j, i < j <= l:  (sum_{k=i}^{j-1} nf[k] + Opt(j, l, m - x[i], fresh)) + Opt(i, j-1, m, s)
+//     leaf j, i < j <= l:  (sum_{k=i}^{j-1} nf[k] + Opt(j, l, m - x[i], fresh))
+//                          + Opt(i, j-1, m - left_shift(l), s)
 //                          if m >= x[i] + g[l+1] + lf(i, j)
 //     chain step:          (fw[i] + bw[i]) + Opt(i+1, l, m - held(i, s) - sv[i], taped)
 //                          if m >= chain_step_memory(i, l, s)
@@ -301,7 +302,7 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
               Pending& p = slot(i, s, l);
               const Row& right = row(j, l);
               if (p.active && !right.empty())
-                add_leaf(shift, forward_lo(i, j, l), sum, left, right, p);
+                add_leaf(shift, c.left_shift(l), forward_lo(i, j, l), sum, left, right, p);
             }
           }
         }
@@ -324,8 +325,8 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
             if (!p.active) continue;
             const Row& left = row(i, j - 1, s == 1);
             if (!left.empty())
-              add_leaf(c.x[static_cast<std::size_t>(i)], forward_lo(i, j, l), prefix_of(i, j), left,
-                       right, p);
+              add_leaf(c.x[static_cast<std::size_t>(i)], c.left_shift(l), forward_lo(i, j, l),
+                       prefix_of(i, j), left, right, p);
           }
         }
       }
@@ -372,16 +373,17 @@ std::int64_t last_improvable(const double* best, std::int64_t lo, std::int64_t c
 }
 }  // namespace
 
-// Leaf j of row (i, l, s): (prefix + Opt(j, l, m - x[i], fresh)) + Opt(i, j-1, m, s), from
+// Leaf j of row (i, l, s): (prefix + Opt(j, l, m - x[i], fresh)) + Opt(i, j-1, m - tail, s)
+// (tail = left_shift: the caller's x_L when the left part runs after the loss), from
 // m = forward_lo on.
-void PersistentTable::add_leaf(std::int64_t shift, std::int64_t forward_lo, double prefix,
-                               const Row& left, const Row& right, Pending& p) {
+void PersistentTable::add_leaf(std::int64_t shift, std::int64_t tail, std::int64_t forward_lo,
+                               double prefix, const Row& left, const Row& right, Pending& p) {
   const std::int64_t lo = p.lo;
   double* best = p.best;
-  const std::int64_t start = std::max({lo, forward_lo, shift + right.lo, left.lo});
+  const std::int64_t start = std::max({lo, forward_lo, shift + right.lo, tail + left.lo});
   if (start > capacity_) return;
   const std::int64_t right_end = shift + right.sat;  // right is constant beyond
-  const std::int64_t left_end = left.sat;            // left is constant beyond
+  const std::int64_t left_end = tail + left.sat;     // left is constant beyond
   const double right_constant = right.constant;
   const double left_constant = left.constant;
   const double constant = (prefix + right_constant) + left_constant;
@@ -391,12 +393,12 @@ void PersistentTable::add_leaf(std::int64_t shift, std::int64_t forward_lo, doub
   std::int64_t stop = std::min({right_end, left_end, last});
   if (stop >= start)
     relax_sum(best + (start - lo), right.values + (start - shift - right.lo),
-              left.values + (start - left.lo), prefix, stop - start + 1);
+              left.values + (start - tail - left.lo), prefix, stop - start + 1);
   if (right_end < left_end) {  // right constant, left varying
     const std::int64_t from = std::max(start, right_end + 1);
     stop = std::min(left_end, last);
     if (stop >= from)
-      relax_left_constant(best + (from - lo), left.values + (from - left.lo),
+      relax_left_constant(best + (from - lo), left.values + (from - tail - left.lo),
                           prefix + right_constant, stop - from + 1);
   } else if (left_end < right_end) {  // left constant, right varying
     const std::int64_t from = std::max(start, left_end + 1);
@@ -469,11 +471,12 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence
     prefix += c.nf[uj - 1];
     if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
     if (rest < 0 || m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
-    const double candidate = (prefix + row(j, l).at(rest)) + row(i, j - 1, taped).at(m);
+    const double candidate =
+        (prefix + row(j, l).at(rest)) + row(i, j - 1, taped).at(m - c.left_shift(l));
     if (candidate == target) {
       append_leaf_forwards(i, j, out);
       rebuild(j, l, rest, false, out);
-      rebuild(i, j - 1, m, taped, out);
+      rebuild(i, j - 1, m - c.left_shift(l), taped, out);
       return;
     }
   }

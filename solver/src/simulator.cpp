@@ -190,6 +190,10 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
           if (member.grad) memory.hold(gradient[ul].back(), Memory::kGradient);
         }
         temporary = chain.loss_tmp_bytes;
+        // The caller keeps the x_L it was handed until the step ends (Chain::output_held):
+        // its storages stay, whatever the runtime drops, and a recomputed x_L is another copy.
+        if (chain.output_held)
+          for (const int id : value[ul]) memory.hold(id, Memory::kValue);
         break;
       }
       case OpKind::kBackward: {

@@ -13,7 +13,9 @@ ProfileOptions quick() { return ProfileOptions().repeat(1).warmup(1).min_repetit
 
 // Peak activation bytes of one plain training step (store-all), measured by the tracker:
 // the input x_0 and every activation, with the gradient of the output given (y_L).
-std::int64_t plain_step_peak(nn::Sequential& net, const torch::Tensor& sample) {
+// One plain training step's peak. `keep_output`: the step holds the network's output to its
+// end (`out = net(x)`, the loss, its backward); else it lets it go once the loss has its value.
+std::int64_t plain_step_peak(nn::Sequential& net, const torch::Tensor& sample, bool keep_output) {
   for (auto& p : net->parameters())
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
   torch::Tensor weight;
@@ -29,7 +31,9 @@ std::int64_t plain_step_peak(nn::Sequential& net, const torch::Tensor& sample) {
     torch::Tensor x = sample.detach().clone().requires_grad_(sample.requires_grad());
     // A loss whose gradient y_L is a full tensor made by autograd and held by nobody else,
     // as a real loss's is (nll_loss's gradient is freed once used).
-    torch::Tensor loss = (net->forward(x) * weight).sum();
+    torch::Tensor out = net->forward(x);
+    torch::Tensor loss = (out * weight).sum();
+    if (!keep_output) out.reset();
     loss.backward();
   }
   return tracker.peak() - base;
@@ -151,31 +155,46 @@ TEST_CASE("the measured store-all peak equals the simulator's prediction", "[pro
     const char* name;
     int channels, batch, size;
   };
+  // Both ways of writing the step: the output kept to its end (the default), or let go once
+  // the loss has its value, measured so (output_held(false)).
   const Case cases[] = {{"small", 4, 2, 12}, {"wider", 16, 4, 16}, {"odd sizes", 6, 3, 21}};
   for (const Case& c : cases) {
     SECTION(c.name) {
-      torch::manual_seed(3);
-      nn::Sequential net = remat::test::conv_chain(c.channels, 10, false);
-      const torch::Tensor sample = torch::randn({c.batch, 3, c.size, c.size});
-      const remat::Chain chain = remat::profile(net, sample, quick().measure_time(false)).chain;
-      const std::int64_t predicted = remat::store_all_peak(chain);
-      const std::int64_t measured = plain_step_peak(net, sample);
-      INFO("predicted " << predicted << " measured " << measured);
-      CHECK(measured == predicted + kLossScalars);
+      for (const bool held : {false, true}) {
+        torch::manual_seed(3);
+        nn::Sequential net = remat::test::conv_chain(c.channels, 10, false);
+        const torch::Tensor sample = torch::randn({c.batch, 3, c.size, c.size});
+        const remat::Chain chain =
+            remat::profile(net, sample, quick().measure_time(false).output_held(held)).chain;
+        const std::int64_t predicted = remat::store_all_peak(chain);
+        const std::int64_t measured = plain_step_peak(net, sample, held);
+        INFO("output held " << held << " predicted " << predicted << " measured " << measured);
+        CHECK(measured == predicted + kLossScalars);
+      }
     }
   }
   SECTION("with a dropout stage, whose output no backward keeps") {
-    // Here the peak is at the loss, which the model runs as one operation holding x_L and y_L
-    // together; plain autograd frees x_L once the loss's forward is done (a weighted sum keeps
-    // its weights, not x_L), before it makes y_L. Over by exactly x_L.
-    torch::manual_seed(3);
-    nn::Sequential net = remat::test::conv_chain(8, 10, true);
-    const torch::Tensor sample = torch::randn({3, 3, 20, 20});
-    const remat::Chain chain = remat::profile(net, sample, quick().measure_time(false)).chain;
-    const std::int64_t predicted = remat::store_all_peak(chain);
-    const std::int64_t measured = plain_step_peak(net, sample);
-    INFO("predicted " << predicted << " measured " << measured);
-    CHECK(measured == predicted + kLossScalars - chain.stages.back().out_bytes());
+    // The model's peak is the classifier's backward B_{L-1}, which it charges with y_L until
+    // the stage's backward ends; autograd frees y_L once the linear layer's backward has used
+    // it, before the pooling's makes y_{L-1}: over by y_L (as many bytes as x_L), whether the
+    // step keeps the output (then x_L is in both, 120 bytes above) or lets it go.
+    for (const bool held : {false, true}) {
+      torch::manual_seed(3);
+      nn::Sequential net = remat::test::conv_chain(8, 10, true);
+      const torch::Tensor sample = torch::randn({3, 3, 20, 20});
+      const remat::Chain chain =
+          remat::profile(net, sample, quick().measure_time(false).output_held(held)).chain;
+      const std::int64_t predicted = remat::store_all_peak(chain);
+      const std::int64_t measured = plain_step_peak(net, sample, held);
+      INFO("output held " << held << " predicted " << predicted << " measured " << measured);
+      CHECK(measured == predicted + kLossScalars - chain.stages.back().out_bytes());
+      const int last = chain.length() - 1;
+      const remat::Simulation sim =
+          remat::simulate(chain, remat::parse_sequence("Fe_0.." + std::to_string(last) + " L B_" +
+                                                           std::to_string(last) + "..0",
+                                                       chain.length()));
+      CHECK(sim.trace[static_cast<std::size_t>(sim.peak_op)].op == remat::bwd(last));
+    }
   }
 }
 

@@ -11,7 +11,9 @@
 // the last operation that reads it, which is the best such choice for a given order). One
 // restriction: an activation is never recomputed while a storage of its previous copy is still
 // alive (an autograd state keeps it): with it, each storage has at most one copy, and a state is
-// a set of holders. No algorithm of remat produces such a recomputation.
+// a set of holders. No algorithm of remat produces such a recomputation. The exception is the
+// output x_L that the caller keeps from the loss to the step's end (Chain::output_held): a
+// storage of it made again leaves the caller an old copy, counted apart.
 
 #include <algorithm>
 #include <cstdint>
@@ -53,7 +55,7 @@ class ExhaustiveOracle {
   /// the last operation that reads it before it is made again. Throws std::logic_error for
   /// an operation the state does not allow.
   std::pair<std::int64_t, double> evaluate(const Sequence& sequence) const {
-    State s{1u, 0u, -1};
+    State s;
     std::int64_t peak = memory(s);
     double time = 0;
     for (std::size_t p = 0; p < sequence.size(); ++p) {
@@ -100,7 +102,7 @@ class ExhaustiveOracle {
   /// The least makespan of a valid sequence whose every operation fits in `budget` bytes
   /// (+inf if none), and one such sequence.
   std::pair<double, Sequence> solve(std::int64_t budget) const {
-    const State start{1u, 0u, -1};
+    const State start;
     if (memory(start) > budget) return {kInf, {}};
     using Item = std::pair<double, State>;
     std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue;
@@ -130,12 +132,15 @@ class ExhaustiveOracle {
  private:
   // values: bit k set when x_k is held as a value (bit 0 always: the caller's input);
   // graphs: bit i set when stage i's autograd state is alive; frontier: -1 before the loss,
-  // then the k of the one gradient y_k held (stages k..L-1 are backpropagated).
+  // then the k of the one gradient y_k held (stages k..L-1 are backpropagated); caller, old:
+  // bit r set when the caller's x_L holds storage r's current copy, or an older one.
   struct State {
-    std::uint32_t values, graphs;
-    int frontier;
+    std::uint32_t values = 1u, graphs = 0u;
+    int frontier = -1;
+    std::uint32_t caller = 0u, old = 0u;
     bool operator<(const State& o) const {
-      return std::tie(values, graphs, frontier) < std::tie(o.values, o.graphs, o.frontier);
+      return std::tie(values, graphs, frontier, caller, old) <
+             std::tie(o.values, o.graphs, o.frontier, o.caller, o.old);
     }
     bool operator>(const State& o) const { return o < *this; }
   };
@@ -148,6 +153,7 @@ class ExhaustiveOracle {
   static constexpr Op kDrop{OpKind::kLoss, -1};  // stage -1: dropping a value (no operation)
 
   int new_root(const Member& member) {
+    if (sizes_.size() >= 32) throw std::logic_error("oracle: more than 32 storages");
     sizes_.push_back(member.bytes);
     return static_cast<int>(sizes_.size()) - 1;
   }
@@ -162,6 +168,10 @@ class ExhaustiveOracle {
     for (int k = 0; k <= length_; ++k)
       if (s.values >> k & 1u)
         for (const int r : roots(k)) alive[static_cast<std::size_t>(r)] = true;
+    for (std::size_t r = 0; r < sizes_.size(); ++r) {
+      if (s.caller >> r & 1u) alive[r] = true;
+      if (s.old >> r & 1u) total += sizes_[r];
+    }
     for (int i = 0; i < length_; ++i) {
       if (!(s.graphs >> i & 1u)) continue;
       total += stage(i).state_bytes;
@@ -216,6 +226,14 @@ class ExhaustiveOracle {
       const Stage& st = stage(i);
       State no_grad = s;
       no_grad.values |= 1u << (i + 1);
+      // New copies of the output's own members: the caller's become old ones.
+      for (std::size_t m = 0; m < roots(i + 1).size(); ++m) {
+        const auto r = static_cast<std::uint32_t>(roots(i + 1)[m]);
+        if (st.outputs[m].carried_from < 0 && (no_grad.caller >> r & 1u)) {
+          no_grad.caller &= ~(1u << r);
+          no_grad.old |= 1u << r;
+        }
+      }
       out.push_back({no_grad, fn(i), nograd_ ? st.nograd_ms() : st.fwd_ms,
                      memory(no_grad) + st.nograd_tmp_bytes()});
       if (!(s.graphs >> i & 1u)) {
@@ -227,6 +245,8 @@ class ExhaustiveOracle {
     if (s.frontier < 0 && (s.values >> length_ & 1u)) {
       State to = s;
       to.frontier = length_;
+      if (chain_.output_held)
+        for (const int r : roots(length_)) to.caller |= 1u << r;
       out.push_back({to, loss(length_), 0, memory(to) + chain_.loss_tmp_bytes});
     }
     if (s.frontier > 0 && (s.graphs >> (s.frontier - 1) & 1u)) {

@@ -3,7 +3,9 @@
 // persistent dynamic program, from rotor's recurrence as docs/algorithms.md writes it (model v1
 // only), for the tests. It works in units of `unit` bytes (sizes rounded up) and can run the
 // reference's recurrence as published (`corrected = false`) or with remat's exact chain step (Fe_i
-// checked with y_{l+1} live rather than y_{i+1}, see docs/algorithms.md).
+// checked with y_{l+1} live rather than y_{i+1}, see docs/algorithms.md). Corrected, it also
+// counts the chain's output x_L that the caller keeps from the loss to the step's end
+// (Chain::output_held), as remat does; the published recurrence does not.
 
 #include <algorithm>
 #include <cstdint>
@@ -42,6 +44,12 @@ class ReferenceDp {
     fw_.push_back(0);
     bw_.push_back(0);
     nf_.push_back(0);
+    // Every check of an operation after the loss adds the caller's x_L, except that of B_{L-1}
+    // right after the loss, whose state keeps its output already (bytes rounded down).
+    if (corrected && chain.output_held) {
+      tail_ = x_[static_cast<std::size_t>(length_)];
+      tail_kept_ = chain.stages.back().out_bytes() / unit;
+    }
   }
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -70,14 +78,17 @@ class ReferenceDp {
     if (found != memo_.end()) return found->second.first;
     std::pair<double, int> result{kInf, -2};  // choice: j > i leaf, -1 chain, 0 single
     const std::size_t a = static_cast<std::size_t>(i), b = static_cast<std::size_t>(l);
+    // A segment that does not reach the loss runs after it, beside the caller's x_L.
+    const std::int64_t after = l < length_ ? tail_ : 0;
     if (i == l) {
-      if (m >= std::max(x_[a + 1] + xb_[a + 1] + ft_[a], x_[a] + x_[a + 1] + xb_[a + 1] + bt_[a]))
+      if (m >= after + std::max(x_[a + 1] + xb_[a + 1] + ft_[a],
+                                x_[a] + x_[a + 1] + xb_[a + 1] + bt_[a]))
         result = {fw_[a] + bw_[a], 0};
     } else {
-      std::int64_t mmin = x_[b + 1] + x_[a + 1] + ft_[a];
+      std::int64_t mmin = after + x_[b + 1] + x_[a + 1] + ft_[a];
       for (int k = i + 1; k < l; ++k) {
         const auto uk = static_cast<std::size_t>(k);
-        mmin = std::max(mmin, x_[b + 1] + x_[uk] + x_[uk + 1] + ft_[uk]);
+        mmin = std::max(mmin, after + x_[b + 1] + x_[uk] + x_[uk + 1] + ft_[uk]);
       }
       if (m >= mmin) {
         for (int j = i + 1; j <= l; ++j) {
@@ -89,9 +100,11 @@ class ReferenceDp {
           if (value < result.first) result = {value, j};
         }
         if (corrected_) {
-          // Fe_i runs with y_{l+1} live, B_i with y_{i+1} and y_i.
-          if (m >= xb_[a + 1] + ft_[a] + x_[b + 1] &&
-              m >= x_[a] + x_[a + 1] + xb_[a + 1] + bt_[a] && m >= xb_[a + 1]) {
+          // Fe_i runs with y_{l+1} live, B_i with y_{i+1} and y_i, and always after the loss.
+          const std::int64_t backward_after =
+              l < length_ ? tail_ : tail_ - (i + 1 == length_ ? tail_kept_ : 0);
+          if (m >= after + xb_[a + 1] + ft_[a] + x_[b + 1] &&
+              m >= backward_after + x_[a] + x_[a + 1] + xb_[a + 1] + bt_[a] && m >= xb_[a + 1]) {
             const double value = (fw_[a] + bw_[a]) + opt(m - xb_[a + 1], i + 1, l);
             if (value < result.first) result = {value, -1};
           }
@@ -130,6 +143,7 @@ class ReferenceDp {
 
   bool corrected_;
   int length_ = 0;
+  std::int64_t tail_ = 0, tail_kept_ = 0;
   std::vector<std::int64_t> x_, xb_, ft_, bt_;
   std::vector<double> fw_, bw_, nf_;
   std::map<std::tuple<std::int64_t, int, int>, std::pair<double, int>> memo_;
@@ -192,6 +206,12 @@ class ReferenceDp2 {
     bw_.push_back(0);
     nf_.push_back(0);
     context_ = chain.context_bytes;
+    // The caller keeps x_L from the loss to the step's end: every operation after the loss
+    // holds it too, B_{L-1} right after the loss sharing what its state keeps of it.
+    if (chain.output_held) {
+      tail_ = x_[n];
+      tail_kept_ = bytes_of(length_, chain.stages.back().saved_outputs, {});
+    }
   }
 
   /// The optimum for a budget in bytes, +inf when infeasible.
@@ -211,11 +231,19 @@ class ReferenceDp2 {
   std::int64_t held(int i, bool taped) const {
     return taped ? ht_[static_cast<std::size_t>(i)] : hf_[static_cast<std::size_t>(i)];
   }
-  // Fe_i with y_{l+1} live, B_i with y_{i+1} and y_i.
+  // Here m counts the caller's x_L in the segments that run after the loss (l < L), as all
+  // the operations of a segment that does not reach the loss do.
+  std::int64_t after_loss(int l) const { return l < length_ ? tail_ : 0; }
+  // Fe_i with y_{l+1} live, B_i with y_{i+1} and y_i (after the loss).
   bool chain_fits(std::int64_t m, int i, int l, bool taped) const {
     const auto a = static_cast<std::size_t>(i);
-    return m >= x_[a] + g_[static_cast<std::size_t>(l) + 1] + x_[a + 1] + sv_[a] + ft_[a] &&
-           m >= held(i, taped) + gk_[a] + g_[a + 1] + g_[a] + bt_[a];
+    // (The loss itself, i = L, holds x_L as its input.)
+    const std::int64_t backward_tail = i == length_  ? 0
+                                       : l < length_ ? tail_
+                                                     : tail_ - (i + 1 == l ? tail_kept_ : 0);
+    return m >= after_loss(l) + x_[a] + g_[static_cast<std::size_t>(l) + 1] + x_[a + 1] + sv_[a] +
+                    ft_[a] &&
+           m >= backward_tail + held(i, taped) + gk_[a] + g_[a + 1] + g_[a] + bt_[a];
   }
 
   double opt(std::int64_t m, int i, int l, bool taped) {
@@ -235,7 +263,7 @@ class ReferenceDp2 {
         const auto uj = static_cast<std::size_t>(j);
         forwards += nf_[uj - 1];
         if (j > i + 1) forward = std::max(forward, x_[uj - 1] + x_[uj] + nt_[uj - 1]);
-        if (m < x_[a] + g_[static_cast<std::size_t>(l) + 1] + forward) continue;
+        if (m < after_loss(l) + x_[a] + g_[static_cast<std::size_t>(l) + 1] + forward) continue;
         const double value = (forwards + opt(m - x_[a], j, l, false)) + opt(m, i, j - 1, taped);
         if (value < result.first) result = {value, j};
       }
@@ -272,6 +300,7 @@ class ReferenceDp2 {
   }
 
   int length_ = 0;
+  std::int64_t tail_ = 0, tail_kept_ = 0;
   std::vector<std::int64_t> x_, g_, sv_, gk_, hf_, ht_, ft_, nt_, bt_;
   std::vector<double> fw_, bw_, nf_;
   std::int64_t context_ = 0;

@@ -21,7 +21,8 @@ Chain four_stages() {
 }  // namespace
 
 TEST_CASE("a replay by hand: live memory after each operation", "[solver]") {
-  const Chain chain = four_stages();
+  Chain chain = four_stages();
+  chain.output_held = false;  // the step lets x_4 go once the loss has its value
   const Sequence sequence =
       parse_sequence("CF_0 Fn_1 CF_2 Fe_3 L B_3 Fe_2 B_2 Fe_0..1 B_1..0", chain.length());
   const Simulation sim = simulate(chain, sequence);
@@ -50,6 +51,47 @@ TEST_CASE("a replay by hand: live memory after each operation", "[solver]") {
   CHECK(b3.saved_bytes == 300);
   CHECK(b3.gradient_bytes == 200);
   CHECK(b3.temporary_bytes == 0);
+
+  // The caller keeps x_4 to the step's end (the default): from B_3 on it stays, 100 bytes on
+  // everything after. During B_3 stage 3's state holds it too: one storage, nothing more.
+  chain.output_held = true;
+  const Simulation held = simulate(chain, sequence);
+  const std::vector<std::int64_t> held_during = {200, 300, 300, 500, 600, 700,
+                                                 600, 700, 500, 700, 800, 600};
+  const std::vector<std::int64_t> held_after = {200, 200, 300, 500, 600, 400,
+                                                600, 300, 500, 700, 500, 300};
+  for (std::size_t k = 0; k < held_during.size(); ++k) {
+    INFO("output held, op " << k << " " << held.trace[k].op.str());
+    CHECK(held.trace[k].during.total() == held_during[k]);
+    CHECK(held.trace[k].live_after_bytes == held_after[k]);
+  }
+  CHECK(held.peak_bytes == 800);
+  CHECK(held.peak_op == 10);  // B_1
+  CHECK(held.makespan_ms == sim.makespan_ms);
+}
+
+TEST_CASE("the caller's output stays to the step's end; one made again is another copy",
+          "[solver]") {
+  Chain chain = four_stages();
+  // x_4 made without autograd, given to the loss, then made again by Fe_3 for B_3: the caller
+  // still holds the first copy (100 bytes) beside the new one.
+  const Sequence again = parse_sequence("CF_0 Fn_1..3 L Fe_3 B_3 Fe_0..2 B_2..0", 4);
+  const Simulation held = simulate(chain, again);
+  chain.output_held = false;
+  const Simulation released = simulate(chain, again);
+  // Fe_3: x_0, x_3, y_4, the new x_4 and stage 3's state; held: the caller's x_4 too.
+  CHECK(released.trace[5].during.total() == 500);
+  CHECK(held.trace[5].during.total() == 600);
+  for (std::size_t k = 0; k < 5; ++k)
+    CHECK(held.trace[k].during.total() == released.trace[k].during.total());
+  for (std::size_t k = 5; k < again.size(); ++k) {
+    INFO("op " << k);
+    CHECK(held.trace[k].during.total() == released.trace[k].during.total() + 100);
+    CHECK(held.trace[k].live_after_bytes == released.trace[k].live_after_bytes + 100);
+  }
+  // The caller's copy counts as an activation value.
+  CHECK(held.trace.back().during.checkpoint_bytes ==
+        released.trace.back().during.checkpoint_bytes + 100);
 }
 
 TEST_CASE("temporaries count during their operation only", "[solver]") {
@@ -108,7 +150,7 @@ TEST_CASE("what frees what", "[solver]") {
   // The input x_0 belongs to the caller: nothing frees it.
   const Simulation input =
       simulate(chain, parse_sequence("Fn_0 Fn_1 Fn_2 Fe_3 L B_3 Fe_0..2 B_2..0", 4));
-  CHECK(input.trace.back().live_after_bytes == 200);  // x_0 and y_0
+  CHECK(input.trace.back().live_after_bytes == 300);  // x_0, y_0 and the caller's x_4
 }
 
 TEST_CASE("a storage counts once, whoever holds it", "[solver]") {
@@ -128,6 +170,7 @@ TEST_CASE("a storage counts once, whoever holds it", "[solver]") {
   c.outputs = {Member{20}};
   c.saved_inputs = {1};  // keeps only the mask
   chain.stages = {a, b, c};
+  chain.output_held = false;  // the caller lets x_3 go with the loss
   chain.validate();
   const Simulation sim = simulate(chain, parse_sequence("Fe_0..2 L B_2..0", 3));
   // Fe_0: x_0, x_1 = 10 + 104. Fe_1: + x_2 (50, its mask is x_1's) + 7; x_1 stays (kept by both).

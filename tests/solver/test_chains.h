@@ -24,6 +24,9 @@ struct RandomChainSpec {
   bool partial_keeps = false;
   /// With partial_keeps: stages may carry input members on unchanged.
   bool carried = false;
+  /// Whether the caller keeps x_L to the step's end (Chain::output_held) one chain in four
+  /// only; off: always (the default).
+  bool released_outputs = true;
 };
 
 /// A random chain; same seed, same chain.
@@ -102,6 +105,7 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
     chain.stages.push_back(stage);
   }
   if (spec.temporaries && uniform(0, 2) == 0) chain.loss_tmp_bytes = uniform(0, spec.max_bytes);
+  if (spec.released_outputs) chain.output_held = uniform(0, 3) != 0;  // drawn last
   return chain;
 }
 

@@ -81,12 +81,13 @@ struct ProfileOptions {
   /// cross-entropy), which budgets then account for. Without one, loss_tmp_bytes is 0: right
   /// for a loss that allocates nothing beyond a scalar.
   REMAT_ARG(LossFunction, loss) = nullptr;
-  /// Whether the training step holds the chain's output until the loss's backward is done,
-  /// as the loss is measured by default (an output kept through the rest of the backward too
-  /// is not modelled: docs/cost-model.md, "The chain's output and the loss"); false
+  /// Whether the training step keeps the chain's output until it ends (`auto out =
+  /// model(x);`, then the loss and its backward, as most training loops do): the default,
+  /// the loss measured with the output held and the output counted to the step's end; false
   /// for a step that lets it go once the loss has its value (`loss(model(x)).backward()`),
   /// which peaks lower by up to the output's size: a cross-entropy keeps its log-softmax, not
-  /// the logits. Recorded as the chain's output_held. Only with a loss.
+  /// the logits (docs/cost-model.md, "The chain's output and the loss"). Recorded as the
+  /// chain's output_held.
   REMAT_ARG(bool, output_held) = true;
 };
 

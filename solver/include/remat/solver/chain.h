@@ -108,10 +108,12 @@ struct Chain {
   std::vector<Stage> stages;
   /// Transient peak of the loss computation and its backward.
   std::int64_t loss_tmp_bytes = 0;
-  /// How loss_tmp_bytes was measured: with the caller holding x_L through the loss's backward
-  /// (true), or letting it go once the loss has its value (false: the step must be written so;
-  /// if it keeps x_L, it peaks up to x_L's bytes above the prediction). The simulation is the
-  /// same either way; only the measurement differs.
+  /// Whether the caller keeps x_L until the step ends (true: `out = model(x)`, the loss and
+  /// its backward, as most training loops are written), or lets it go once the loss has its
+  /// value (false: `loss(model(x)).backward()`; the step must be written so). With true, the
+  /// model holds x_L's storages from the loss to the end, a recomputed x_L being another copy,
+  /// and loss_tmp_bytes was measured with x_L held; with false, the runtime drops x_L after
+  /// the loss, and loss_tmp_bytes was measured so.
   bool output_held = true;
 
   /// Number of stages L.
