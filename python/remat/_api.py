@@ -114,8 +114,9 @@ class Chain:
 
     @property
     def output_held(self) -> bool:
-        """Whether the loss was measured with the step holding the chain's output through the
-        loss's backward (True), or letting it go once the loss has its value (False)."""
+        """Whether the step keeps the chain's output until it ends (True: counted from the loss
+        to the step's end, the loss measured with it held), or lets it go once the loss has its
+        value (False)."""
         return self._chain.output_held
 
     def __len__(self) -> int:

@@ -65,25 +65,24 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
     // The members of x_L that stage L-1 keeps, rounded down: with the rest of its state
     // (gk, rounded up), they are never counted below their bytes.
     const Stage& last = chain.stages[n - 1];
-    std::int64_t kept_output = 0;
-    for (const int m : last.saved_outputs)
-      kept_output += last.outputs[static_cast<std::size_t>(m)].bytes;
-    c.tail_shared = kept_output / unit_bytes;
+    c.tail_shared = (last.kept_bytes() - last.state_bytes) / unit_bytes;
   }
   return c;
 }
 
 namespace {
 
-// min over j of max(a + column[k], row[k], b + forward[k]) for k in [0, n): the leaf choices.
+// min over j of max(a + column[k], c + row[k], b + forward[k]) for k in [0, n): the leaf
+// choices (c: the caller's x_L beside the left parts, when they run after the loss).
 template <class T>
-T min_of_max_body(T a, const T* __restrict column, const T* __restrict row, T b,
+T min_of_max_body(T a, const T* __restrict column, T c, const T* __restrict row, T b,
                   const T* __restrict forward, std::size_t n) {
   T best = std::numeric_limits<T>::max();
   for (std::size_t k = 0; k < n; ++k) {
     const T right = a + column[k];
+    const T left = c + row[k];
     const T leaf = b + forward[k];
-    T v = right > row[k] ? right : row[k];
+    T v = right > left ? right : left;
     v = leaf > v ? leaf : v;
     best = v < best ? v : best;
   }
@@ -97,29 +96,17 @@ T min_of_max_body(T a, const T* __restrict column, const T* __restrict row, T b,
 #endif
 
 REMAT_MIN_OF_MAX_CLONES
-std::int64_t min_of_max(std::int64_t a, const std::int64_t* __restrict column,
+std::int64_t min_of_max(std::int64_t a, const std::int64_t* __restrict column, std::int64_t c,
                         const std::int64_t* __restrict row, std::int64_t b,
                         const std::int64_t* __restrict forward, std::size_t n) {
-  return min_of_max_body(a, column, row, b, forward, n);
+  return min_of_max_body(a, column, c, row, b, forward, n);
 }
 
 REMAT_MIN_OF_MAX_CLONES
-std::int32_t min_of_max(std::int32_t a, const std::int32_t* __restrict column,
+std::int32_t min_of_max(std::int32_t a, const std::int32_t* __restrict column, std::int32_t c,
                         const std::int32_t* __restrict row, std::int32_t b,
                         const std::int32_t* __restrict forward, std::size_t n) {
-  return min_of_max_body(a, column, row, b, forward, n);
-}
-
-// The leaves of a segment (i, L): their left parts run after the loss, beside the caller's
-// x_L (`shift`). One row per segment start: a plain loop.
-template <class T>
-std::int64_t after_loss_leaf(T a, const T* column, const T* row, std::int64_t shift, T b,
-                             const T* forward, std::size_t n) {
-  std::int64_t best = std::numeric_limits<std::int64_t>::max();
-  for (std::size_t k = 0; k < n; ++k)
-    best = std::min(best, std::max({std::int64_t{a} + column[k], std::int64_t{row[k]} + shift,
-                                    std::int64_t{b} + forward[k]}));
-  return best;
+  return min_of_max_body(a, column, c, row, b, forward, n);
 }
 
 // Below 2^29, sums of two clamped values stay within 32 bits.
@@ -188,11 +175,8 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
         const bool taped = s == 1;
         const std::vector<T>& rows = table(taped && c.two_states(i));
         const std::int64_t leaf =
-            c.left_shift(l) == 0
-                ? min_of_max(a, &mm_t[ul * stride_ + ui + 1], &rows[ui * stride_ + ui], b,
-                             &forward[ui + 1], ul - ui)
-                : after_loss_leaf(a, &mm_t[ul * stride_ + ui + 1], &rows[ui * stride_ + ui],
-                                  c.left_shift(l), b, &forward[ui + 1], ul - ui);
+            min_of_max(a, &mm_t[ul * stride_ + ui + 1], clamp(c.left_shift(l)),
+                       &rows[ui * stride_ + ui], b, &forward[ui + 1], ul - ui);
         const std::int64_t chain_step =
             std::max(c.chain_step_memory(i, l, taped),
                      c.chain_shift(i, taped) + std::int64_t{at(i + 1, l, true)});
