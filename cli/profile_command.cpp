@@ -28,6 +28,7 @@ struct ProfileArgs {
   std::string format = "text";
   int threads = 0;
   std::string plot;
+  bool release_output = false;
 };
 
 void print_table(const Profile& p, std::FILE* out) {
@@ -53,6 +54,9 @@ void print_table(const Profile& p, std::FILE* out) {
     bwd += s.bwd_ms;
   }
   fmt::print(out, "\ninput            {}\n", format_bytes(chain.input_bytes()));
+  fmt::print(out, "output           {}\n",
+             chain.output_held ? "kept by the step to its end (the default)"
+                               : "let go once the loss has its value (--release-output)");
   fmt::print(out, "forward          {:.3f} ms (with autograd), backward {:.3f} ms\n", fwd, bwd);
   fmt::print(out, "store-all peak   {} ({} bytes): the activation memory of plain training\n",
              format_bytes(store_all_peak(chain)), store_all_peak(chain));
@@ -78,6 +82,10 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "text (table) or json (the chain) on stdout");
   cmd->add_option("--threads", args->threads, "CPU threads for LibTorch (default: its own)");
   cmd->add_option("--plot", args->plot, "Draw per-stage times and bytes into FILE.svg");
+  cmd->add_flag("--release-output", args->release_output,
+                "The training step lets the output go once the loss has its value, as "
+                "`loss(model(x)).backward()` and `remat train` do (default: kept to the step's "
+                "end, a bound for both)");
   return [args]() -> int {
     const Format format = parse_format(args->format);
     check_plot_path(args->plot);
@@ -99,12 +107,13 @@ Action add_profile_command(CLI::App& app) {
     net->to(in.device);
     const torch::Tensor sample = random_input(in, args->batch);
     ProgressBar bar("profile " + info.name);
-    const ProfileOptions options = with_progress(
-        ProfileOptions()
-            .repeat(args->repeat)
-            .name(in.label(args->batch))
-            .loss(training_loss_of(in, random_target(in, args->batch, args->classes))),
-        bar);
+    const ProfileOptions options =
+        with_progress(ProfileOptions()
+                          .repeat(args->repeat)
+                          .name(in.label(args->batch))
+                          .loss(training_loss_of(in, random_target(in, args->batch, args->classes)))
+                          .output_held(!args->release_output),
+                      bar);
     Profile p;
     try {
       p = profile(net, sample, options);

@@ -799,8 +799,10 @@ TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
   CHECK(chain.stages[0].name == "conv0");
   CHECK(chain.stages[0].out_bytes() == 2 * 32 * 32 * 32 * 4);
   CHECK(chain.stages.back().out_bytes() == 2 * 10 * 4);
+  CHECK(chain.output_held);  // by default the step keeps its output to the end
   // The table: one row per stage, the store-all peak of the chain written.
   CHECK_THAT(run.out, Catch::Contains("classifier"));
+  CHECK_THAT(run.out, Catch::Contains("output           kept by the step to its end"));
   CHECK_THAT(run.out, Catch::Contains("store-all peak   " +
                                       remat::format_bytes(remat::store_all_peak(chain)) + " (" +
                                       std::to_string(remat::store_all_peak(chain)) + " bytes)"));
@@ -808,13 +810,23 @@ TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
   CHECK_THAT(run.err, Catch::Contains("profile convnet: 12/12 classifier"));
   CHECK_THAT(run.err, Catch::Contains("profile convnet: 12 stages in"));
 
-  // --format json prints the chain itself.
-  const RunResult as_json = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image",
-                                       "16x24", "--repeat", "1", "--format", "json"});
+  // --format json prints the chain itself; --release-output profiles a step that lets the
+  // output go at the loss, and the chain says so.
+  const RunResult as_json =
+      run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16x24", "--repeat",
+                 "1", "--format", "json", "--release-output"});
   INFO(describe(as_json));
   REQUIRE(as_json.exit_code == 0);
   const remat::Chain parsed = remat::parse_chain(as_json.out, "stdout");
   CHECK(parsed.input_bytes() == 3 * 16 * 24 * 4);
+  CHECK_FALSE(parsed.output_held);
+  const RunResult released_table =
+      run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat", "1",
+                 "--release-output"});
+  INFO(describe(released_table));
+  REQUIRE(released_table.exit_code == 0);
+  CHECK_THAT(released_table.out,
+             Catch::Contains("output           let go once the loss has its value"));
 }
 
 TEST_CASE("profile -o - writes the chain alone to standard output, the table to stderr", "[cli]") {
