@@ -165,6 +165,27 @@ TORCH_MUTATIONS = [
     # predicted - kLossScalar); also per_layer_test.cpp's CHECK(full == plain - kLossScalars).
     # The loop keeps its push_back: nothing becomes unused.
 
+    ("prof-loss-output-kept", "profiler/src/profiler.cpp",
+     "      if (!options.output_held()) outputs.clear();\n",
+     "",
+     "the loss of a step that lets the output go (output_held false) is measured with x_L still "
+     "held: loss_tmp_bytes counts the logits the step frees"),
+    # Killed by tests/runtime/checkpointable_test.cpp "a loss measured with the output let go
+    # gives the budget the logits back, exactly" (3000-class head at batch 64: the let-go step's
+    # measured peak is 768,000 bytes, one logits, below the prediction at every budget, and the
+    # two store-all peaks no longer differ by the logits). The profiler's own store-all test
+    # passes: its chains' store-all peaks fall where the loss's memory does not show.
+
+    ("prof-output-held-flag", "profiler/src/profiler.cpp",
+     "  result.chain.output_held = options.output_held();\n",
+     "  result.chain.output_held = true;\n",
+     "the chain forgets that its step lets the output go: every prediction after the loss "
+     "counts x_L the step does not keep"),
+    # Killed by tests/profiler/profiler_test.cpp "the measured store-all peak equals the
+    # simulator's prediction" (the let-go column: predicted above measured by x_L), and
+    # checkpointable_test.cpp "a loss measured with the output let go ..." (the chain's flag,
+    # and its JSON, say held; every let-go budget's prediction is one logits too high).
+
     # ---- models/ ----------------------------------------------------------------------------
     ("models-resnet-bn-swap", "models/src/resnet.cpp",
      '      conv1_ = register_module("conv1", conv2d(inplanes, planes, 3, stride, 1));\n'
