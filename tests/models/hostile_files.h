@@ -2,9 +2,14 @@
 // Files for read_state_dict written byte by byte, the way an attacker would: the legacy format
 // around a hand-written pickle, zip archives whose central directory says what we choose, and
 // deflated records made by a small fixed-Huffman encoder (a few hundred bytes that expand to
-// megabytes). Nothing here uses the reader's code. Also TempFile, which holds such a file.
+// megabytes). Nothing here uses the reader's code. Also TempFile, which holds such a file, and
+// read_under_memory_limit, which reads files where an allocation must fail.
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -12,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,5 +216,100 @@ class TempFile {
  private:
   std::string path_;
 };
+
+// ---- Reading where an allocation must fail ----
+//
+// A test that an allocation failing inside a reader becomes the reader's error lowers the
+// address-space limit to a little above what the process maps, so that a large allocation
+// cannot be mapped. But malloc also reuses free memory already mapped: what earlier test
+// cases of the same process freed stays in its heap, and an allocation the limit should refuse
+// may then succeed, depending on which test cases ran before (a whole test program run at
+// once, as tools/mutate.py does, differs from ctest's one process per test case). So the reads
+// run in a fresh process of this test program: the hidden test case `child` (tagged "[.]"),
+// told the files in REMAT_CHILD_FILES (one path per line) and where to write in
+// REMAT_CHILD_OUT, calls under_memory_limit_child().
+
+// In the child: reads each file of REMAT_CHILD_FILES with `read` under an address-space limit
+// of 64 MiB above what the process maps now, and writes one line per file to REMAT_CHILD_OUT:
+// the error's message, "(no error)" or "escaped: " and what escaped.
+template <typename Error, typename Read>
+void under_memory_limit_child(Read read) {
+  const char* files = std::getenv("REMAT_CHILD_FILES");
+  const char* out = std::getenv("REMAT_CHILD_OUT");
+  if (files == nullptr || out == nullptr) FAIL("run by read_under_memory_limit() only");
+  std::vector<std::string> paths;
+  std::istringstream lines(files);
+  for (std::string line; std::getline(lines, line);) paths.push_back(line);
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  REQUIRE(pages > 0);
+  std::vector<std::string> errors;
+  errors.reserve(paths.size());
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (rlim_t{64} << 20);
+  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
+  for (const std::string& path : paths) {
+    try {
+      read(path);
+      errors.emplace_back("(no error)");
+    } catch (const Error& e) {
+      errors.emplace_back(e.what());
+    } catch (const std::exception& e) {
+      errors.emplace_back(std::string("escaped: ") + e.what());
+    }
+  }
+  REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
+  std::ofstream file(out);
+  for (std::string& e : errors) {
+    for (char& c : e)
+      if (c == '\n') c = ' ';
+    file << e << '\n';
+  }
+}
+
+// In the test: runs the hidden test case `child` of this program in a fresh process on
+// `paths` and returns its lines, one per file (under_memory_limit_child).
+inline std::vector<std::string> read_under_memory_limit(const std::string& child,
+                                                        const std::vector<std::string>& paths) {
+  char out_name[] = "/tmp/remat-child-XXXXXX";
+  const int fd = mkstemp(out_name);
+  REQUIRE(fd >= 0);
+  close(fd);
+  const std::string out = out_name, log = out + ".log";
+  std::string files;
+  for (const std::string& p : paths) files += p + "\n";
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back("REMAT_CHILD_FILES=" + files);
+  env.push_back("REMAT_CHILD_OUT=" + out);
+  std::vector<char*> envp, argv;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe", name = child;
+  argv = {self.data(), name.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(spawned == 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  std::ostringstream child_log;
+  child_log << std::ifstream(log).rdbuf();
+  INFO("the child's output:\n" << child_log.str());
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  std::vector<std::string> lines;
+  std::ifstream in(out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::remove(out.c_str());
+  std::remove(log.c_str());
+  return lines;
+}
 
 }  // namespace remat::test

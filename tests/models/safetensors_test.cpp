@@ -24,8 +24,10 @@ using remat::models::read_safetensors;
 using remat::models::StateDictEntry;
 using remat::models::StateDictError;
 using remat::test::le_bytes;
+using remat::test::read_under_memory_limit;
 using remat::test::repeat;
 using remat::test::TempFile;
+using remat::test::under_memory_limit_child;
 
 // A safetensors file: the header's length, the header, the data.
 std::string safetensors(const std::string& header, const std::string& data) {
@@ -376,39 +378,23 @@ TEST_CASE("read_safetensors refuses what is not a regular file", "[models][safet
 
 TEST_CASE("an allocation that fails is a StateDictError naming the tensor",
           "[models][safetensors]") {
-  // Address space for 64 MiB more than this process maps now: a 256 MiB tensor (a sparse
-  // file) cannot be allocated, and neither can a header of 99 MB.
+  // Address space for 64 MiB more than the reading process maps: a 256 MiB tensor (a sparse
+  // file) cannot be allocated, and neither can a header of 99 MB. Read in a fresh process
+  // (read_under_memory_limit: this one's heap may hold that much free memory already).
   const uint64_t big = uint64_t{256} << 20;
   const std::string big_header =
       "{" + entry("big", "U8", "[" + std::to_string(big) + "]", 0, big) + "}";
   const TempFile tensor(safetensors(big_header, ""), 8 + big_header.size() + big);
   const TempFile header(le_bytes(99'000'000, 8), 8 + 99'000'000);
-  rlimit old{};
-  REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
-  std::ifstream statm("/proc/self/statm");
-  long pages = 0;
-  statm >> pages;
-  REQUIRE(pages > 0);
-  std::vector<std::string> errors;
-  {
-    rlimit tight = old;
-    tight.rlim_cur = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (rlim_t{64} << 20);
-    REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
-    for (const TempFile* file : {&tensor, &header}) {
-      try {
-        read_safetensors(file->path());
-        errors.push_back("(no error)");
-      } catch (const StateDictError& e) {
-        errors.push_back(e.what());
-      } catch (const std::exception& e) {
-        errors.push_back(std::string("escaped: ") + e.what());
-      }
-    }
-    REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
-  }
+  const std::vector<std::string> errors =
+      read_under_memory_limit("safetensors under a memory limit", {tensor.path(), header.path()});
   REQUIRE(errors.size() == 2);
   CHECK_THAT(errors[0], Catch::StartsWith(tensor.path() + ": ") &&
                             Catch::Contains("cannot allocate tensor 'big' (268435456 bytes)"));
   CHECK_THAT(errors[1], Catch::StartsWith(header.path() + ": ") &&
                             Catch::Contains("out of memory for the header (99000000 bytes)"));
+}
+
+TEST_CASE("safetensors under a memory limit", "[.][child]") {
+  under_memory_limit_child<StateDictError>([](const std::string& path) { read_safetensors(path); });
 }
