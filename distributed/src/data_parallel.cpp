@@ -154,10 +154,13 @@ DataParallel::~DataParallel() {
     std::lock_guard<std::mutex> lock(target_->mutex);
     target_->owner = nullptr;
   }
-  // An all-reduce still in flight writes into the buckets: let it end first.
+  // An all-reduce still in flight writes into the buckets: let it end first, within the
+  // timeout. Not after a failure: it may wait for a lost rank, and the group is done (its
+  // works keep their tensors alive; the gradients are not to be used).
+  if (group_->failed()) return;
   for (auto& bucket : buckets_)
     if (bucket->work) try {
-        bucket->work->wait();
+        bucket->work->wait(group_->timeout());
       } catch (...) {
       }
 }
@@ -191,7 +194,7 @@ void DataParallel::broadcast_from_rank0(std::vector<torch::Tensor> tensors, cons
       for (const torch::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
       std::vector<at::Tensor> packed{torch::cat(flat_parts)};
       flat_parts.clear();
-      group_->collectives().broadcast(packed, 0)->wait();
+      group_->collectives().broadcast(packed, 0)->wait(group_->timeout());
       std::int64_t offset = 0;
       for (const torch::Tensor& t : group) {
         torch::Tensor target = t;

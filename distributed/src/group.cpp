@@ -1,14 +1,15 @@
 #include "remat/distributed/group.h"
 
 #include <fmt/core.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "backends.h"
 
@@ -204,8 +205,15 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
       else
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      backend = Collectives::of(c10::make_intrusive<c10d::ProcessGroupGloo>(
-          backend_store, env.rank, env.world_size, gloo_options));
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, env.rank,
+                                                              env.world_size, gloo_options);
+#if TORCH_VERSION_MAJOR >= 2
+      // Connected within the start-up timeout; every collective from now on within the timeout.
+      // (LibTorch 1.13's Gloo keeps the first for its collectives: remat's own waits then stop
+      // at the timeout, and a collective left behind is abandoned with the group.)
+      gloo->setTimeout(options.timeout());
+#endif
+      backend = Collectives::of(gloo);
     } else {
       backend = detail::make_nccl_backend(backend_store, env.rank, env.world_size, options.timeout());
     }
@@ -234,6 +242,10 @@ Group::~Group() {
   leave();
   stop_ = true;
   if (heartbeat_.joinable()) heartbeat_.join();
+  // A collective still waiting for the lost rank would hold the backend's destructor until it
+  // times out on its own, one queued collective after another (Gloo on LibTorch 1.13 waits the
+  // start-up timeout): abandoned to the process's exit instead.
+  if (failed_) (void)collectives_.owner.release();
 }
 
 c10::intrusive_ptr<c10d::Store> Group::connect(std::chrono::milliseconds timeout) const {
@@ -269,6 +281,9 @@ void Group::leave() noexcept {
     for (;;) {
       bool waiting = false;
       for (int r = 1; r < size_; ++r) {
+        if (failed_ &&
+            std::find(failed_ranks_.begin(), failed_ranks_.end(), r) != failed_ranks_.end())
+          continue;  // named by failure(): dead or hung, not to be waited for
         if (store_->check({fmt::format("left/{}", r)})) continue;
         const auto ur = static_cast<std::size_t>(r);
         const std::int64_t beat = heartbeat_of(*store_, r);
@@ -286,6 +301,7 @@ void Group::leave() noexcept {
 }
 
 void Group::report_failure(const std::string& message) noexcept {
+  failed_ = true;
   try {
     store_->set(fmt::format("error/{}", rank_), bytes_of(message));
   } catch (...) {
@@ -340,6 +356,8 @@ DistributedError Group::failure(const std::string& during, const std::exception&
                          env_->master_addr, env_->master_port)};
     }
   }
+  failed_ranks_.insert(failed_ranks_.end(), failed.begin(), failed.end());
+  failed_ = true;
   std::string message = fmt::format("rank {}: {} failed", rank_, during);
   if (why.empty()) message += " (no other rank is known to have stopped)";
   for (const std::string& w : why) message += "; " + w;
@@ -400,7 +418,7 @@ void Group::check_same(const std::string& what, const std::string& value) {
 
 void Group::barrier() {
   try {
-    collectives_.barrier()->wait();
+    collectives_.barrier()->wait(timeout_);
   } catch (const std::exception& error) {
     throw failure("a barrier", error);
   }

@@ -148,11 +148,15 @@ class Group {
   /// Example: Group(store, Collectives::of(my_process_group), std::chrono::minutes(5)).
   Group(c10::intrusive_ptr<c10d::Store> store, Collectives collectives,
         std::chrono::milliseconds timeout, std::optional<Environment> env = std::nullopt);
-  /// Leaves the job (leave()) and stops the heartbeat.
+  /// Leaves the job (leave()) and stops the heartbeat. After a failure (failed()) the backend's
+  /// process group is abandoned, not destroyed: its threads may still wait inside a collective
+  /// for the lost rank, and its destructor would wait for every such collective to time out on
+  /// its own. The process's exit reclaims it.
   ~Group();
   /// Tells the others this rank is leaving. Rank 0, which hosts the store, then waits (at most
   /// the timeout) until every other rank has left or stopped answering, so that a rank still
-  /// finding out who failed can ask the store. Never throws; the destructor calls it.
+  /// finding out who failed can ask the store; it does not wait for a rank that failure() named.
+  /// Never throws; the destructor calls it.
   void leave() noexcept;
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -183,8 +187,11 @@ class Group {
   bool any_failure_reported();
   /// What to say when a collective failed with `cause`: asks the store which ranks stopped
   /// answering (their heartbeat stopped) or reported an error, and returns the DistributedError
-  /// naming them. Takes about two heartbeat intervals.
+  /// naming them. Takes about two heartbeat intervals. The group is failed() from then on.
   DistributedError failure(const std::string& during, const std::exception& cause);
+  /// Whether this rank found a failure (failure()) or reported its own (report_failure()): the
+  /// group's collectives are then not to be used or waited for again.
+  bool failed() const { return failed_; }
 
  private:
   void start_heartbeat();
@@ -201,6 +208,8 @@ class Group {
   std::chrono::milliseconds heartbeat_interval_;
   std::atomic<bool> stop_{false};
   bool left_ = false;
+  std::atomic<bool> failed_{false};
+  std::vector<int> failed_ranks_;  // named by failure() (the caller's thread only)
   std::thread heartbeat_;
 };
 
