@@ -207,11 +207,16 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
         gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, env.rank,
                                                               env.world_size, gloo_options);
-#if TORCH_VERSION_MAJOR >= 2
       // Connected within the start-up timeout; every collective from now on within the timeout.
-      // (LibTorch 1.13's Gloo keeps the first for its collectives: remat's own waits then stop
-      // at the timeout, and a collective left behind is abandoned with the group.)
-      gloo->setTimeout(options.timeout());
+      // ProcessGroupGloo::setTimeout came with LibTorch 2.9 (pytorch#158128). Before, Gloo keeps
+      // the first for its collectives: remat's own waits still stop at the timeout, and a
+      // collective left behind is abandoned with the group (~Group).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+      try {
+        gloo->setTimeout(options.timeout());
+      } catch (const c10::Error&) {
+        // "does not support setting timeout": as before 2.9
+      }
 #endif
       backend = Collectives::of(gloo);
     } else {
