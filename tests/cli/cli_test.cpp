@@ -1,13 +1,10 @@
 // `remat schedule` as a user runs it: the built executable, its exit codes, what it prints on
 // stdout and stderr. The JSON output is parsed back and checked against invariants that hold
 // for every correct schedule, and against the library's simulator replaying the sequence.
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +19,7 @@
 #include <vector>
 
 #include "remat/solver.h"
+#include "run_process.h"
 
 // A test of the LibTorch commands ends here, reported as skipped (never as passed), in a build
 // without LibTorch; the tests of what such a build says instead are separate.
@@ -74,78 +72,14 @@ class TempDir {
   std::string path_;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using remat::test::describe;
+using remat::test::read_file;
+using remat::test::RunResult;
 
-struct RunResult {
-  int exit_code = -1;  // 128 + signal number when the process was killed
-  std::string out;
-  std::string err;
-  std::string command;  // for failure messages
-};
-
-/// Runs the remat executable with `args`, stdin from /dev/null, stdout and stderr captured,
-/// with `env` ("NAME=VALUE") added to the environment.
-/// `stdout_to`, when given, is where standard output goes instead (/dev/full).
+/// Runs the remat executable (remat::test::run_process).
 RunResult run_remat(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
                     const std::string& stdout_to = "") {
-  TempDir scratch;
-  const std::string out_path = stdout_to.empty() ? scratch.path() + "/stdout" : stdout_to;
-  const std::string err_path = scratch.path() + "/stderr";
-  const std::string executable = REMAT_EXECUTABLE;
-
-  RunResult result;
-  result.command = "remat";
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(executable.c_str()));
-  for (const auto& arg : args) {
-    argv.push_back(const_cast<char*>(arg.c_str()));
-    result.command += " '" + arg + "'";
-  }
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& entry : env) {
-    envp.push_back(const_cast<char*>(entry.c_str()));
-    result.command = entry + " " + result.command;
-  }
-  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-  envp.push_back(nullptr);
-
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    // Only async-signal-safe calls between fork and exec.
-    const int in_fd = open("/dev/null", O_RDONLY);
-    const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);  // or /dev/full
-    const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (in_fd < 0 || out_fd < 0 || err_fd < 0) _exit(126);
-    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
-    execve(executable.c_str(), argv.data(), envp.data());
-    _exit(127);
-  }
-  int status = 0;
-  pid_t waited;
-  do {
-    waited = waitpid(pid, &status, 0);
-  } while (waited < 0 && errno == EINTR);
-  REQUIRE(waited == pid);
-  if (WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    result.exit_code = 128 + WTERMSIG(status);
-  }
-  if (stdout_to.empty()) result.out = read_file(out_path);
-  result.err = read_file(err_path);
-  return result;
-}
-
-std::string describe(const RunResult& run) {
-  return run.command + "\nexit code " + std::to_string(run.exit_code) + "\nstdout:\n" + run.out +
-         "\nstderr:\n" + run.err;
+  return remat::test::run_process(REMAT_EXECUTABLE, "remat", args, env, stdout_to);
 }
 
 /// Runs `remat schedule` with `--format json` and parses stdout.

@@ -5,11 +5,8 @@
 // megabytes). Nothing here uses the reader's code. Also TempFile, which holds such a file, and
 // read_under_memory_limit, which reads files where an allocation must fail.
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -21,6 +18,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "run_process.h"
 
 namespace remat::test {
 
@@ -277,38 +276,17 @@ inline std::vector<std::string> read_under_memory_limit(const std::string& child
   const int fd = mkstemp(out_name);
   REQUIRE(fd >= 0);
   close(fd);
-  const std::string out = out_name, log = out + ".log";
+  const std::string out = out_name;
   std::string files;
   for (const std::string& p : paths) files += p + "\n";
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  env.push_back("REMAT_CHILD_FILES=" + files);
-  env.push_back("REMAT_CHILD_OUT=" + out);
-  std::vector<char*> envp, argv;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string self = "/proc/self/exe", name = child;
-  argv = {self.data(), name.data(), nullptr};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(spawned == 0);
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  std::ostringstream child_log;
-  child_log << std::ifstream(log).rdbuf();
-  INFO("the child's output:\n" << child_log.str());
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  const RunResult run = run_process("/proc/self/exe", "this test program", {child},
+                                    {"REMAT_CHILD_FILES=" + files, "REMAT_CHILD_OUT=" + out});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
   std::vector<std::string> lines;
   std::ifstream in(out);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   std::remove(out.c_str());
-  std::remove(log.c_str());
   return lines;
 }
 
