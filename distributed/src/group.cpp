@@ -286,8 +286,7 @@ void Group::leave() noexcept {
     for (;;) {
       bool waiting = false;
       for (int r = 1; r < size_; ++r) {
-        if (failed_ &&
-            std::find(failed_ranks_.begin(), failed_ranks_.end(), r) != failed_ranks_.end())
+        if (std::find(failed_ranks_.begin(), failed_ranks_.end(), r) != failed_ranks_.end())
           continue;  // named by failure(): dead or hung, not to be waited for
         if (store_->check({fmt::format("left/{}", r)})) continue;
         const auto ur = static_cast<std::size_t>(r);
