@@ -3,7 +3,7 @@
 tree, builds, runs the tests that should notice, and reports which mutations survived.
 
     python3 tools/mutate.py            # the solver, simulator and report mutations (no LibTorch)
-    python3 tools/mutate.py --torch    # the runtime, profiler and models mutations (LibTorch)
+    python3 tools/mutate.py --torch    # the runtime, profiler, models and distributed mutations
     python3 tools/mutate.py --list     # the mutations, with what each would break (--torch too)
     python3 tools/mutate.py --only ID  # one mutation
 
@@ -243,6 +243,66 @@ TORCH_MUTATIONS = [
     # inception_v3_transform: running_var is randomized in 0.5-1.5, so each of ~94 BatchNorms
     # scales by about 1 + 5e-4, far above kTolerance 1e-5) and "Inception v3's two heads in
     # training mode match torchvision's InceptionOutputs".
+
+    # ---- distributed/ -----------------------------------------------------------------------
+    # Each killed by tests/distributed/distributed_test.cpp, whose workers (dp_worker.cpp) train
+    # dp_network: a BatchNorm, a weight tied to two stages, buckets of 4 KiB.
+    ("dist-no-mean", "distributed/src/data_parallel.cpp",
+     "  for (auto& bucket : buckets_) bucket->flat.div_(size);\n", "",
+     "the gradients are summed over the ranks, not averaged"),
+    # "data-parallel training on Gloo equals one process averaging the ranks' gradients".
+
+    ("dist-no-start-copy", "distributed/src/data_parallel.cpp",
+     '  broadcast_from_rank0(state, "the parameters and buffers");\n', "",
+     "each rank starts from its own weights, not rank 0's"),
+    # Same test: every rank's .initial.pt must be rank 0's dp_network(1234).
+
+    ("dist-start-copy-params-only", "distributed/src/data_parallel.cpp",
+     "  for (const auto& b : module_->buffers(true)) state.push_back(b);\n", "",
+     "the buffers (BatchNorm's running statistics) are not copied from rank 0 at the start"),
+    # Same test: .initial.pt holds the buffers too, which dp_network randomizes per seed. (The
+    # trained buffers alone would not show it: the copy after each backward replaces them.)
+
+    ("dist-no-buffer-copy", "distributed/src/data_parallel.cpp",
+     '  if (options_.broadcast_buffers()) broadcast_from_rank0(module_->buffers(true), "the buffers");\n',
+     "", "the buffers are not copied from rank 0 after each backward: each rank's statistics "
+         "follow its own batches"),
+    # Same test: the reference's buffers are those rank 0's batches give.
+
+    ("dist-tied-first-gradient", "distributed/src/data_parallel.cpp",
+     "  if (received < expected_[k]) return;\n", "",
+     "a weight tied to two stages is ready at its first gradient: its bucket's all-reduce starts "
+     "before the second is accumulated"),
+    # Same test: dp_network's first Linear weight is also the TiedTranspose stage's.
+
+    ("dist-launch-after-backward", "distributed/src/data_parallel.cpp",
+     "  if (--bucket.pending == 0) launch_ready();\n", "  --bucket.pending;\n",
+     "every all-reduce starts after the backward: no overlap (the results are right)"),
+    # Same test: each rank's .overlap must show every bucket launched during the backward.
+
+    ("dist-describe-no-shape", "distributed/src/data_parallel.cpp",
+     "<< ' ' << sizes_string(p.value().sizes())\n", "\n",
+     "ranks whose parameters differ in shape are not refused at start-up"),
+    # "ranks with different models are refused at start-up" (a hidden width of 33 on rank 1).
+
+    ("dist-dtor-waits-after-failure", "distributed/src/data_parallel.cpp",
+     "  if (group_->failed()) return;\n", "",
+     "after a failure, DataParallel's destructor waits for the all-reduces left waiting on the "
+     "lost rank"),
+    # "a hung rank makes the others stop within the timeout, naming it": rank 0 must catch the
+    # error within the timeout plus 4 s of rank 1's hang.
+
+    ("dist-group-keeps-backend", "distributed/src/group.cpp",
+     "  if (failed_) (void)collectives_.owner.release();\n", "",
+     "after a failure, the group destroys its backend, which waits for each queued collective "
+     "to time out"),
+    # Same test: rank 0's group must be gone within 2 s of the error.
+
+    ("dist-leave-waits-for-hung", "distributed/src/group.cpp",
+     "          continue;  // named by failure(): dead or hung, not to be waited for\n",
+     "          {}\n",
+     "rank 0's leave() waits for a rank it named as hung (whose heartbeat still beats)"),
+    # Same test, same bound.
 ]
 
 # The test program, and its Catch arguments, that checks each component's mutations.
@@ -250,7 +310,10 @@ TORCH_TESTS = {
     "rt": ["remat_runtime_tests"],
     "prof": ["remat_profiler_tests", "remat_runtime_tests"],
     "models": ["remat_models_tests"],
+    "dist": ["remat_distributed_tests"],
 }
+# Programs the test programs run (built with them).
+HELPERS = ["remat_dp_worker"]
 
 # Survivors with a written reason: they do not fail the check, and the reason is printed.
 EXPLAINED = {
@@ -286,7 +349,7 @@ def main():
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--torch", action="store_true",
-                        help="the LibTorch components' mutations (runtime, profiler, models)")
+                        help="the LibTorch components' mutations (runtime, profiler, models, distributed)")
     parser.add_argument("--python", default=None,
                         help="--torch: the Python whose torch and torchvision to build against "
                              "(default: scripts/run.sh's virtual environment)")
@@ -320,7 +383,7 @@ def main():
             sys.exit(f"remat: no Python at {python}: run scripts/run.sh first, or give --python")
         configure += [f"-DCMAKE_PREFIX_PATH={torch_prefix(python)}", f"-DREMAT_PYTHON={python}",
                       "-DREMAT_SKIP_TRANSFORMERS_TESTS=ON"]
-        targets = ["--target"] + all_programs
+        targets = ["--target"] + all_programs + HELPERS
     else:
         configure += ["-DREMAT_WITH_TORCH=OFF"]
         targets = []

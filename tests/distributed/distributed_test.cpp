@@ -74,19 +74,35 @@ Job run_job(int world, std::vector<std::string> args, const std::string& name,
   return job;
 }
 
-// The single-process reference: rank 0's initial weights, and at each step the mean of the
-// ranks' gradients (summed in rank order), applied by the same SGD.
+// The single-process reference: rank 0's initial weights and buffers, and at each step the
+// mean of the ranks' gradients (summed in rank order), applied by the same SGD; the buffers
+// (BatchNorm's running statistics) are rank 0's, which DataParallel copies to every rank after
+// each backward. Returns dp_state: the parameters, then the buffers.
 std::vector<torch::Tensor> reference(int world, int steps) {
   const int threads = torch::get_num_threads();
   torch::set_num_threads(1);  // as the workers: the same kernels' summation order
   torch::nn::Sequential net = remat::test::dp_network(1234);
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(remat::test::kDpLearningRate));
+  const auto buffers = net->buffers();
+  const auto set_buffers = [&](const std::vector<torch::Tensor>& values) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(values[k]);
+  };
+  const auto buffer_values = [&] {
+    std::vector<torch::Tensor> out;
+    for (const auto& b : buffers) out.push_back(b.detach().clone());
+    return out;
+  };
   for (int step = 0; step < steps; ++step) {
+    const std::vector<torch::Tensor> before = buffer_values();
+    std::vector<torch::Tensor> rank0_after;
     std::vector<torch::Tensor> sum;
     for (int r = 0; r < world; ++r) {
+      set_buffers(before);  // each rank's forward starts from the same statistics
       for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
       const auto [x, y] = remat::test::dp_batch(r, step);
       remat::test::dp_loss(net->forward(x), y).backward();
+      if (r == 0) rank0_after = buffer_values();
       const auto params = net->parameters();
       for (std::size_t k = 0; k < params.size(); ++k) {
         if (r == 0)
@@ -95,21 +111,22 @@ std::vector<torch::Tensor> reference(int world, int steps) {
           sum[k] += params[k].grad();
       }
     }
+    set_buffers(rank0_after);
     const auto params = net->parameters();
     for (std::size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = sum[k] / world;
     sgd.step();
   }
   torch::set_num_threads(threads);
-  std::vector<torch::Tensor> out;
-  for (auto& p : net->parameters()) out.push_back(p.detach().clone());
-  return out;
+  return remat::test::dp_state(*net);
 }
 
 double largest_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   REQUIRE(a.size() == b.size());
   double worst = 0;
   for (std::size_t k = 0; k < a.size(); ++k)
-    worst = std::max(worst, ((a[k] - b[k]).abs().max() / b[k].abs().max()).item<double>());
+    worst = std::max(worst, ((a[k].to(torch::kDouble) - b[k].to(torch::kDouble)).abs().max() /
+                             b[k].to(torch::kDouble).abs().max())
+                                .item<double>());
   return worst;
 }
 
@@ -127,16 +144,25 @@ TEST_CASE("data-parallel training on Gloo equals one process averaging the ranks
   const int world = GENERATE(2, 3);
   const int steps = 4;
   CAPTURE(world);
-  const Job job = run_job(world, {"--steps", std::to_string(steps)}, "train" + std::to_string(world));
+  // Buckets of at most 4 KiB: about one per layer, so that they are launched one by one as the
+  // backward finishes each stage, the tied weight's last (it is ready only when its second
+  // gradient, from stage 0, has come).
+  const Job job = run_job(world, {"--steps", std::to_string(steps), "--bucket-bytes", "4096"},
+                          "train" + std::to_string(world));
   for (const RankExit& e : job.exits) {
     INFO("rank " << e.rank << ": " << job.error(e.rank));
     REQUIRE(e.code == 0);
   }
+  // Once DataParallel is made, every rank has rank 0's parameters and buffers (each started
+  // from its own).
+  const std::vector<torch::Tensor> initial = remat::test::dp_state(*remat::test::dp_network(1234));
   const std::vector<torch::Tensor> expected = reference(world, steps);
   const std::vector<torch::Tensor> rank0 = job.parameters(0, "plain");
+  REQUIRE(rank0.size() == expected.size());
   // Two ranks: a + b is b + a, so the all-reduce's sum is the reference's to the bit. Three: Gloo
   // adds the ranks' gradients in another order than (g0 + g1) + g2, which may differ by an ulp
-  // of each sum; 4 SGD steps of lr 0.1 keep the parameters within a few ulps (1e-6 relative).
+  // of each sum; 4 SGD steps of lr 0.1 keep the parameters (and the statistics rank 0's batches
+  // give them) within a few ulps (1e-6 relative).
   if (world == 2)
     CHECK(all_equal(rank0, expected));
   else
@@ -144,8 +170,9 @@ TEST_CASE("data-parallel training on Gloo equals one process averaging the ranks
   CHECK(largest_relative_difference(rank0, expected) < 1e-6);
   for (int r = 0; r < world; ++r) {
     CAPTURE(r);
-    // Every rank has the same parameters, and checkpointed training gives those of plain
-    // training, to the bit.
+    CHECK(all_equal(job.parameters(r, "initial"), initial));
+    // Every rank has the same parameters and buffers, and checkpointed training gives those of
+    // plain training, to the bit (BatchNorm's statistics updated once per step).
     CHECK(all_equal(job.parameters(r, "plain"), rank0));
     CHECK(all_equal(job.parameters(r, "checkpointed"), rank0));
     // The measured peak of each checkpointed step stays within the rank's budget.
@@ -155,6 +182,13 @@ TEST_CASE("data-parallel training on Gloo equals one process averaging the ranks
     CHECK(peak > 0);
     CHECK(budget > 0);
     CHECK(peak <= budget);
+    // After the first step, every bucket is launched during the backward (from the hook of its
+    // last gradient), not after it.
+    std::ifstream overlap_file(job.dir / ("rank" + std::to_string(r) + ".overlap"));
+    int buckets = -1, overlapped = -1;
+    overlap_file >> buckets >> overlapped;
+    CHECK(buckets >= 5);
+    CHECK(overlapped == buckets);
   }
   remove_tree(job.dir);
 }
@@ -178,18 +212,33 @@ TEST_CASE("a killed rank makes the others stop with an error naming it", "[distr
 
 TEST_CASE("a hung rank makes the others stop within the timeout, naming it", "[distributed]") {
   const int timeout_ms = 5000;
-  const Job job = run_job(2, {"--steps", "3", "--fail", "hang", "--victim", "1", "--at", "1",
-                              "--timeout-ms", std::to_string(timeout_ms)},
+  // Small buckets: several all-reduces are left waiting for the hung rank.
+  const Job job = run_job(2,
+                          {"--steps", "3", "--fail", "hang", "--victim", "1", "--at", "1",
+                           "--timeout-ms", std::to_string(timeout_ms), "--bucket-bytes", "4096"},
                           "hang", std::chrono::milliseconds(2000));
   CAPTURE(job.error(0), job.seconds);
   CHECK(job.exits[0].code == 5);
   CHECK(job.error(0).find("rank 1 is behind") != std::string::npos);
   CHECK(job.exits[1].killed_by_launcher);
+  // Rank 0 catches the error the timeout after rank 1 began to hang, plus its diagnosis (two
+  // heartbeat intervals, 1.1 s); then its group is gone at once. Waiting for the lost
+  // all-reduces in DataParallel's destructor or in the backend's, or for the hung rank in
+  // leave(), would each take another timeout or more. (Times on the monotonic clock that all
+  // processes share, so that the machine's load before the hang does not count.)
+  std::int64_t hang = -1, caught = -1, gone = -1;
+  std::ifstream(job.dir / "rank1.hang") >> hang;
+  std::ifstream(job.dir / "rank0.times") >> caught >> gone;
+  CAPTURE(hang, caught, gone);
+  REQUIRE(hang > 0);
+  REQUIRE(caught > 0);
+  // Not declared hung early (rank 0's last all-reduce may have begun a little before rank 1
+  // hung), nor late: 6.1 s and 10 ms on the 2-core machine.
+  CHECK(caught - hang > timeout_ms / 2);
+  CHECK(caught - hang < timeout_ms + 4000);
+  CHECK(gone - caught < 2000);
   // Within the timeout, not the start-up timeout (120 s, which the workers give the rendezvous
-  // and, on LibTorch 1.13, Gloo gives its collectives): rank 0 stops about 5 s after its
-  // all-reduce began, plus start-up, diagnosis and the launcher's 2 s of grace (about 12 s in
-  // all on the 2-core machine). Waiting for the lost all-reduce in DataParallel's destructor,
-  // for the hung rank in leave(), or for the backend's queued collectives takes 120 s or more.
+  // and, on LibTorch 1.13, Gloo gives its collectives).
   CHECK(job.seconds < 60);
   remove_tree(job.dir);
 }

@@ -1,12 +1,19 @@
 // One rank of the data-parallel tests (distributed_test.cpp starts them with launch_local):
 // trains dp_network for --steps steps plainly and then checkpointed, each under DataParallel,
 // and writes <out>/rank<R>.plain.pt, .checkpointed.pt (the final parameters), .peak (the
-// checkpointed steps' largest measured peak and the budget) and, if it fails, .err.
+// checkpointed steps' largest measured peak and the budget) and, if it fails, .err. Also
+// .initial.pt (the parameters and buffers once DataParallel has copied rank 0's) and .overlap
+// (the buckets, and how many of them the last checkpointed step launched during its backward).
+// The .pt files hold dp_state: the parameters, then the buffers. Times, in milliseconds of the
+// machine's monotonic clock (steady_clock, the same in every process): a hanging victim writes
+// .hang when it starts to hang; a rank that fails writes .times, when it caught the error and
+// when its group was gone (left, and its backend shut down or abandoned).
 //   remat_dp_worker --out DIR --steps K [--fail kill|hang|throw --victim R --at S]
-//                   [--hidden-on-rank R H] [--timeout-ms T]
+//                   [--odd-rank R --odd-hidden H] [--timeout-ms T] [--bucket-bytes B]
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -26,10 +33,17 @@ struct Args {
   int victim = -1, at = -1;
   int odd_rank = -1, odd_hidden = 32;
   int timeout_ms = 20000;
+  std::int64_t bucket_bytes = std::int64_t{25} << 20;
 };
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
+}
+
+std::string now_ms() {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count());
 }
 
 }  // namespace
@@ -48,6 +62,8 @@ int main(int argc, char** argv) {
     else if (flag == "--odd-rank") a.odd_rank = std::stoi(value);
     else if (flag == "--odd-hidden") a.odd_hidden = std::stoi(value);
     else if (flag == "--timeout-ms") a.timeout_ms = std::stoi(value);
+    else if (flag == "--bucket-bytes")
+      a.bucket_bytes = std::stoll(value);
   }
   int rank = -1;
   std::shared_ptr<Group> group;
@@ -63,6 +79,7 @@ int main(int argc, char** argv) {
     const std::string prefix = a.out + "/rank" + std::to_string(rank);
     const int hidden = rank == a.odd_rank ? a.odd_hidden : 32;
     std::int64_t worst_peak = 0, budget = 0;
+    std::string overlap;
     for (const bool checkpointed : {false, true}) {
       torch::nn::Sequential net = test::dp_network(1234 + static_cast<std::uint64_t>(rank), hidden);
       for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
@@ -77,12 +94,16 @@ int main(int argc, char** argv) {
         if (!s.ok()) throw std::runtime_error("infeasible budget");
         module = chk.ptr();
       }
-      DataParallel dp(module, group);
+      DataParallel dp(module, group, DataParallelOptions().bucket_bytes(a.bucket_bytes));
+      if (!checkpointed) torch::save(test::dp_state(*net), prefix + ".initial.pt");
       torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(test::kDpLearningRate));
       for (int step = 0; step < a.steps; ++step) {
         if (rank == a.victim && step == a.at && checkpointed) {
           if (a.fail == "kill") ::raise(SIGKILL);
-          if (a.fail == "hang") for (;;) ::pause();
+          if (a.fail == "hang") {
+            write(prefix + ".hang", now_ms() + "\n");
+            for (;;) ::pause();
+          }
           if (a.fail == "throw") throw std::runtime_error("the victim's step failed on purpose");
         }
         for (auto& p : net->parameters()) p.mutable_grad().zero_();
@@ -93,17 +114,23 @@ int main(int argc, char** argv) {
         if (checkpointed) worst_peak = std::max(worst_peak, scope.peak_above_start());
         sgd.step();
       }
-      std::vector<torch::Tensor> params;
-      for (auto& p : net->parameters()) params.push_back(p.detach().clone());
-      torch::save(params, prefix + (checkpointed ? ".checkpointed.pt" : ".plain.pt"));
+      if (checkpointed)
+        overlap = std::to_string(dp.bucket_bytes().size()) + " " +
+                  std::to_string(dp.last_step().overlapped_buckets) + "\n";
+      torch::save(test::dp_state(*net), prefix + (checkpointed ? ".checkpointed.pt" : ".plain.pt"));
     }
     write(prefix + ".peak", std::to_string(worst_peak) + " " + std::to_string(budget) + "\n");
+    write(prefix + ".overlap", overlap);
     group->barrier();  // rank 0 hosts the store: it stays until every rank is done
     return 0;
   } catch (const std::exception& error) {
+    const std::string caught = now_ms();
     const std::string message = message_of(error);
     if (group) group->report_failure(message);
-    if (rank >= 0 && !a.out.empty()) write(a.out + "/rank" + std::to_string(rank) + ".err", message);
+    const std::string prefix = a.out + "/rank" + std::to_string(rank);
+    if (rank >= 0 && !a.out.empty()) write(prefix + ".err", message);
+    group.reset();
+    if (rank >= 0 && !a.out.empty()) write(prefix + ".times", caught + " " + now_ms() + "\n");
     std::cerr << "rank " << rank << ": " << message << "\n";
     if (dynamic_cast<const DistributedError*>(&error) != nullptr) return 5;
     if (dynamic_cast<const c10::ValueError*>(&error) != nullptr) return 2;
