@@ -1,19 +1,21 @@
 // Data-parallel training over c10d's Gloo on loopback, with 2 and 3 processes (dp_worker.cpp),
 // against a single process that averages the same per-rank gradients; and how a job fails.
-#include <catch2/catch.hpp>
-#include <torch/torch.h>
+#include "remat/distributed.h"
 
 #include <dirent.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "dp_model.h"
-#include "remat/distributed.h"
+#include "remat/runtime.h"
 
 namespace {
 
@@ -137,6 +139,20 @@ bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Ten
   return true;
 }
 
+// A collective of a stand-in process group, done when it is launched.
+class DoneWork : public c10d::Work {
+ public:
+  DoneWork() : future_(c10::make_intrusive<c10::ivalue::Future>(c10::NoneType::get())) {
+    future_->markCompleted(c10::IValue());
+  }
+  bool isCompleted() override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
 }  // namespace
 
 TEST_CASE("data-parallel training on Gloo equals one process averaging the ranks' gradients",
@@ -191,6 +207,76 @@ TEST_CASE("data-parallel training on Gloo equals one process averaging the ranks
     CHECK(overlapped == buckets);
   }
   remove_tree(job.dir);
+}
+
+TEST_CASE("DataParallel launches a bucket's all-reduce once all its gradients are complete",
+          "[distributed]") {
+  // One rank, on a stand-in process group whose all-reduce records what the bucket held when it
+  // was launched. Nothing may change a bucket after its launch: an all-reduce launched before
+  // its last gradient came (the tied weight's second, from stage 0) would send an incomplete
+  // sum, which over Gloo shows only when the backend thread wins the race.
+  struct Launch {
+    torch::Tensor bucket, held;
+  };
+  auto launches = std::make_shared<std::vector<Launch>>();
+  remat::distributed::Collectives stand_in;
+  stand_in.allreduce =
+      [launches](std::vector<at::Tensor>& tensors) -> c10::intrusive_ptr<c10d::Work> {
+    launches->push_back({tensors[0], tensors[0].clone()});
+    return c10::make_intrusive<DoneWork>();
+  };
+  stand_in.broadcast = [](std::vector<at::Tensor>&, int) -> c10::intrusive_ptr<c10d::Work> {
+    return c10::make_intrusive<DoneWork>();
+  };
+  stand_in.barrier = []() -> c10::intrusive_ptr<c10d::Work> {
+    return c10::make_intrusive<DoneWork>();
+  };
+  auto group = std::make_shared<remat::distributed::Group>(c10::make_intrusive<c10d::HashStore>(),
+                                                           stand_in, std::chrono::seconds(10));
+  const bool checkpointed = GENERATE(false, true);
+  CAPTURE(checkpointed);
+  torch::nn::Sequential net = remat::test::dp_network(1234);
+  torch::nn::Sequential plain = remat::test::dp_network(1234);  // the reference: plain autograd
+  remat::Checkpointable chk(net);
+  std::shared_ptr<torch::nn::Module> module = net.ptr();
+  if (checkpointed) {
+    chk->measure({remat::test::dp_batch(0, 0).first}, {}, remat::ProfileOptions().repeat(1));
+    const std::int64_t budget = chk->min_budget() + (chk->store_all_peak() - chk->min_budget()) / 3;
+    REQUIRE(chk->compute_sequence(remat::SolveOptions(budget)).ok());
+    module = chk.ptr();
+  }
+  remat::distributed::DataParallel dp(module, group,
+                                      remat::distributed::DataParallelOptions().bucket_bytes(4096));
+  const std::size_t buckets = dp.bucket_bytes().size();
+  CHECK(buckets == 7);
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    for (auto* m : {&net, &plain})
+      for (auto& p : (*m)->parameters())
+        p.mutable_grad() = p.grad().defined() ? p.grad().zero_() : torch::zeros_like(p);
+    const auto [x, y] = remat::test::dp_batch(0, step);
+    launches->clear();
+    dp.backward(remat::test::dp_loss(checkpointed ? chk->forward(x) : net->forward(x), y));
+    remat::test::dp_loss(plain->forward(x), y).backward();
+    REQUIRE(launches->size() == buckets);
+    for (std::size_t b = 0; b < buckets; ++b) {
+      CAPTURE(b);
+      CHECK(torch::equal((*launches)[b].held, (*launches)[b].bucket));
+    }
+    // The first step learns how many gradients each parameter gets, and launches after the
+    // backward; then every bucket is launched during it.
+    CHECK(dp.last_step().overlapped_buckets == (step == 0 ? 0 : static_cast<int>(buckets)));
+    // The gradients are plain autograd's, the tied weight's sum of two included.
+    const auto ours = net->parameters(), theirs = plain->parameters();
+    for (std::size_t k = 0; k < ours.size(); ++k) {
+      CAPTURE(k);
+      CHECK(torch::equal(ours[k].grad(), theirs[k].grad()));
+    }
+    torch::NoGradGuard no_grad;
+    for (auto* m : {&net, &plain})
+      for (auto& p : (*m)->parameters()) p -= remat::test::kDpLearningRate * p.grad();
+  }
+  CHECK(all_equal(remat::test::dp_state(*net), remat::test::dp_state(*plain)));
 }
 
 TEST_CASE("a killed rank makes the others stop with an error naming it", "[distributed]") {
@@ -257,7 +343,9 @@ TEST_CASE("ranks with different models are refused at start-up", "[distributed]"
   for (int r : {0, 1}) {
     CAPTURE(r, job.error(r));
     CHECK(job.exits[static_cast<std::size_t>(r)].code == 2);
-    CHECK(job.error(r).find("differs between ranks: rank 1 differs from rank 0") != std::string::npos);
+    CHECK(job.error(r).find("differs between ranks: rank 1 differs from rank 0; at line 1, rank 1 "
+                            "has 'parameter 0.weight float [33, 16]' where rank 0 has 'parameter "
+                            "0.weight float [32, 16]'") != std::string::npos);
   }
   remove_tree(job.dir);
 }
