@@ -244,6 +244,50 @@ TORCH_MUTATIONS = [
     # scales by about 1 + 5e-4, far above kTolerance 1e-5) and "Inception v3's two heads in
     # training mode match torchvision's InceptionOutputs".
 
+    # ---- the readers of weight files (models/src/state_dict.cpp, safetensors.cpp) -------------
+    # Each killed by tests/models/hostile_files_test.cpp or safetensors_test.cpp, which require
+    # the reader's own message for each hostile file.
+    ("sd-stack-cap", "models/src/state_dict.cpp",
+     "    if (stack_.size() >= kMaxStack) {\n", "    if (false) {\n",
+     "a pickle's stack grows without bound (a million DUPs from a 1 MB file)"),
+    # hostile_files_test.cpp "read_state_dict caps the values, the stack and the memo a pickle
+    # builds", section "a stack of a million values".
+
+    ("sd-memo-cap", "models/src/state_dict.cpp",
+     "    if (memo_.size() >= kMaxMemo && memo_.count(key) == 0) {\n", "    if (false) {\n",
+     "a pickle's memo grows without bound"),
+    # The same test, section "a million memo entries".
+
+    ("sd-mark-cap", "models/src/state_dict.cpp",
+     "          if (marks_.size() >= kMaxStack) {\n", "          if (false) {\n",
+     "a pickle's MARKs grow without bound"),
+    # The same test, section "a million MARKs".
+
+    ("sd-deflate-ratio", "models/src/state_dict.cpp",
+     "                    : entry.compressed > file_size ||\n"
+     "                          entry.size > kMaxDeflateRatio * entry.compressed + 1024) {\n",
+     "                    : entry.compressed > file_size) {\n",
+     "a deflated zip record may declare any size: 2 GiB allocated for a few bytes"),
+    # hostile_files_test.cpp "read_state_dict checks the sizes a zip archive declares before it
+    # allocates" (a deflated record that declares 2 GiB).
+
+    ("st-overlap", "models/src/safetensors.cpp",
+     "    if (tensor.begin < covered) {\n", "    if (false) {\n",
+     "safetensors tensors whose bytes overlap are accepted"),
+    # safetensors_test.cpp "read_safetensors names the file and the problem" ("overlap", "an
+    # empty tensor inside another").
+
+    ("st-bool-byte", "models/src/safetensors.cpp",
+     "        if (values[i] > 1) {\n", "        if (values[i] > 2) {\n",
+     "a BOOL byte of 2 is accepted"),
+    # The same test ("a BOOL that is 2").
+
+    ("st-header-beyond", "models/src/safetensors.cpp",
+     "  if (header_bytes > file.size() - 8) {\n", "  if (header_bytes > file.size()) {\n",
+     "a header length that runs up to 8 bytes past the file is not refused as such"),
+    # The same test ("header length one byte beyond the file": the read then fails with another
+    # message).
+
     # ---- distributed/ -----------------------------------------------------------------------
     # Each killed by tests/distributed/distributed_test.cpp, whose workers (dp_worker.cpp) train
     # dp_network: a BatchNorm, a weight tied to two stages, buckets of 4 KiB.
@@ -316,6 +360,8 @@ TORCH_TESTS = {
     "rt": ["remat_runtime_tests"],
     "prof": ["remat_profiler_tests", "remat_runtime_tests"],
     "models": ["remat_models_tests"],
+    "sd": ["remat_models_tests"],
+    "st": ["remat_models_tests"],
     "dist": ["remat_distributed_tests"],
 }
 # Programs the test programs run (built with them).

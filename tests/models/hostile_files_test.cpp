@@ -142,6 +142,10 @@ TEST_CASE("read_state_dict caps the values, the stack and the memo a pickle buil
     CHECK_THAT(error_of(legacy_file("\x80\x02N" + repeat("2", 1 << 20) + ".")),
                Catch::Contains("pickle stack deeper than 1048576 values at byte 1048603"));
   }
+  SECTION("a million MARKs") {
+    CHECK_THAT(error_of(legacy_file("\x80\x02" + repeat("(", (1 << 20) + 1) + ".")),
+               Catch::Contains("more than 1048576 MARKs open at byte 1048603"));
+  }
   SECTION("a million memo entries") {
     CHECK_THAT(error_of(legacy_file("\x80\x02N" + repeat("\x94", (1 << 20) + 1) + ".")),
                Catch::Contains("pickle memo larger than 1048576 entries at byte"));

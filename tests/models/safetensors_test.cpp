@@ -198,6 +198,8 @@ TEST_CASE("read_safetensors names the file and the problem", "[models][safetenso
       {"empty file", "", "truncated: the file has 0 bytes"},
       {"header length beyond the file", le_bytes(1000, 8) + "{}",
        "the header length at byte 0 (1000) goes beyond the end of the file (10 bytes)"},
+      {"header length one byte beyond the file", le_bytes(3, 8) + "{}",
+       "the header length at byte 0 (3) goes beyond the end of the file (10 bytes)"},
       {"a 50 GB header in 12 bytes", le_bytes(50'000'000'000, 8) + "{}  ",
        "the header length at byte 0 (50000000000) is over the format's limit of 100000000 bytes"},
       {"invalid JSON", safetensors("{\"a\":{\"dtype\":\"F32\",}}", ""),
