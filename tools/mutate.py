@@ -11,7 +11,7 @@ The copy is made with `git archive HEAD` in build-mutate/tree (committed code on
 built without LibTorch (REMAT_WITH_TORCH=OFF) in build-mutate/build: the solver, report and
 CLI tests. With --torch, in build-mutate-torch/ against scripts/run.sh's PyTorch (with the
 torchvision comparisons), each mutation checked by its component's test programs
-(TORCH_TESTS); about 17 minutes on 2 cores, so CI runs only the first kind. Exit status 1
+(TORCH_TESTS); about 37 minutes on 2 cores, so CI runs only the first kind. Exit status 1
 when a mutation survives without a written reason (EXPLAINED); a surviving mutation needs a
 test, or such a reason. docs/testing.md reports the kill rate.
 """
