@@ -3,7 +3,7 @@
 tree, builds, runs the tests that should notice, and reports which mutations survived.
 
     python3 tools/mutate.py            # the solver, simulator and report mutations (no LibTorch)
-    python3 tools/mutate.py --torch    # the runtime, profiler, models and distributed mutations
+    python3 tools/mutate.py --torch    # runtime, profiler, models, weight readers, distributed
     python3 tools/mutate.py --list     # the mutations, with what each would break (--torch too)
     python3 tools/mutate.py --only ID  # one mutation
 

@@ -1,20 +1,20 @@
 // Data-parallel training over c10d's Gloo on loopback, with 2 and 3 processes (dp_worker.cpp),
 // against a single process that averages the same per-rank gradients; and how a job fails.
-#include "remat/distributed.h"
+#include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
 
 #include <dirent.h>
-#include <torch/torch.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "dp_model.h"
+#include "remat/distributed.h"
 #include "remat/runtime.h"
 
 namespace {
@@ -245,6 +245,8 @@ TEST_CASE("DataParallel launches a bucket's all-reduce once all its gradients ar
     REQUIRE(chk->compute_sequence(remat::SolveOptions(budget)).ok());
     module = chk.ptr();
   }
+  for (auto* m : {&net, &plain})
+    for (auto& p : (*m)->parameters()) p.mutable_grad() = torch::zeros_like(p);
   remat::distributed::DataParallel dp(module, group,
                                       remat::distributed::DataParallelOptions().bucket_bytes(4096));
   const std::size_t buckets = dp.bucket_bytes().size();
@@ -252,8 +254,7 @@ TEST_CASE("DataParallel launches a bucket's all-reduce once all its gradients ar
   for (int step = 0; step < 3; ++step) {
     CAPTURE(step);
     for (auto* m : {&net, &plain})
-      for (auto& p : (*m)->parameters())
-        p.mutable_grad() = p.grad().defined() ? p.grad().zero_() : torch::zeros_like(p);
+      for (auto& p : (*m)->parameters()) p.mutable_grad().zero_();
     const auto [x, y] = remat::test::dp_batch(0, step);
     launches->clear();
     dp.backward(remat::test::dp_loss(checkpointed ? chk->forward(x) : net->forward(x), y));
