@@ -58,6 +58,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # no "gpuGetDeviceCount failed" on CPU-only hosts
+# On a GPU, every block the caching allocator hands out is its tensor's size rounded up to 512
+# bytes, as remat's profiler makes it (remat::exact_cuda_blocks, docs/cost-model.md), so that
+# every method is measured alike; a setting given in the environment is kept.
+if not (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")):
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

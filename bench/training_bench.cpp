@@ -495,6 +495,7 @@ int main(int argc, char** argv) {
     if (steps < 1 || warmup < 0 || batch < 1 || repeat < 1)
       throw std::invalid_argument("--steps, --batch and --repeat must be at least 1, --warmup at least 0");
     const torch::Device device(device_text);
+    if (device.is_cuda()) remat::exact_cuda_blocks();  // plain training measured alike
     if (threads > 0) torch::set_num_threads(threads);
     if (!malloc_defaults) remat::keep_freed_memory();
     std::vector<double> budgets;

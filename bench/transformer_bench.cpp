@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) torch::set_num_threads(threads);
   const torch::Device device(device_name);
+  if (device.is_cuda()) remat::exact_cuda_blocks();  // plain training measured alike
   json hf;
   if (!hf_path.empty()) {
     try {

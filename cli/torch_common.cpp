@@ -105,6 +105,8 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
         "a CUDA LibTorch to use a GPU)");
   if (in.device.is_cuda() && !torch::cuda::is_available())
     throw std::invalid_argument("--device cuda: no GPU is visible");
+  // Before any CUDA allocation, plain training's included: blocks of exactly the counted bytes.
+  if (in.device.is_cuda()) exact_cuda_blocks();
   if (const char* limit = std::getenv("REMAT_DEVICE_MEMORY_LIMIT"); limit != nullptr && *limit) {
     std::int64_t bytes = 0;
     try {

@@ -1,16 +1,21 @@
 // CUDA memory: the caching allocator's allocated-bytes statistics (current and peak), which
 // count the bytes of live tensor blocks (rounded up to the allocator's 512-byte granularity).
 // Compiled only when the LibTorch found has CUDA.
+#include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
+#include <torch/version.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -55,10 +60,22 @@ class CudaMemoryTracker final : public MemoryTracker {
   c10::DeviceIndex index_;
 };
 
+// The device's index, after LibTorch has started CUDA on it. The caching allocator is set up
+// when ATen first makes a CUDA tensor (its lazy initialization): before, its statistics throw
+// "Invalid device argument: did you call init?" and setMemoryFraction fails an assertion. A
+// tensor of no elements starts it on every LibTorch version (lazyInitCUDA was renamed
+// lazyInitDevice in 2.x) and allocates nothing.
 int device_or_current(int device_index) {
   TORCH_CHECK(c10::cuda::device_count() > 0,
               "remat: CUDA memory was asked for, but no GPU is visible");
-  return device_index < 0 ? c10::cuda::current_device() : device_index;
+  const int index = device_index < 0 ? c10::cuda::current_device() : device_index;
+  TORCH_CHECK_VALUE(index < c10::cuda::device_count(), "remat: no CUDA device ", index, " (",
+                    static_cast<int>(c10::cuda::device_count()), " visible)");
+  static std::once_flag started;
+  std::call_once(started, [] {
+    (void)at::empty({0}, at::TensorOptions().device(c10::kCUDA, c10::cuda::current_device()));
+  });
+  return index;
 }
 
 }  // namespace
@@ -95,6 +112,26 @@ void limit_cuda_memory(int device_index, std::int64_t bytes) {
   const double fraction =
       bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes));
   alloc::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
+}
+
+bool exact_cuda_blocks() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  // The user's settings: PYTORCH_CUDA_ALLOC_CONF, else the device-generic PYTORCH_ALLOC_CONF.
+  const char* given = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  if (given == nullptr || *given == '\0') given = std::getenv("PYTORCH_ALLOC_CONF");
+  const std::string settings = given == nullptr ? "" : given;
+  if (settings.find("expandable_segments") == std::string::npos &&
+      !alloc::CUDAAllocatorConfig::expandable_segments()) {
+    // The whole string again: the user's other settings stay as they were.
+    alloc::setAllocatorSettings(settings.empty() ? "expandable_segments:True"
+                                                 : settings + ",expandable_segments:True");
+  }
+  return alloc::CUDAAllocatorConfig::expandable_segments();
+#else
+  return false;
+#endif
 }
 
 }  // namespace detail

@@ -17,6 +17,7 @@ namespace {
 MemoryTracker& cuda_memory_tracker(int /*device_index*/) { no_cuda(); }
 void limit_cuda_memory(int /*device_index*/, std::int64_t /*bytes*/) { no_cuda(); }
 CudaAllocatorStats cuda_allocator_stats(int /*device_index*/) { no_cuda(); }
+bool exact_cuda_blocks() { return false; }
 
 }  // namespace detail
 }  // namespace remat

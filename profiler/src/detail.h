@@ -17,6 +17,8 @@ MemoryTracker& cuda_memory_tracker(int device_index);
 void limit_cuda_memory(int device_index, std::int64_t bytes);
 /// remat::cuda_allocator_stats for a CUDA device (-1: the current one).
 CudaAllocatorStats cuda_allocator_stats(int device_index);
+/// remat::exact_cuda_blocks.
+bool exact_cuda_blocks();
 
 }  // namespace detail
 }  // namespace remat

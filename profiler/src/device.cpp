@@ -22,6 +22,8 @@ CudaAllocatorStats cuda_allocator_stats(c10::Device device) {
   return detail::cuda_allocator_stats(device.has_index() ? device.index() : -1);
 }
 
+bool exact_cuda_blocks() { return detail::exact_cuda_blocks(); }
+
 void synchronize(c10::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
 }

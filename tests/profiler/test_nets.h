@@ -10,8 +10,11 @@ namespace remat::test {
 
 namespace nn = torch::nn;
 
-// Conv+BN+ReLU stages, a pooling stage, a classifier stage with flatten.
-inline nn::Sequential conv_chain(int channels = 8, int classes = 10, bool dropout = false) {
+// Conv+BN+ReLU stages, a pooling stage, a classifier stage with flatten. The classifier pools
+// to `pooled` x `pooled`: 1 on a GPU under deterministic algorithms, where adaptive average
+// pooling to more than one value has no deterministic backward (1 is a mean, which has).
+inline nn::Sequential conv_chain(int channels = 8, int classes = 10, bool dropout = false,
+                                 int pooled = 2) {
   nn::Sequential net;
   net->push_back(remat::Block(nn::Conv2d(nn::Conv2dOptions(3, channels, 3).padding(1).bias(false)),
                                 nn::BatchNorm2d(channels), nn::ReLU()));
@@ -23,8 +26,8 @@ inline nn::Sequential conv_chain(int channels = 8, int classes = 10, bool dropou
       nn::Conv2d(nn::Conv2dOptions(channels, 2 * channels, 3).padding(1).bias(false)),
       nn::BatchNorm2d(2 * channels), nn::ReLU()));
   if (dropout) net->push_back(nn::Dropout(0.3));
-  net->push_back(remat::Block(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({2, 2})),
-                                nn::Flatten(), nn::Linear(8 * channels, classes)));
+  net->push_back(remat::Block(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({pooled, pooled})),
+                              nn::Flatten(), nn::Linear(2 * channels * pooled * pooled, classes)));
   return net;
 }
 

@@ -15,6 +15,11 @@ import remat
 
 # Deterministic cuBLAS for the CUDA tests: read when cuBLAS starts, so set before any test runs.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+# Blocks of exactly the rounded size on CUDA, for plain training as for remat, whose profiler
+# turns them on at its first measurement anyway (remat::exact_cuda_blocks): torch reads the
+# variable when it first configures its allocator, no earlier than the first CUDA use.
+if not (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")):
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 
 def step_peak(step: Callable[[], Any]) -> int:

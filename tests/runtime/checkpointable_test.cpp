@@ -96,7 +96,7 @@ class AutocastScope {
 void check_autocast_training(const torch::Device& device, c10::ScalarType dtype) {
   const torch::Tensor sample = torch::randn({4, 3, 16, 16}).to(device);
   auto make = [&] {
-    nn::Sequential net = remat::test::conv_chain(8, 10, true);
+    nn::Sequential net = remat::test::conv_chain(8, 10, true, device.is_cuda() ? 1 : 2);
     net->to(device);
     return net;
   };
@@ -537,7 +537,7 @@ TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, Batc
   const torch::Device cuda(torch::kCUDA, 0);
   const torch::Tensor sample = torch::randn({8, 3, 32, 32}).to(cuda);
   auto make = [&] {
-    nn::Sequential net = remat::test::conv_chain(16, 10, true);  // BatchNorm and Dropout
+    nn::Sequential net = remat::test::conv_chain(16, 10, true, 1);  // BatchNorm and Dropout
     net->to(cuda);
     return net;
   };

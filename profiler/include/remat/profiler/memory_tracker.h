@@ -63,6 +63,19 @@ std::int64_t set_cpu_granularity(std::int64_t granularity);
 /// for a negative size or another device type, c10::Error for CUDA without CUDA.
 void limit_device_memory(c10::Device device, std::int64_t bytes);
 
+/// Makes the CUDA caching allocator give each tensor a block of exactly counted_bytes(), so that
+/// the memory the CUDA tracker measures is what the cost model counts: turns on the allocator's
+/// expandable segments, as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would. Without
+/// them, the allocator hands a large tensor (over 1 MiB) a cached or new block whole when less
+/// than 1 MiB of it would be left over, and a measured peak can exceed the prediction, and the
+/// budget, by up to 1 MiB per such tensor. A choice the user made in PYTORCH_CUDA_ALLOC_CONF or
+/// PYTORCH_ALLOC_CONF (expandable_segments given there, true or false) is kept; their other
+/// settings are kept too. remat::profile calls it when it measures on a GPU, and the `remat`
+/// commands at start-up with --device cuda; a program that measures plain training to compare
+/// calls it first. Process-wide. Returns whether the allocator now uses expandable segments
+/// (false where the platform lacks them, in a build without CUDA, or before LibTorch 2.1).
+bool exact_cuda_blocks();
+
 /// The CUDA caching allocator's own statistics, in bytes, for telling apart the causes of a
 /// gap between the measured and the predicted memory on a GPU. `allocated`: the blocks that
 /// hold live tensors (what the CUDA tracker counts; a block can exceed its tensor's rounded size
