@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <sstream>
 #include <utility>
 
+#include "remat/profiler/memory_tracker.h"
 #include "remat/solver/check.h"
 
 namespace remat::distributed {
@@ -298,6 +300,12 @@ void DataParallel::backward(const torch::Tensor& loss) {
     group_->report_failure(fmt::format("its backward failed: {}", message_of(error)));
     throw;
   }
+  // On a GPU the backward's kernels may still be running when it returns: its end is when they
+  // are done.
+  bool on_gpu = false;
+  for (const auto& bucket : buckets_) on_gpu = on_gpu || bucket->flat.is_cuda();
+  for (const auto& bucket : buckets_)
+    if (bucket->flat.is_cuda()) synchronize(bucket->flat.device());
   const auto backward_end = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -323,12 +331,20 @@ void DataParallel::backward(const torch::Tensor& loss) {
   const auto end = Clock::now();
   last_step_.backward_ms = ms_between(start, backward_end);
   last_step_.exposed_ms = ms_between(backward_end, end);
-  for (auto& bucket : buckets_) {
-    const Clock::rep ticks = bucket->completed->load();
-    const auto completed =
-        ticks == 0 ? end : std::max(Clock::time_point(Clock::duration(ticks)), bucket->launched);
-    last_step_.all_reduce_ms += ms_between(bucket->launched, completed);
-    last_step_.hidden_ms += std::max(0.0, ms_between(bucket->launched, std::min(completed, backward_end)));
+  if (on_gpu) {
+    // NCCL's work completes its future once the collective is queued on the GPU, not done: the
+    // all-reduces' own times are not known (docs/distributed.md, "Benchmark").
+    last_step_.all_reduce_ms = std::numeric_limits<double>::quiet_NaN();
+    last_step_.hidden_ms = std::numeric_limits<double>::quiet_NaN();
+  } else {
+    for (auto& bucket : buckets_) {
+      const Clock::rep ticks = bucket->completed->load();
+      const auto completed =
+          ticks == 0 ? end : std::max(Clock::time_point(Clock::duration(ticks)), bucket->launched);
+      last_step_.all_reduce_ms += ms_between(bucket->launched, completed);
+      last_step_.hidden_ms +=
+          std::max(0.0, ms_between(bucket->launched, std::min(completed, backward_end)));
+    }
   }
   ++steps_;
 }

@@ -63,15 +63,18 @@ struct DataParallelOptions {
 
 /// Where the time of the last backward() went, in milliseconds.
 struct StepTimes {
-  /// From the call to the end of the local backward (recomputations included).
+  /// From the call to the end of the local backward (recomputations included; on a GPU, to
+  /// the end of its kernels).
   double backward_ms = 0;
   /// From the end of the local backward until every bucket's all-reduce was done: the part of
   /// the communication that the backward did not hide.
   double exposed_ms = 0;
   /// The all-reduces' own time, each from its launch to its completion, added up (they may
-  /// overlap each other and the backward).
+  /// overlap each other and the backward). NaN on a GPU, where NCCL's completion time is not
+  /// known on the host (its work's future completes once the collective is queued).
   double all_reduce_ms = 0;
-  /// The part of all_reduce_ms that ran while the local backward did: hidden by it.
+  /// The part of all_reduce_ms that ran while the local backward did: hidden by it. NaN on a
+  /// GPU, as all_reduce_ms.
   double hidden_ms = 0;
   /// How many buckets were launched before the local backward ended.
   int overlapped_buckets = 0;
