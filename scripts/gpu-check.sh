@@ -14,7 +14,8 @@
 #                                                 CPU mode: tiny sizes, on an existing build (CI)
 # Options: --only PARTS, a comma list of build, tests (the CUDA ones), fidelity, throughput,
 # reference, transformers, distributed, python, cpu-tests (run in that order whatever the
-# list's; GPU mode's default is all of them, CPU mode's all but build, tests and cpu-tests),
+# list's; GPU mode's default is all but cpu-tests, CPU mode's all but build, tests and
+# cpu-tests; on a fresh machine, build must be among them),
 # --build DIR (default build-gpu), --out DIR (default $OUT), --models resnet50:128:224,...
 # (throughput models, batch sizes and image sizes).
 # Environment: REMAT_PYTHON, the Python with torch and torchvision (default python3).
@@ -51,7 +52,14 @@ run() { "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
 
 if [ "$mode" = gpu ]; then
   device=cuda
-  [ -n "$only" ] || only=build,tests,fidelity,throughput,reference,transformers,distributed,python,cpu-tests
+  # cpu-tests only when asked for: CI runs them, and device time is short.
+  [ -n "$only" ] || only=build,tests,fidelity,throughput,reference,transformers,distributed,python
+  # Every block the caching allocator hands out is its tensor's size rounded up to 512 bytes
+  # (remat::exact_cuda_blocks, which remat's profiler sets anyway), for every method measured,
+  # PyTorch's baselines included; a setting given in the environment is kept.
+  if [ -z "${PYTORCH_CUDA_ALLOC_CONF:-}${PYTORCH_ALLOC_CONF:-}" ]; then
+    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  fi
   distributed_args=(--model resnet50 --batch 64 --image 224 --steps 10 --budget 50%)
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3 --batch 32 --steps 10 --warmup 3)
   [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,vgg16:64:224
@@ -91,11 +99,12 @@ say "gpu-check ($mode mode) on $(hostname), output in $out"
 if command -v nvidia-smi >/dev/null; then run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; fi
 # The machine, for the tables' headings (tools/gpu_results.py reads environment.json).
 run "$python" - "$out/environment.json" <<'PY'
-import datetime, json, platform, subprocess, sys
+import datetime, json, os, platform, subprocess, sys
 import torch, torchvision
 env = {"date": datetime.date.today().isoformat(), "host": platform.node(),
        "torch": torch.__version__, "cuda": torch.version.cuda,
        "cuda_available": torch.cuda.is_available(), "torchvision": torchvision.__version__,
+       "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF")),
        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
 try:
     import transformers
@@ -232,6 +241,11 @@ if has python; then
     export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
     site=$build/python-site
     rm -rf "$site"
+    # The extension needs Python's headers, which a machine without -dev packages may lack.
+    if ! "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+      say "no Python.h for $("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])'): the package cannot be built here"
+      status=1
+    fi
     run "$python" -m pip install --no-build-isolation --no-deps --no-index --target "$site" . || status=1
     export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
     run "$python" -m pytest -q -p no:cacheprovider -rs tests/python || status=1
