@@ -47,7 +47,7 @@ struct TorchCommand {
   const char* description;
 };
 inline constexpr TorchCommand kTorchCommands[] = {
-    {"profile", "Measure a built-in model on a sample batch into a chain file (remat-chain/1)"},
+    {"profile", "Measure a built-in model on a sample batch into a chain file (remat-chain/2)"},
     {"demo", "Profile a built-in network, choose a schedule at half its memory and train with it"},
     {"models", "List the built-in models, or one model's stages with output shapes and bytes"},
     {"train", "Train a built-in model on random data with a schedule for a memory budget"},
@@ -73,9 +73,8 @@ void check_solver_threads(int threads);
 /// nullopt if it is not one.
 std::optional<long> whole_number(const std::string& text, long low, long high);
 
-/// `text` safe to print on a terminal: control characters (C0, DEL, and C1 as UTF-8 writes
-/// them), which a chain file's names or a command line could use to move the cursor, retitle
-/// the window or hide text, written as \n, \t or \xNN; printable text, UTF-8 included, as it is.
+/// `text` safe to print on a terminal: remat::printable (remat/solver/text.h), which the SVG
+/// pictures use too.
 std::string printable(const std::string& text);
 
 }  // namespace remat::cli

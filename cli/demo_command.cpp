@@ -27,7 +27,7 @@ struct DemoArgs {
   std::string model = "resnet50";
   int batch = 16;
   int image = 64;
-  int sequence = 0;
+  int sequence = kSequenceNotGiven;
   std::string granularity;
   int steps = 4;
   std::string budget = "50%";
@@ -57,7 +57,8 @@ Action add_demo_command(CLI::App& app) {
                 " is a language model that takes token ids; give --seq");
     const ModelInput in = resolve_model_input(
         args->model, tokens ? "" : std::to_string(args->image), "cpu",
-        tokens && args->sequence == 0 ? std::min(128, info.max_sequence) : args->sequence,
+        tokens && args->sequence == kSequenceNotGiven ? std::min(128, info.max_sequence)
+                                                      : args->sequence,
         args->granularity);
     torch::manual_seed(0);
     const int classes = 10;

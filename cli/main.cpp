@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
+#include <system_error>
 
 #include "cli.h"
 
@@ -41,6 +43,9 @@ static std::string torch_helper_path() {
 
 int main(int argc, char** argv) {
   using namespace remat::cli;
+  // A closed pipe on standard output (`remat tradeoff ... | head -c1`) makes a write fail with
+  // EPIPE, reported below as exit 2 (docs/cli.md), rather than kill the process with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   set_command_line(argc, argv);
 #if REMAT_TORCH_COMMANDS
   // Training steps free and take back the same activations every step: keep the freed
@@ -98,6 +103,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "Run 'remat --help' or 'remat <command> --help' for usage.\n");
     return kExitBadInput;
   }
+  const auto stdout_failed = [](int error) {
+    // fprintf, which does not throw: standard error may be the same closed pipe.
+    std::fprintf(stderr, "remat: writing to standard output failed: %s\n", std::strerror(error));
+    return kExitBadInput;
+  };
   try {
     int code = kExitInternal;
     if (app.got_subcommand("schedule")) code = schedule();
@@ -107,10 +117,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("models")) code = models();
     if (app.got_subcommand("train")) code = train();
     // Results that did not reach standard output (a full disk, a closed pipe) are a failure.
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      fmt::print(stderr, "remat: writing to standard output failed: {}\n", std::strerror(errno));
-      return kExitBadInput;
-    }
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) return stdout_failed(errno);
     return code;
   } catch (const std::invalid_argument& error) {
     fmt::print(stderr, "remat: {}\n", printable(error.what()));
@@ -137,6 +144,12 @@ int main(int argc, char** argv) {
                "remat: out of memory: an allocation failed (for the solver: fewer "
                "--slots, or a shorter chain)\n");
     return kExitOutOfMemory;
+  } catch (const std::system_error& error) {
+    // fmt::print throws when a write fails: on standard output, a closed pipe or a full disk
+    // (exit 2, as when the last flush fails), not a bug.
+    if (std::ferror(stdout)) return stdout_failed(error.code().value());
+    fmt::print(stderr, "remat: internal error: {}\n", printable(error.what()));
+    return kExitInternal;
   } catch (const std::exception& error) {
     fmt::print(stderr, "remat: internal error: {}\n", printable(error.what()));
     return kExitInternal;

@@ -15,7 +15,7 @@ struct ModelsArgs {
   std::string model;
   int batch = 2;  // training mode: BatchNorm needs more than one value per channel
   std::string image;
-  int sequence = 0;
+  int sequence = kSequenceNotGiven;
   std::string granularity;
   int classes = 1000;
   std::string format = "text";

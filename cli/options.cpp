@@ -43,51 +43,7 @@ std::optional<long> whole_number(const std::string& text, long low, long high) {
   return value;
 }
 
-std::string printable(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  const auto hex = [&](unsigned char c) {
-    static const char digits[] = "0123456789abcdef";
-    out += "\\x";
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  };
-  // The length of the valid UTF-8 sequence at i, or 0 (a stray continuation byte, a truncated
-  // or overlong sequence: bytes a Latin-1 terminal would read as C1 controls).
-  const auto sequence = [&](std::size_t i) -> std::size_t {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const std::size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-                          : c >= 0xe0 && c <= 0xef ? 3
-                          : c >= 0xf0 && c <= 0xf4 ? 4
-                                                   : 0;
-    if (n == 0 || i + n > text.size()) return 0;
-    for (std::size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(text[i + k]) & 0xc0) != 0x80) return 0;
-    }
-    return n;
-  };
-  for (std::size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      hex(c);
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (const std::size_t n = sequence(i);
-               n > 0 && !(c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0)) {
-      out.append(text, i, n);  // printable UTF-8 (not U+0080-U+009F, the C1 controls)
-      i += n;
-      continue;
-    } else {
-      hex(c);
-    }
-    ++i;
-  }
-  return out;
-}
+std::string printable(const std::string& text) { return remat::printable(text); }
 
 CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name) {
   for (const TorchCommand& command : kTorchCommands)

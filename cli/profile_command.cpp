@@ -1,4 +1,4 @@
-// remat profile: measures a built-in model on a sample batch into a remat-chain/1 file.
+// remat profile: measures a built-in model on a sample batch into a remat-chain/2 file.
 #include <fmt/core.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -22,7 +22,7 @@ struct ProfileArgs {
   std::string device = "cpu";
   int repeat = 5;
   int classes = 1000;
-  int sequence = 0;
+  int sequence = kSequenceNotGiven;
   std::string granularity;
   std::string output;
   std::string format = "text";
@@ -100,6 +100,7 @@ Action add_profile_command(CLI::App& app) {
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (args->repeat < 1) throw std::invalid_argument("--repeat must be at least 1");
     if (args->classes < 1) throw std::invalid_argument("--classes must be at least 1");
+    check_torch_threads(args->threads);
     if (args->threads > 0) torch::set_num_threads(args->threads);
 
     torch::manual_seed(0);

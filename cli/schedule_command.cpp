@@ -43,10 +43,6 @@ std::string wrap(const std::string& text, std::size_t width, const std::string& 
   return out;
 }
 
-std::string bytes_and_units(std::int64_t bytes) {
-  return fmt::format("{} ({} bytes)", format_bytes(bytes), bytes);
-}
-
 void print_text(const Chain& chain, const Solution& solution, const SolveOptions& options) {
   fmt::print("chain        {} ({} stages, input {})\n",
              chain.name.empty() ? "-" : printable(chain.name), chain.length(),
@@ -69,19 +65,19 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   if (!options.use_nograd_time()) algorithm += ", fwd_nograd_ms ignored";
   if (options.reference_recurrence()) algorithm += ", reference recurrence";
   fmt::print("algorithm    {}\n", algorithm);
-  fmt::print("budget       {}\n", bytes_and_units(solution.budget_bytes));
+  fmt::print("budget       {}\n", format_bytes_exact(solution.budget_bytes));
   fmt::print("status       {}\n", status_name(solution.status));
   if (solution.ok()) {
     const double overhead =
         solution.store_all_makespan_ms > 0
             ? 100.0 * (solution.makespan_ms / solution.store_all_makespan_ms - 1.0)
             : 0.0;
-    fmt::print("makespan     {:.3f} ms, {:+.1f}% against store-all ({:.3f} ms)\n",
-               solution.makespan_ms, overhead, solution.store_all_makespan_ms);
-    fmt::print("peak         {}\n", bytes_and_units(solution.peak_bytes));
+    fmt::print("makespan     {:.3f} ms, {} against store-all ({:.3f} ms)\n", solution.makespan_ms,
+               format_signed_percent(overhead), solution.store_all_makespan_ms);
+    fmt::print("peak         {}\n", format_bytes_exact(solution.peak_bytes));
   }
   if (solution.min_feasible_budget_bytes >= 0) {
-    fmt::print("min budget   {}\n", bytes_and_units(solution.min_feasible_budget_bytes));
+    fmt::print("min budget   {}\n", format_bytes_exact(solution.min_feasible_budget_bytes));
   } else {
     fmt::print("min budget   none with {} slots\n", options.slots());
   }
@@ -128,8 +124,8 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
 Action add_schedule_command(CLI::App& app) {
   auto args = std::make_shared<ScheduleArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "schedule", "Compute the fastest schedule of a chain (remat-chain/1 JSON) within a budget");
-  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/1 JSON)")->required();
+      "schedule", "Compute the fastest schedule of a chain file within a budget");
+  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/2 or /1 JSON)")->required();
   cmd->add_option("--budget", args->budget,
                   "Activation memory budget: bytes with a unit (700MiB, 2.5GiB, 1e9) or a "
                   "percentage of the store-all peak (50%)")
@@ -188,8 +184,8 @@ Action add_schedule_command(CLI::App& app) {
     if (!solution.ok()) {
       if (solution.min_feasible_budget_bytes >= 0) {
         fmt::print(stderr, "remat: infeasible: {} cannot run in {}; it needs at least {}\n",
-                   algorithm_name(algorithm), bytes_and_units(budget),
-                   bytes_and_units(solution.min_feasible_budget_bytes));
+                   algorithm_name(algorithm), format_bytes_exact(budget),
+                   format_bytes_exact(solution.min_feasible_budget_bytes));
       } else {
         const std::int64_t needed = min_feasible_slots(chain, options);
         if (needed > args->slots) {

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "remat/config.h"
+#include "remat/solver/solver.h"
 #include "remat/solver/units.h"
 
 namespace remat::cli {
@@ -69,12 +70,12 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
     if (!image.empty())
       throw std::invalid_argument("--image: " + info.name +
                                   " is a language model that takes token ids; give --seq");
-    if (sequence < 0 || sequence > info.max_sequence)
+    if (sequence != kSequenceNotGiven && (sequence < 1 || sequence > info.max_sequence))
       throw std::invalid_argument(fmt::format("--seq {}: {} takes sequences of 1 to {} tokens",
                                               sequence, info.name, info.max_sequence));
-    in.sequence = sequence == 0 ? info.default_sequence : sequence;
+    in.sequence = sequence == kSequenceNotGiven ? info.default_sequence : sequence;
   } else {
-    if (sequence != 0)
+    if (sequence != kSequenceNotGiven)
       throw std::invalid_argument("--seq: " + info.name +
                                   " takes images (--image); --seq is for the language models "
                                   "(gpt2*)");
@@ -117,6 +118,12 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
     limit_device_memory(in.device, bytes);
   }
   return in;
+}
+
+void check_torch_threads(int threads) {
+  if (threads < 0 || threads > kMaxThreads)
+    throw std::invalid_argument(fmt::format(
+        "--threads ({}) must be 0 (LibTorch's own default) to {}", threads, kMaxThreads));
 }
 
 torch::nn::Sequential build_model(const ModelInput& in, int classes) {

@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,9 +38,16 @@ struct ModelInput {
 /// ("cpu", "cuda", "cuda:N": refused with a reason when this build or machine has no CUDA).
 /// Throws std::invalid_argument naming the option. Applies REMAT_DEVICE_MEMORY_LIMIT (a size)
 /// to the device when it is set (limit_device_memory).
+/// --seq's value when it was not given (0 and negative lengths are refused as given).
+inline constexpr int kSequenceNotGiven = std::numeric_limits<int>::min();
+
 ModelInput resolve_model_input(const std::string& model, const std::string& image,
-                               const std::string& device, int sequence = 0,
+                               const std::string& device, int sequence = kSequenceNotGiven,
                                const std::string& granularity = "");
+
+/// Checks a --threads argument of the LibTorch commands: 0 (LibTorch's own default) to
+/// kMaxThreads (a likely typo above); throws std::invalid_argument otherwise.
+void check_torch_threads(int threads);
 
 /// The model for `in` with `classes` classes (image models), on the CPU.
 torch::nn::Sequential build_model(const ModelInput& in, int classes);

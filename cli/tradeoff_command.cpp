@@ -1,7 +1,6 @@
 // remat tradeoff: predicted makespan against budget, for optimal, revolve and periodic.
 #include <fmt/core.h>
 
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,9 +22,8 @@ struct TradeoffArgs {
 
 std::string cell(const TradeoffPoint& p, double store_all_ms, const char* parameter_name) {
   if (!p.feasible) return fmt::format("{:>30}", "-");
-  double overhead = store_all_ms > 0 ? 100.0 * (p.makespan_ms / store_all_ms - 1.0) : 0.0;
-  if (std::fabs(overhead) < 0.05) overhead = 0;  // no "-0.0%" from rounding
-  std::string text = fmt::format("{:.3f} {:+.1f}%", p.makespan_ms, overhead);
+  const double overhead = store_all_ms > 0 ? 100.0 * (p.makespan_ms / store_all_ms - 1.0) : 0.0;
+  std::string text = fmt::format("{:.3f} {}", p.makespan_ms, format_signed_percent(overhead));
   if (parameter_name != nullptr) text += fmt::format(" ({} {})", p.parameter, parameter_name);
   return fmt::format("{:>30}", text);
 }
@@ -46,10 +44,13 @@ Action add_tradeoff_command(CLI::App& app) {
   auto args = std::make_shared<TradeoffArgs>();
   CLI::App* cmd = app.add_subcommand(
       "tradeoff", "Predicted time against memory budget, for optimal, revolve and periodic");
-  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/1 JSON)")->required();
+  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/2 or /1 JSON)")->required();
   cmd->add_option("--from", args->from,
-                  "Smallest budget (SIZE or % of store-all; default: the minimum feasible)");
-  cmd->add_option("--to", args->to, "Largest budget (default: the store-all peak)");
+                  "Smallest budget (SIZE or % of store-all; default: optimal's least budget, or "
+                  "revolve's and periodic's where --slots puts it above the store-all peak)");
+  cmd->add_option("--to", args->to,
+                  "Largest budget (default: the store-all peak, or optimal's least budget "
+                  "where --slots puts it above)");
   cmd->add_option("--points", args->points, "Budgets in the table, evenly spaced")->capture_default_str();
   cmd->add_option("--slots", args->slots, "optimal: memory slots of the one table (default: automatic)");
   cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
@@ -95,11 +96,14 @@ Action add_tradeoff_command(CLI::App& app) {
     } else {
       fmt::print("chain        {} ({} stages)\n", chain.name.empty() ? "-" : printable(chain.name),
                  chain.length());
-      fmt::print("store-all    peak {} ({} bytes), {:.3f} ms\n", format_bytes(t.store_all_peak_bytes),
-                 t.store_all_peak_bytes, t.store_all_makespan_ms);
+      fmt::print("store-all    peak {}, {:.3f} ms\n", format_bytes_exact(t.store_all_peak_bytes),
+                 t.store_all_makespan_ms);
       if (t.min_feasible_budget_bytes >= 0) {
-        fmt::print("min budget   {} ({} bytes) for optimal\n",
-                   format_bytes(t.min_feasible_budget_bytes), t.min_feasible_budget_bytes);
+        fmt::print("min budget   {} for optimal{}\n",
+                   format_bytes_exact(t.min_feasible_budget_bytes),
+                   t.min_feasible_budget_bytes > t.store_all_peak_bytes
+                       ? fmt::format(" with {} slots, more than store-all's peak", args->slots)
+                       : "");
       } else {
         const std::int64_t needed = min_feasible_slots(chain, SolveOptions(0));
         fmt::print("min budget   none for optimal with {} slots{}\n", args->slots,

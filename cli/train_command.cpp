@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -34,7 +35,7 @@ struct TrainArgs {
   std::string device = "cpu";
   std::string chain_file;
   int classes = 1000;
-  int sequence = 0;
+  int sequence = kSequenceNotGiven;
   std::string granularity;
   std::string tokens_file;
   double lr = 0.01;
@@ -480,7 +481,11 @@ Action add_train_command(CLI::App& app) {
     REMAT_CHECK(args->steps >= 1, "--steps must be at least 1");
     REMAT_CHECK(args->classes >= 1, "--classes must be at least 1");
     REMAT_CHECK(args->repeat >= 1, "--repeat must be at least 1");
-    REMAT_CHECK(args->lr > 0, "--lr must be positive");
+    // SGD works in the parameters' float32: a larger rate overflows there.
+    REMAT_CHECK(args->lr > 0 && args->lr <= std::numeric_limits<float>::max(), "--lr (", args->lr,
+                ") must be positive and at most ", std::numeric_limits<float>::max(),
+                " (float32's largest)");
+    check_torch_threads(args->threads);
     REMAT_CHECK(args->nproc >= 0, "--nproc must be at least 1");
     REMAT_CHECK(args->timeout_s > 0 && args->timeout_s <= 1e6,
                 "--timeout must be a positive number of seconds (at most 1e6)");

@@ -163,8 +163,9 @@ class Solution:
     peak_bytes = property(lambda self: self._solution.peak_bytes, doc="Predicted peak, in bytes.")
     makespan_ms = property(lambda self: self._solution.makespan_ms, doc="Predicted time of a step.")
     store_all_makespan_ms = property(lambda self: self._solution.store_all_makespan_ms)
-    min_feasible_budget_bytes = property(lambda self: self._solution.min_feasible_budget_bytes,
-                                         doc="The least budget the algorithm accepts.")
+    min_feasible_budget_bytes = property(
+        lambda self: None if self._solution.min_feasible_budget_bytes < 0 else self._solution.min_feasible_budget_bytes,
+        doc="The least budget the algorithm accepts; None when none is enough (too few slots).")
     solve_seconds = property(lambda self: self._solution.solve_seconds)
     warning = property(lambda self: self._solution.warning)
     sequence = property(lambda self: self._solution.sequence,
@@ -174,9 +175,7 @@ class Solution:
     def svg(self) -> str:
         """The schedule's timeline and memory over time (SVG text)."""
         if not self.ok:
-            raise ValueError(
-                f"no schedule to draw: the budget ({format_bytes(self.budget_bytes)}) is below the least "
-                f"that works ({format_bytes(self.min_feasible_budget_bytes)})")
+            raise ValueError(f"no schedule to draw: {self._needs()}")
         return _C.schedule_svg(self.chain._chain, self._solution)
 
     def save_svg(self, path: Union[str, os.PathLike]) -> None:
@@ -185,11 +184,19 @@ class Solution:
     def _repr_svg_(self) -> Optional[str]:
         return self.svg() if self.ok else None
 
+    def _needs(self) -> str:
+        least = self.min_feasible_budget_bytes
+        if least is None:
+            return (f"no budget is enough for {self.algorithm} with these slots, "
+                    f"budget {format_bytes(self.budget_bytes)}")
+        return (f"{self.algorithm} needs at least {format_bytes(least)} ({least} bytes), "
+                f"budget {format_bytes(self.budget_bytes)} ({self.budget_bytes} bytes)")
+
     def __repr__(self) -> str:
         if not self.ok:
-            return (f"remat.Solution(infeasible: {self.algorithm} needs at least "
-                    f"{format_bytes(self.min_feasible_budget_bytes)}, budget {format_bytes(self.budget_bytes)})")
+            return f"remat.Solution(infeasible: {self._needs()})"
         slower = 100 * (self.makespan_ms / self.store_all_makespan_ms - 1) if self.store_all_makespan_ms else 0
+        slower = round(slower, 1) + 0.0  # never "-0.0%"
         return (f"remat.Solution({self.status}, {self.algorithm}, peak {format_bytes(self.peak_bytes)} "
                 f"of {format_bytes(self.budget_bytes)}, {self.makespan_ms:.2f} ms ({slower:+.1f}% against store-all))")
 

@@ -180,10 +180,7 @@ class Checkpointable(nn.Module):
         if not self._impl.has_sequence():
             solution = self.compute_sequence(self.budget)
             if not solution.ok:
-                raise ValueError(
-                    f"remat: no schedule fits the budget {format_bytes(solution.budget_bytes)}: "
-                    f"{solution.algorithm} needs at least {format_bytes(solution.min_feasible_budget_bytes)} "
-                    f"({solution.min_feasible_budget_bytes} bytes) for this chain")
+                raise ValueError(f"remat: no schedule fits the budget for this chain: {solution._needs()}")
         outputs = self._impl.forward(list(inputs), context_list)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 

@@ -182,11 +182,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<Solution>(m, "Solution")
       .def_property_readonly("ok", &Solution::ok)
-      .def_property_readonly("status", [](const Solution& s) {
-        return s.status == SolveStatus::kInfeasible ? "infeasible"
-               : s.warning.empty()                  ? "optimal"
-                                                    : "feasible";
-      })
+      .def_property_readonly("status", [](const Solution& s) { return std::string(status_name(s.status)); })
       .def_property_readonly("algorithm",
                              [](const Solution& s) { return std::string(algorithm_name(s.algorithm)); })
       .def_readonly("budget_bytes", &Solution::budget_bytes)

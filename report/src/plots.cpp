@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "remat/solver/simulator.h"
+#include "remat/solver/text.h"
 #include "remat/solver/units.h"
 #include "svg.h"
 
@@ -40,13 +41,21 @@ constexpr const char* kTemporaryColor = "#bab0ac";
 
 std::string ms_label(double ms) { return num(ms) + " ms"; }
 
-// A title cut to what fits in the picture's width (about 8.5 px per bold character).
+// A title cut to what fits in the picture's width (about 8.5 px per bold character), never
+// inside a UTF-8 sequence.
 std::string fit(const std::string& text, double width) {
   const auto fits = static_cast<std::size_t>(std::max(20.0, (width - kLeft - kRight) / 8.5));
-  return text.size() <= fits ? text : text.substr(0, fits - 3) + "...";
+  if (text.size() <= fits) return text;
+  std::size_t cut = fits - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
 }
 
-std::string chain_label(const Chain& chain) { return chain.name.empty() ? "chain" : chain.name; }
+// The chain's name as the terminal shows it (control characters as \x1b), so that fit()
+// measures what is drawn.
+std::string chain_label(const Chain& chain) {
+  return chain.name.empty() ? "chain" : printable(chain.name);
+}
 
 std::string title_or(const PlotOptions& options, const std::string& fallback) {
   return options.title().empty() ? fallback : options.title();

@@ -4,12 +4,16 @@
 #include <cmath>
 #include <cstdio>
 
+#include "remat/solver/text.h"
+
 namespace remat::detail {
 
 std::string xml_escape(const std::string& text) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
+  // Control characters, U+FFFE/U+FFFF and bytes that are not UTF-8 are not allowed in XML 1.0,
+  // not even as character references: they are written as the terminal shows them (\x1b).
+  for (const char c : printable(text)) {
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;

@@ -8,7 +8,8 @@
 
 namespace remat::detail {
 
-/// Text with &, <, >, " escaped for XML.
+/// Text for XML: remat::printable (control characters, U+FFFE/U+FFFF and bytes that are not
+/// UTF-8 as \xNN, as the terminal shows them), then &, <, >, " escaped.
 std::string xml_escape(const std::string& text);
 /// A coordinate or value, at most 2 decimals, no trailing zeros ("12", "3.5").
 std::string num(double value);

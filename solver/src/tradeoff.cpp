@@ -64,18 +64,30 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
     out.periodic.push_back({sim.peak_bytes, true, sim.makespan_ms, sim.peak_bytes, segments});
   }
 
-  // The grid starts at optimal's least budget or, when no budget works for optimal with the
-  // slots given, at the least budget of revolve and periodic.
-  std::int64_t least = out.min_feasible_budget_bytes;
-  if (least < 0) {
-    least = out.store_all_peak_bytes;
-    for (const TradeoffPoint& p : revolve_by_snapshots) least = std::min(least, p.peak_bytes);
-    for (const TradeoffPoint& p : out.periodic) least = std::min(least, p.peak_bytes);
-  }
-  const std::int64_t from = options.from_bytes() > 0 ? options.from_bytes() : least;
-  const std::int64_t to = options.to_bytes() > 0 ? options.to_bytes() : out.store_all_peak_bytes;
-  REMAT_CHECK(from <= to, "tradeoff: the smallest budget (", from,
-              " bytes) is above the largest (", to, " bytes)");
+  // The default grid runs from optimal's least budget to the store-all peak. With --slots,
+  // optimal may need more than the store-all peak, or no budget may do: the grid then starts
+  // at the least budget of revolve and periodic and, when optimal has a least budget, ends
+  // there (above the store-all peak), so that the table shows where optimal starts.
+  const std::int64_t optimal_least = out.min_feasible_budget_bytes;
+  std::int64_t heuristic_least = out.store_all_peak_bytes;
+  for (const TradeoffPoint& p : revolve_by_snapshots)
+    heuristic_least = std::min(heuristic_least, p.peak_bytes);
+  for (const TradeoffPoint& p : out.periodic)
+    heuristic_least = std::min(heuristic_least, p.peak_bytes);
+  const bool optimal_starts_below_store_all =
+      optimal_least >= 0 && optimal_least <= out.store_all_peak_bytes;
+  const std::int64_t from = options.from_bytes() > 0         ? options.from_bytes()
+                            : optimal_starts_below_store_all ? optimal_least
+                                                             : heuristic_least;
+  const std::int64_t to = options.to_bytes() > 0
+                              ? options.to_bytes()
+                              : std::max(out.store_all_peak_bytes, optimal_least);
+  // Only a given `to` can be below the default `from`: say where that one comes from.
+  REMAT_CHECK(from <= to, "tradeoff: the smallest budget (", from, " bytes",
+              options.from_bytes() > 0         ? ""
+              : optimal_starts_below_store_all ? ", optimal's least budget"
+                                               : ", the least budget of revolve and periodic",
+              ") is above the largest (", to, " bytes)");
   for (int k = 0; k < options.points(); ++k) {
     const long double step = static_cast<long double>(to - from) / (options.points() - 1);
     // Rounding can put the last points a little above `to`, which may be int64's largest.
@@ -85,9 +97,13 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   }
   out.budgets.back() = to;
 
-  // Optimal: one table at the largest budget below the store-all peak, its slots within the
-  // memory limit (automatic ones coarsened, given ones refused if too many).
-  const std::int64_t largest = std::min(to, out.store_all_peak_bytes - 1);
+  // Optimal: one table at the largest budget (automatic slots: below the store-all peak, which
+  // gets store-all as in solve()), its slots within the memory limit (automatic ones coarsened,
+  // given ones refused if too many). With given slots every budget is the dynamic program's, as
+  // solve() has it: none below optimal's least budget, even where the table's coarser unit would
+  // find a sequence, and no store-all shortcut at or above the store-all peak.
+  const bool given_slots = options.slots() > 0;
+  const std::int64_t largest = given_slots ? to : std::min(to, out.store_all_peak_bytes - 1);
   std::vector<std::size_t> own_solves;  // points that need a solve of their own
   out.optimal.resize(out.budgets.size());
   {
@@ -95,8 +111,9 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
     const detail::TableMemory memory(chain, options.threads());
     std::int64_t slots = detail::slot_count(chain, options.slots());
     const std::int64_t table_budget = std::max<std::int64_t>(largest, 1);
-    if (largest >= from) {
-      if (options.slots() == 0)
+    const bool table_needed = largest >= from && (!given_slots || optimal_least >= 0);
+    if (table_needed) {
+      if (!given_slots)
         slots = detail::slots_within_memory(memory, limit, std::numeric_limits<std::int64_t>::max(),
                                             slots, false, out.warning);
       else
@@ -109,13 +126,17 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
         detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false);
     const detail::MinMemoryTable min_memory(units, disc.capacity_units);
     std::unique_ptr<detail::PersistentTable> table;
-    if (largest >= from && detail::fits(units, min_memory, disc.capacity_units))
+    if (table_needed && detail::fits(units, min_memory, disc.capacity_units))
       table = std::make_unique<detail::PersistentTable>(
           units, min_memory, disc.capacity_units - units.context, options.threads());
     for (std::size_t k = 0; k < out.budgets.size(); ++k) {
       const std::int64_t budget = out.budgets[k];
+      if (given_slots && (optimal_least < 0 || budget < optimal_least)) {
+        out.optimal[k] = TradeoffPoint{budget, false, 0, 0, 0};
+        continue;
+      }
       Sequence sequence;
-      if (budget >= out.store_all_peak_bytes) {
+      if (!given_slots && budget >= out.store_all_peak_bytes) {
         sequence = detail::store_all_sequence(chain.length());
       } else if (table) {
         const std::int64_t capacity =

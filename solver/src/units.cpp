@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "remat/solver/check.h"
 
@@ -89,13 +90,21 @@ std::string trimmed(std::string_view text) {
   return std::string(text.substr(a, b - a));
 }
 
+// A minus sign before a number ("-5", "-.5"), not a lone "-" or "-%": those have no number,
+// and saying "negative" of them would mislead.
+bool negative_number(std::string_view text) {
+  if (text.size() < 2 || text[0] != '-') return false;
+  const std::size_t digit = text[1] == '.' ? 2 : 1;
+  return digit < text.size() && std::isdigit(static_cast<unsigned char>(text[digit]));
+}
+
 }  // namespace
 
 std::int64_t scale_decimal(std::string_view text, std::int64_t whole, std::string_view what) {
   const std::string number = trimmed(text);
   Decimal decimal;
-  REMAT_CHECK(!number.empty() && number[0] != '-', "bad ", what, " '", text,
-              "': must not be negative");
+  REMAT_CHECK(!number.empty(), "bad ", what, " '", text, "': no number");
+  REMAT_CHECK(!negative_number(number), "bad ", what, " '", text, "': must not be negative");
   REMAT_CHECK(parse_decimal(number, decimal), "bad ", what, " '", text,
               "': expected a decimal number");
   const std::int64_t result = scaled(decimal, whole);
@@ -105,6 +114,8 @@ std::int64_t scale_decimal(std::string_view text, std::int64_t whole, std::strin
 
 std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_bytes) {
   if (!text.empty() && text.back() == '%') {
+    REMAT_CHECK(!trimmed(text.substr(0, text.size() - 1)).empty(), "bad budget '", text,
+                "': no number before the '%' (a percentage of the store-all peak, such as 50%)");
     // floor(percent / 100 * peak), exactly.
     try {
       return scale_decimal(text.substr(0, text.size() - 1), store_all_peak_bytes, "budget") / 100;
@@ -127,7 +138,9 @@ std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_byt
 
 std::int64_t parse_size(std::string_view text) {
   const std::string input = trimmed(text);
-  REMAT_CHECK(input.empty() || input[0] != '-', "bad size '", text, "': must not be negative");
+  REMAT_CHECK(!input.empty(), "bad size '", text,
+              "': empty; expected a number with an optional unit such as 700MiB, 2.5GiB or 1e9");
+  REMAT_CHECK(!negative_number(input), "bad size '", text, "': must not be negative");
   std::size_t split = 0;
   while (split < input.size() &&
          (std::isdigit(static_cast<unsigned char>(input[split])) || input[split] == '.' ||
@@ -137,6 +150,12 @@ std::int64_t parse_size(std::string_view text) {
           ((input[split] == '-' || input[split] == '+') && split > 0 &&
            (input[split - 1] == 'e' || input[split - 1] == 'E'))))
     ++split;
+  // "1e", "1e+", "2eMiB": an exponent without digits (no unit starts with e).
+  const bool exponent_without_digits =
+      split > 0 && ((split < input.size() && (input[split] == 'e' || input[split] == 'E')) ||
+                    input[split - 1] == '+' || input[split - 1] == '-');
+  REMAT_CHECK(!exponent_without_digits, "bad size '", text,
+              "': the exponent after 'e' has no digits (such as 1e9 or 2.5e-3GB)");
   Decimal number;
   REMAT_CHECK(split > 0 && parse_decimal(std::string_view(input).substr(0, split), number),
               "bad size '", text, "': expected a number with an optional unit ",
@@ -190,6 +209,10 @@ std::string format_bytes(std::int64_t bytes) {
     std::snprintf(buffer, sizeof buffer, "%.2f %s", value, kNames[unit]);
   }
   return buffer;
+}
+
+std::string format_bytes_exact(std::int64_t bytes) {
+  return format_bytes(bytes) + " (" + std::to_string(bytes) + (bytes == 1 ? " byte)" : " bytes)");
 }
 
 }  // namespace remat

@@ -1,11 +1,15 @@
 // `remat schedule` as a user runs it: the built executable, its exit codes, what it prints on
 // stdout and stderr. The JSON output is parsed back and checked against invariants that hold
 // for every correct schedule, and against the library's simulator replaying the sequence.
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -1074,6 +1078,19 @@ TEST_CASE("the transformers: stages at --seq, trained on a token file, checked o
   fails(with_bad, "not a regular file");
   fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "1025"},
         "--seq 1025: gpt2 takes sequences of 1 to 1024 tokens");
+  fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "0"},
+        "--seq 0: gpt2 takes sequences of 1 to 1024 tokens");  // not "the default"
+  fails({"models", "gpt2", "--batch", "1", "--seq", "0"}, "--seq 0: gpt2 takes sequences of 1");
+  fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "-1"}, "--seq -1: gpt2 takes");
+  fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "8", "--threads", "5000"},
+        "--threads (5000) must be 0 (LibTorch's own default) to 1024");
+  fails({"train", "--model", "gpt2", "--batch", "1", "--seq", "8", "--budget", "50%", "--threads",
+         "-1"},
+        "--threads (-1) must be 0");
+  // float32's overflow, once a step ran, was an "internal error" (exit 1); now refused first.
+  for (const char* lr : {"1e300", "inf", "nan", "0"})
+    fails({"train", "--model", "gpt2", "--batch", "1", "--seq", "8", "--budget", "50%", "--lr", lr},
+          "must be positive and at most 3.40282e+38 (float32's largest)");
   fails({"profile", "--model", "gpt2", "--batch", "1", "--image", "32"},
         "gpt2 is a language model that takes token ids; give --seq");
   fails({"profile", "--model", "resnet18", "--batch", "1", "--seq", "8"}, "resnet18 takes images");
@@ -1424,6 +1441,136 @@ TEST_CASE("results that cannot be written to standard output are exit 2", "[cli]
     CHECK(run.exit_code == 2);
     CHECK_THAT(run.err,
                Catch::Contains("standard output") && Catch::Contains("No space left on device"));
+  }
+}
+
+TEST_CASE("tradeoff --slots agrees with schedule --slots, and its default range never fails",
+          "[cli]") {
+  // 7 slots: optimal's least budget (899153920 bytes) is above the store-all peak (838267904).
+  // 3 slots: no budget works. 8 and 20: optimal's least budget is below the store-all peak.
+  for (const std::string slots : {"3", "7", "8", "20"}) {
+    INFO("--slots " << slots);
+    const RunResult run = run_remat(
+        {"tradeoff", "--chain", kResnet18, "--points", "3", "--slots", slots, "--format", "json"});
+    INFO(describe(run));
+    REQUIRE(run.exit_code == 0);
+    const json out = json::parse(run.out);
+    const json& points = out.at("points");
+    REQUIRE(points.size() >= 2);
+    bool any_feasible = false;
+    for (const json& point : points) {
+      // The truth is what `remat schedule` says at that budget with these slots.
+      const std::string budget = std::to_string(point.at("budget_bytes").get<std::int64_t>());
+      const json solved =
+          schedule_json({"--chain", kResnet18, "--budget", budget, "--slots", slots},
+                        point.at("optimal").at("feasible") ? 0 : 3);
+      CHECK(point.at("optimal").at("feasible") == (solved.at("status") == "optimal"));
+      any_feasible = any_feasible || point.at("optimal").at("feasible").get<bool>();
+    }
+    const json& least = out.at("min_feasible_budget_bytes");
+    CHECK(least.is_null() == !any_feasible);
+    if (!least.is_null()) {
+      // The grid covers optimal's least budget, above the store-all peak or not.
+      CHECK(points.back().at("budget_bytes").get<std::int64_t>() >= least.get<std::int64_t>());
+      CHECK(points.back().at("optimal").at("feasible") == true);
+      // At the largest budget the table's unit is schedule's: the same makespan.
+      const json solved = schedule_json(
+          {"--chain", kResnet18, "--budget",
+           std::to_string(points.back().at("budget_bytes").get<std::int64_t>()), "--slots", slots},
+          0);
+      CHECK(points.back().at("optimal").at("makespan_ms").get<double>() ==
+            Approx(solved.at("makespan_ms").get<double>()).epsilon(1e-12));
+    }
+  }
+  const RunResult text =
+      run_remat({"tradeoff", "--chain", kResnet18, "--points", "3", "--slots", "7"});
+  INFO(describe(text));
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.out,
+             Catch::Contains("min budget   857.50 MiB (899153920 bytes) for optimal with 7 "
+                             "slots, more than store-all's peak"));
+  CHECK_THAT(text.out, Catch::Contains("  857.50 MiB                 78.589 +125.5%"));
+  const RunResult three =
+      run_remat({"tradeoff", "--chain", kResnet18, "--points", "3", "--slots", "3"});
+  INFO(describe(three));
+  CHECK(three.exit_code == 0);
+  CHECK_THAT(three.out,
+             Catch::Contains("min budget   none for optimal with 3 slots (it needs at least 7)"));
+  CHECK_THAT(three.out, !Catch::Contains("34.848 +0.0%        "));  // no optimal store-all row
+}
+
+TEST_CASE("help names the chain formats remat reads and writes", "[cli]") {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--help"}, std::vector<std::string>{"schedule", "--help"},
+        std::vector<std::string>{"tradeoff", "--help"}}) {
+    const RunResult run = run_remat(args);
+    INFO(describe(run));
+    CHECK(run.exit_code == 0);
+    CHECK_THAT(run.out, !Catch::Contains("remat-chain/1 JSON"));
+    CHECK_THAT(run.out, !Catch::Contains("(remat-chain/1)"));
+    if (args.size() == 2) CHECK_THAT(run.out, Catch::Contains("remat-chain/2 or /1 JSON"));
+  }
+}
+
+TEST_CASE("budgets and sizes print in words that fit them", "[cli]") {
+  // A budget with no number is not "negative".
+  const RunResult percent = run_remat({"schedule", "--chain", kResnet18, "--budget", "%"});
+  INFO(describe(percent));
+  CHECK(percent.exit_code == 2);
+  CHECK_THAT(percent.err, Catch::Contains("bad budget '%': no number before the '%'"));
+  CHECK_THAT(percent.err, !Catch::Contains("negative"));
+  // One byte is "1 byte".
+  TempDir dir;
+  const std::string tiny = dir.write("tiny.json", tiny_chain().dump(2));
+  const RunResult one = run_remat({"schedule", "--chain", tiny, "--budget", "1"});
+  INFO(describe(one));
+  CHECK(one.exit_code == 3);
+  CHECK_THAT(one.out, Catch::Contains("budget       1 B (1 byte)\n"));
+  CHECK_THAT(one.err, Catch::Contains("cannot run in 1 B (1 byte);"));
+  // One byte under the least budget: both figures round the same, the bytes tell them apart.
+  const RunResult near = run_remat({"schedule", "--chain", kResnet18, "--budget", "346944511"});
+  INFO(describe(near));
+  CHECK(near.exit_code == 3);
+  CHECK_THAT(near.err,
+             Catch::Contains("optimal cannot run in 330.87 MiB (346944511 bytes); it needs "
+                             "at least 330.87 MiB (346944512 bytes)"));
+}
+
+// Standard output a pipe whose reader has gone (`remat ... | head -c1`). The child gets
+// SIGPIPE's default action whatever this test program's is, so only remat itself can keep the
+// signal from killing it.
+TEST_CASE("a closed pipe on standard output is exit 2, not death by SIGPIPE", "[cli]") {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"schedule", "--chain", kResnet18, "--budget", "60%"},
+        std::vector<std::string>{"tradeoff", "--chain", kResnet18, "--points", "2000", "--format",
+                                 "json"}}) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    close(fds[0]);  // no reader, ever: the first write fails
+    TempDir dir;
+    const std::string err_path = dir.path() + "/stderr";
+    std::vector<char*> argv{const_cast<char*>(REMAT_EXECUTABLE)};
+    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      signal(SIGPIPE, SIG_DFL);
+      const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (err_fd < 0 || dup2(fds[1], 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
+      execv(REMAT_EXECUTABLE, argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) REQUIRE(errno == EINTR);
+    const std::string err = read_file(err_path);
+    INFO("remat " << args[0] << " into a closed pipe\nstderr:\n" << err);
+    REQUIRE_FALSE(WIFSIGNALED(status));
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK_THAT(err, Catch::Contains("remat: writing to standard output failed: Broken pipe"));
+    CHECK_THAT(err, !Catch::Contains("internal error"));
   }
 }
 

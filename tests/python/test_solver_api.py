@@ -52,6 +52,14 @@ def test_solve_is_a_result_with_a_status(chain):
     for algorithm in ("store-all", "recompute-all", "periodic", "revolve"):
         h = remat.solve(chain, full, algorithm)
         assert h.ok and h.makespan_ms >= best.makespan_ms - 1e-9
+        assert h.status == "feasible", algorithm  # as the CLI says: only the DP's is optimal
+        assert f"remat.Solution(feasible, {algorithm}," in repr(h)
+        assert "-0.0%" not in repr(h)
+    # Too few slots for any budget: no least budget (None, as the CLI's JSON null), said so.
+    starved = remat.solve(chain, full, slots=1)
+    assert not starved.ok and starved.status == "infeasible"
+    assert starved.min_feasible_budget_bytes is None
+    assert "no budget is enough for optimal" in repr(starved) and "-1" not in repr(starved)
     with pytest.raises(ValueError, match="algorithm"):
         remat.solve(chain, full, "fastest")
     with pytest.raises(ValueError, match="negative"):
@@ -78,5 +86,5 @@ def test_pictures(chain, tmp_path):
     assert all(p.feasible for p in t.optimal)
     infeasible = remat.solve(chain, 1)
     assert infeasible._repr_svg_() is None
-    with pytest.raises(ValueError, match="least that works"):
+    with pytest.raises(ValueError, match=r"no schedule to draw: optimal needs at least .* bytes\), budget 1 B"):
         infeasible.svg()

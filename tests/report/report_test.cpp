@@ -415,3 +415,103 @@ TEST_CASE("measurement plot geometry: each point at its bytes and value", "[repo
     }
   }
 }
+
+namespace {
+
+// Where `text` breaks XML 1.0's Char production (tab, newline, CR, U+0020-U+D7FF,
+// U+E000-U+FFFD, U+10000-U+10FFFF, as well-formed UTF-8), which parse_xml does not check:
+// the byte offset of the first offence, or npos.
+std::size_t first_non_xml_char(const std::string& text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t n = 0;
+    std::uint32_t code = 0;
+    if (c < 0x80) {
+      n = 1, code = c;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 2, code = c & 0x1fu;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 3, code = c & 0x0fu;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 4, code = c & 0x07u;
+    } else {
+      return i;
+    }
+    if (i + n > text.size()) return i;
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return i;
+      code = (code << 6) | (next & 0x3fu);
+    }
+    const std::uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < least[n]) return i;  // overlong
+    const bool allowed = code == 0x9 || code == 0xa || code == 0xd ||
+                         (code >= 0x20 && code <= 0xd7ff) || (code >= 0xe000 && code <= 0xfffd) ||
+                         (code >= 0x10000 && code <= 0x10ffff);
+    if (!allowed) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
+// Well-formed XML: every character allowed, and parse_xml's structure.
+void check_well_formed(const std::string& svg) {
+  const std::size_t offence = first_non_xml_char(svg);
+  INFO("first character XML forbids at byte "
+       << offence << ": " << svg.substr(offence == std::string::npos ? 0 : offence, 12));
+  CHECK(offence == std::string::npos);
+  CHECK_NOTHROW(parse_xml(svg));
+}
+
+}  // namespace
+
+TEST_CASE("the XML character check can fail", "[report]") {
+  CHECK(first_non_xml_char("plain text, tab\t, newline\n, caf\xc3\xa9, \xf0\x9f\x99\x82") ==
+        std::string::npos);
+  CHECK(first_non_xml_char("a\x1b") == 1);
+  CHECK(first_non_xml_char("ab\xef\xbf\xbe") == 2);  // U+FFFE
+  CHECK(first_non_xml_char("\xef\xbf\xbf") == 0);    // U+FFFF
+  CHECK(first_non_xml_char("x\xff") == 1);
+  CHECK(first_non_xml_char("\xc3") == 0);          // truncated
+  CHECK(first_non_xml_char("\xc0\xaf") == 0);      // overlong
+  CHECK(first_non_xml_char("\xed\xa0\x80") == 0);  // a surrogate
+}
+
+TEST_CASE("every plot stays well-formed XML whatever bytes the names hold", "[report]") {
+  // Control characters (ESC, BEL, NUL excluded: std::string holds it, JSON files can too),
+  // U+FFFE and U+FFFF, bytes that are not UTF-8, a C1 control; and a name long enough to be
+  // cut, made of two-byte characters so that a cut by bytes would split one.
+  const std::string hostile = std::string("net\x1b]0;owned\x07\x1b[2J ") + '\0' +
+                              " \x01\x7f \xef\xbf\xbe\xef\xbf\xbf \xff\xc3 \xed\xa0\x80 \xc2\x9b";
+  std::string long_name = hostile;
+  for (int k = 0; k < 200; ++k) long_name += "\xc3\xa9";  // é
+  for (const std::string& name : {hostile, long_name}) {
+    remat::Chain chain = remat::test::random_chain(3);
+    chain.name = name;
+    for (remat::Stage& stage : chain.stages) stage.name = name;
+    INFO("name of " << name.size() << " bytes");
+    const remat::Solution s =
+        remat::solve(chain, remat::SolveOptions(remat::store_all_peak(chain)));
+    REQUIRE(s.ok());
+    const remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(5));
+    remat::MeasurementPlot measured(name, name);
+    measured.series.push_back({name, {{1e6, 10, name}, {2e6, 20, name}}, true});
+    const std::vector<std::string> pictures = {
+        remat::schedule_svg(chain, s),
+        remat::tradeoff_svg(chain, t),
+        remat::profile_svg(chain),
+        remat::schedule_svg(chain, s, remat::PlotOptions().title(name)),
+        remat::tradeoff_svg(chain, t, remat::PlotOptions().title(name)),
+        remat::profile_svg(chain, remat::PlotOptions().title(name)),
+        remat::measurement_svg(measured),
+    };
+    for (const std::string& svg : pictures) {
+      check_well_formed(svg);
+      CHECK_THAT(svg, !Catch::Contains("\\xc3..."));  // a title is cut between characters
+      // Shown as the terminal shows it.
+      CHECK_THAT(svg, Catch::Contains("net\\x1b]0;owned\\x07\\x1b[2J \\x00 \\x01\\x7f "
+                                      "\\xef\\xbf\\xbe\\xef\\xbf\\xbf \\xff\\xc3 \\xed\\xa0\\x80 "
+                                      "\\xc2\\x9b"));
+    }
+  }
+}

@@ -100,8 +100,9 @@ TEST_CASE("tradeoff: too few slots for optimal at any budget still gives revolve
               .min_feasible_budget_bytes);
     CHECK(t.budgets.back() == t.store_all_peak_bytes);
     CHECK(t.revolve.front().feasible);
-    for (std::size_t k = 0; k + 1 < t.budgets.size(); ++k) CHECK_FALSE(t.optimal[k].feasible);
-    CHECK(t.optimal.back().feasible);  // store-all, at its own peak
+    // Not even at the store-all peak: solve() with these slots finds nothing there either.
+    for (std::size_t k = 0; k < t.budgets.size(); ++k) CHECK_FALSE(t.optimal[k].feasible);
+    CHECK_FALSE(remat::solve(chain, SolveOptions(t.store_all_peak_bytes).slots(slots)).ok());
   }
   CHECK(remat::tradeoff(chain, remat::TradeoffOptions().slots(needed)).min_feasible_budget_bytes >
         0);
@@ -118,4 +119,61 @@ TEST_CASE("tradeoff: a grid up to int64's largest budget", "[solver][tradeoff]")
     CHECK(t.optimal.back().feasible);
     CHECK(t.optimal.back().makespan_ms == t.store_all_makespan_ms);
   }
+}
+
+TEST_CASE("tradeoff with given slots agrees with solve() at every budget, store-all's included",
+          "[solver][tradeoff]") {
+  int above_store_all = 0, none = 0, below = 0;
+  for (std::uint64_t seed = 70; seed <= 85; ++seed) {
+    const remat::Chain chain = remat::test::random_chain(seed);
+    const std::int64_t needed = remat::min_feasible_slots(chain, SolveOptions(0));
+    for (const std::int64_t slots : {needed - 1, needed, needed + 1, needed + 3, 2 * needed + 5}) {
+      if (slots < 1) continue;
+      INFO("seed " << seed << ", " << slots << " slots");
+      // The default range never fails, whatever the slots.
+      const remat::Tradeoff t =
+          remat::tradeoff(chain, remat::TradeoffOptions().points(7).slots(slots));
+      const std::int64_t least = remat::min_feasible_budget(chain, SolveOptions(0).slots(slots));
+      REQUIRE(t.min_feasible_budget_bytes == least);
+      REQUIRE(!t.budgets.empty());
+      // The least budget of revolve and periodic, from solve().
+      std::int64_t heuristic_least =
+          remat::solve(chain, SolveOptions(0).algorithm(Algorithm::kRevolve))
+              .min_feasible_budget_bytes;
+      for (int segments = 1; segments <= chain.length(); ++segments)
+        heuristic_least = std::min(
+            heuristic_least,
+            remat::solve(chain, SolveOptions(0).algorithm(Algorithm::kPeriodic).segments(segments))
+                .min_feasible_budget_bytes);
+      if (least < 0) {
+        ++none;
+        CHECK(t.budgets.front() == heuristic_least);
+        CHECK(t.budgets.back() == t.store_all_peak_bytes);
+      } else if (least > t.store_all_peak_bytes) {
+        // Optimal with these slots needs more than store-all: the grid reaches its least budget.
+        ++above_store_all;
+        CHECK(t.budgets.front() == heuristic_least);
+        CHECK(t.budgets.back() == least);
+      } else {
+        ++below;
+        CHECK(t.budgets.front() == least);
+        CHECK(t.budgets.back() == t.store_all_peak_bytes);
+      }
+      for (std::size_t k = 0; k < t.budgets.size(); ++k) {
+        const remat::Solution s = remat::solve(chain, SolveOptions(t.budgets[k]).slots(slots));
+        INFO("budget " << t.budgets[k]);
+        CHECK(t.optimal[k].feasible == s.ok());
+        if (t.optimal[k].feasible) CHECK(t.optimal[k].peak_bytes <= t.budgets[k]);
+      }
+      // At the largest budget the table's unit is solve()'s: the same schedule.
+      if (t.optimal.back().feasible)
+        CHECK(t.optimal.back().makespan_ms ==
+              Approx(remat::solve(chain, SolveOptions(t.budgets.back()).slots(slots)).makespan_ms)
+                  .epsilon(1e-12));
+    }
+  }
+  // Every case was met.
+  CHECK(above_store_all > 0);
+  CHECK(none > 0);
+  CHECK(below > 0);
 }

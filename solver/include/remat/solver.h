@@ -7,5 +7,6 @@
 #include "remat/solver/sequence.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
+#include "remat/solver/text.h"
 #include "remat/solver/tradeoff.h"
 #include "remat/solver/units.h"

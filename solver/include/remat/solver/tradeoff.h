@@ -16,13 +16,18 @@
 namespace remat {
 
 struct TradeoffOptions {
-  /// Smallest budget of the grid; 0: the optimal solver's minimum feasible budget.
+  /// Smallest budget of the grid; 0: the optimal solver's minimum feasible budget or, when
+  /// that is above the store-all peak or there is none (too few slots given), the least
+  /// budget of revolve and periodic.
   REMAT_ARG(std::int64_t, from_bytes) = 0;
-  /// Largest budget of the grid; 0: the store-all peak.
+  /// Largest budget of the grid; 0: the store-all peak, or the optimal solver's minimum
+  /// feasible budget when the slots given put it above the peak.
   REMAT_ARG(std::int64_t, to_bytes) = 0;
   /// Budgets in the grid, evenly spaced from `from` to `to` (both included), at least 2.
   REMAT_ARG(int, points) = 25;
-  /// Memory slots of the one table (0: automatic, as SolveOptions::slots).
+  /// Memory slots of the one table (0: automatic, as SolveOptions::slots). Given slots make
+  /// every optimal point's feasibility solve()'s at its budget: none below the minimum
+  /// feasible budget, and no store-all at or above the store-all peak (automatic slots only).
   REMAT_ARG(std::int64_t, slots) = 0;
   REMAT_ARG(bool, use_nograd_time) = true;
   /// As SolveOptions::threads.
@@ -45,9 +50,9 @@ struct TradeoffPoint {
 struct Tradeoff {
   std::int64_t store_all_peak_bytes = 0;
   double store_all_makespan_ms = 0;
-  /// Least budget for which the optimal solver finds a schedule; -1 when none does with the
-  /// slots given (min_feasible_slots() says how many it needs). Then the grid starts, by
-  /// default, at the least budget of revolve and periodic.
+  /// Least budget for which the optimal solver finds a schedule (with few slots given, it
+  /// can be above the store-all peak); -1 when none does with the slots given
+  /// (min_feasible_slots() says how many it needs), and then no optimal point is feasible.
   std::int64_t min_feasible_budget_bytes = 0;
   /// Unit of the table the optimal points come from (1: exact bytes).
   std::int64_t unit_bytes = 1;

@@ -28,4 +28,8 @@ std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_byt
 /// Human-readable size with a binary unit and 2 decimals: `700.00 MiB`, `512 B`.
 std::string format_bytes(std::int64_t bytes);
 
+/// format_bytes with the exact count, for figures a reader may compare to the byte:
+/// `4.82 MiB (5053184 bytes)`, `1 B (1 byte)`.
+std::string format_bytes_exact(std::int64_t bytes);
+
 }  // namespace remat

@@ -1,0 +1,23 @@
+#pragma once
+/// Text for people: names from a chain file made safe to show, and signed percentages. The
+/// CLI's terminal output and the SVG pictures (remat/report) share these, so that a name
+/// reads the same in both.
+
+#include <string>
+
+namespace remat {
+
+/// `text` safe to show on a terminal or in XML: control characters (C0 but for tab and
+/// newline, DEL, the C1 controls U+0080-U+009F), which a chain file's names or a command line
+/// could use to move the cursor, retitle the window or hide text, and the bytes that are not
+/// well-formed UTF-8 (stray continuation bytes, truncated or overlong sequences, surrogates,
+/// code points above U+10FFFF) and the non-characters U+FFFE and U+FFFF, which XML 1.0
+/// forbids even as references, written as \n, \t or \xNN per byte; printable text, UTF-8
+/// included, as it is. Example: `printable("a\x1b[2J") == "a\\x1b[2J"`.
+std::string printable(const std::string& text);
+
+/// A relative change in percent with its sign and `decimals` decimals ("+11.3%", "-2.0%"), and
+/// "+0.0%" for every value that rounds to zero: never "-0.0%".
+std::string format_signed_percent(double percent, int decimals = 1);
+
+}  // namespace remat

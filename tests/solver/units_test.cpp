@@ -1,0 +1,100 @@
+// Sizes and budgets as people write them, and the text remat shows people: messages for
+// degenerate input, exact byte counts, signed percentages, names made safe to print.
+#include "remat/solver/units.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+
+#include "remat/solver/text.h"
+
+using Catch::Contains;
+
+namespace {
+std::string budget_error(const std::string& text) {
+  try {
+    remat::parse_budget(text, 1000);
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return "(accepted)";
+}
+}  // namespace
+
+TEST_CASE("degenerate budgets are refused with what is wrong with them", "[solver][units]") {
+  struct Case {
+    std::string text, says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"%", "bad budget '%': no number before the '%'"},
+           {" %", "no number before the '%'"},
+           {"%%", "bad budget '%%': expected a decimal number"},
+           {"-%", "bad budget '-%': expected a decimal number"},
+           {"-5%", "bad budget '-5%': must not be negative"},
+           {"", "bad size '': empty"},
+           {" ", "bad size ' ': empty"},
+           {"MiB", "bad size 'MiB': expected a number with an optional unit"},
+           {"-", "bad size '-': expected a number with an optional unit"},
+           {"-MiB", "bad size '-MiB': expected a number with an optional unit"},
+           {"-5", "bad size '-5': must not be negative"},
+           {"-.5GiB", "bad size '-.5GiB': must not be negative"},
+           {"1e", "bad size '1e': the exponent after 'e' has no digits"},
+           {"1e-", "the exponent after 'e' has no digits"},
+           {"2EMiB", "the exponent after 'e' has no digits"},
+           {".", "bad size '.': expected a number with an optional unit"},
+           {"1.2.3", "expected a number with an optional unit"},
+           {"12 parsecs", "unknown unit 'parsecs'"},
+       }) {
+    INFO("budget '" << c.text << "'");
+    const std::string error = budget_error(c.text);
+    CHECK_THAT(error, Contains(c.says));
+    CHECK_THAT(error, Contains("percentage of the store-all peak"));
+    if (c.says.find("negative") == std::string::npos) CHECK_THAT(error, !Contains("negative"));
+  }
+  // What is well-formed still parses.
+  CHECK(remat::parse_budget("50%", 1000) == 500);
+  CHECK(remat::parse_budget(" 50 %", 1000) == 500);
+  CHECK(remat::parse_budget("1e3", 1000) == 1000);
+  CHECK(remat::parse_budget("2.5e-3GB", 1000) == 2500000);
+  CHECK(remat::parse_budget("1E1KiB", 1000) == 10240);
+  CHECK(remat::parse_budget(".5%", 1000) == 5);
+}
+
+TEST_CASE("exact byte counts say byte for one", "[solver][units]") {
+  CHECK(remat::format_bytes_exact(1) == "1 B (1 byte)");
+  CHECK(remat::format_bytes_exact(0) == "0 B (0 bytes)");
+  CHECK(remat::format_bytes_exact(50) == "50 B (50 bytes)");
+  CHECK(remat::format_bytes_exact(5053184) == "4.82 MiB (5053184 bytes)");
+}
+
+TEST_CASE("signed percentages never read -0.0%", "[solver][units]") {
+  CHECK(remat::format_signed_percent(11.34) == "+11.3%");
+  CHECK(remat::format_signed_percent(-2.0) == "-2.0%");
+  CHECK(remat::format_signed_percent(0.0) == "+0.0%");
+  CHECK(remat::format_signed_percent(-0.0) == "+0.0%");
+  CHECK(remat::format_signed_percent(-1e-13) == "+0.0%");
+  CHECK(remat::format_signed_percent(-0.049) == "+0.0%");
+  CHECK(remat::format_signed_percent(-0.06) == "-0.1%");
+  CHECK(remat::format_signed_percent(-0.4, 0) == "+0%");
+  CHECK(remat::format_signed_percent(-0.6, 0) == "-1%");
+  CHECK(remat::format_signed_percent(std::nan("")) != "+0.0%");
+}
+
+TEST_CASE("printable escapes what a terminal or an XML reader must not see", "[solver][units]") {
+  CHECK(remat::printable("resnet18 b32, caf\xc3\xa9 \xf0\x9f\x99\x82") ==
+        "resnet18 b32, caf\xc3\xa9 \xf0\x9f\x99\x82");
+  CHECK(remat::printable("a\x1b[2J\x07\x7f") == "a\\x1b[2J\\x07\\x7f");
+  CHECK(remat::printable("line\nnext\ttab\r") == "line\\nnext\\ttab\\x0d");
+  CHECK(remat::printable(std::string("nul\0", 4)) == "nul\\x00");
+  CHECK(remat::printable("\xc2\x9b"
+                         "31m") == "\\xc2\\x9b31m");  // C1 CSI
+  CHECK(remat::printable("\xef\xbf\xbe\xef\xbf\xbf") ==
+        "\\xef\\xbf\\xbe\\xef\\xbf\\xbf");                    // U+FFFE/F
+  CHECK(remat::printable("\xef\xbf\xbd") == "\xef\xbf\xbd");  // U+FFFD is a character
+  CHECK(remat::printable("\xff x \xc3") == "\\xff x \\xc3");  // not UTF-8, truncated
+  CHECK(remat::printable("\xc0\xaf") == "\\xc0\\xaf");        // overlong
+  CHECK(remat::printable("\xe0\x80\xaf") == "\\xe0\\x80\\xaf");
+  CHECK(remat::printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");           // a surrogate
+  CHECK(remat::printable("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
+  CHECK(remat::printable("\xf4\x8f\xbf\xbd") == "\xf4\x8f\xbf\xbd");      // U+10FFFD
+}
