@@ -9,6 +9,8 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace remat {
@@ -81,8 +83,30 @@ std::optional<mode_t> inspect_destination(const std::string& path, const std::st
 
 }  // namespace
 
+namespace {
+
+// A temporary of an unpredictable name, created exclusively in the destination's folder
+// (mkstemp: O_CREAT | O_EXCL, so never through a link someone planted): its descriptor and name.
+std::pair<int, std::string> make_temporary(const std::string& path, const std::string& what) {
+  std::string pattern = directory_of(path) + "/." + base_name(path) + ".remat-XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) throw FileError(path + ": cannot write " + what + ": " + error_text(errno));
+  return {fd, std::string(name.data())};
+}
+
+}  // namespace
+
 void check_output_path(const std::string& path, const std::string& what) {
-  if (path != "-") inspect_destination(path, what);
+  if (path == "-") return;
+  inspect_destination(path, what);
+  // The folder's permissions are not the whole story (a read-only or special file system such
+  // as /sys or /proc, where even root's access() check passes): create the temporary the
+  // write will create, and remove it.
+  const auto [fd, temporary] = make_temporary(path, what);
+  ::close(fd);
+  ::unlink(temporary.c_str());
 }
 
 namespace {
@@ -92,15 +116,9 @@ namespace {
 std::string write_temporary(const std::string& path, const std::string& text,
                             const std::string& what) {
   const std::optional<mode_t> existing = inspect_destination(path, what);
-  // A temporary of an unpredictable name, created exclusively in the destination's folder
-  // (mkstemp: O_CREAT | O_EXCL, so never through a link someone planted), then renamed over
-  // the destination, which replaces a planted link rather than following it.
-  std::string pattern = directory_of(path) + "/." + base_name(path) + ".remat-XXXXXX";
-  std::vector<char> name(pattern.begin(), pattern.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
-  if (fd < 0) throw FileError(path + ": cannot write " + what + ": " + error_text(errno));
-  const std::string temporary(name.data());
+  // Renamed over the destination once written, which replaces a planted link rather than
+  // following it.
+  const auto [fd, temporary] = make_temporary(path, what);
   bool open = true;
   try {
     // mkstemp makes the file readable by its owner only; give it the destination's

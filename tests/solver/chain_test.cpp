@@ -334,8 +334,22 @@ TEST_CASE("output files: never through a planted link, never onto a non-regular 
                     Catch::Contains("x.svg: cannot write the plot: the folder " + folder +
                                     "/no/such does not exist"));
   CHECK_THROWS_WITH(check_output_path(fifo), Catch::Contains("it is a FIFO"));
+  // The check creates the temporary the write will, and removes it: nothing is left.
+  const auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(folder))
+      names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> before = entries();
   CHECK_NOTHROW(check_output_path(folder + "/new.json"));
+  CHECK(entries() == before);
   CHECK_NOTHROW(check_output_path("-"));
+  // A folder whose permissions allow it but whose file system makes no new file (/proc: root's
+  // access() check passes there): refused before any work, not after it.
+  CHECK_THROWS_WITH(check_output_path("/proc/remat-x.json", "the chain file"),
+                    Catch::Contains("/proc/remat-x.json: cannot write the chain file"));
 }
 
 TEST_CASE("output files: several are written all or none", "[solver]") {
