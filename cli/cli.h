@@ -73,8 +73,7 @@ void check_solver_threads(int threads);
 /// nullopt if it is not one.
 std::optional<long> whole_number(const std::string& text, long low, long high);
 
-/// `text` safe to print on a terminal: remat::printable (remat/solver/text.h), which the SVG
-/// pictures use too.
-std::string printable(const std::string& text);
+/// `text` safe to print on a terminal: remat::printable, which the SVG pictures use too.
+using ::remat::printable;
 
 }  // namespace remat::cli

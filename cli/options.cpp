@@ -43,8 +43,6 @@ std::optional<long> whole_number(const std::string& text, long low, long high) {
   return value;
 }
 
-std::string printable(const std::string& text) { return remat::printable(text); }
-
 CLI::App* add_torch_subcommand(CLI::App& app, const std::string& name) {
   for (const TorchCommand& command : kTorchCommands)
     if (name == command.name) return app.add_subcommand(name, command.description);

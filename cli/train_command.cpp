@@ -338,9 +338,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
       // Not measured on a GPU (NaN: distributed/data_parallel.h), where "exposed" is shown.
       const bool known = !std::isnan(t.all_reduce_ms);
       all_reduce.push_back(known ? t.all_reduce_ms : t.exposed_ms);
-      hidden.push_back(!known                ? std::nan("")
-                       : t.all_reduce_ms > 0 ? 100 * t.hidden_ms / t.all_reduce_ms
-                                             : 100);
+      if (known) hidden.push_back(t.all_reduce_ms > 0 ? 100 * t.hidden_ms / t.all_reduce_ms : 100);
       if (speak && known)
         fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f} {:>11.1f} ms {:>7.0f}%\n", step + 1, ms,
                    format_bytes(peak), loss_value, t.all_reduce_ms, hidden.back());
@@ -361,7 +359,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
     fmt::print("{:<12} {:>14} {:>13.1f} ms\n", "predicted", format_bytes(s.peak_bytes),
                s.makespan_ms);
     fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
-    if (dp && !hidden.empty() && std::isnan(hidden.back()))
+    if (dp && hidden.empty())
       fmt::print(
           "all-reduce   {:.1f} ms per step (median) after the backward's end; on a GPU its own "
           "time and the part the backward hid are not measured\n",

@@ -1,5 +1,6 @@
 #include "remat/distributed/data_parallel.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/core.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
@@ -12,7 +13,6 @@
 #include <sstream>
 #include <utility>
 
-#include "remat/profiler/memory_tracker.h"
 #include "remat/solver/check.h"
 
 namespace remat::distributed {
@@ -301,11 +301,14 @@ void DataParallel::backward(const torch::Tensor& loss) {
     throw;
   }
   // On a GPU the backward's kernels may still be running when it returns: its end is when they
-  // are done.
+  // are done on this thread's current stream, which autograd makes wait for them. Not the
+  // whole device, where the all-reduces launched during the backward run too.
   bool on_gpu = false;
-  for (const auto& bucket : buckets_) on_gpu = on_gpu || bucket->flat.is_cuda();
-  for (const auto& bucket : buckets_)
-    if (bucket->flat.is_cuda()) synchronize(bucket->flat.device());
+  for (const auto& bucket : buckets_) {
+    if (!bucket->flat.is_cuda()) continue;
+    on_gpu = true;
+    c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(bucket->flat.device()).synchronize();
+  }
   const auto backward_end = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);

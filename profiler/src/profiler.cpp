@@ -70,7 +70,6 @@ struct LinearInBackward : torch::autograd::Function<LinearInBackward> {
 };
 
 void start_device_libraries(const c10::Device& device) {
-  if (!device.is_cuda()) return;
   const torch::AutoGradMode grad_mode(true);
   const auto options = torch::TensorOptions().device(device).dtype(torch::kFloat);
   const torch::Tensor x = torch::ones({16, 16}, options).requires_grad_(true);
@@ -314,8 +313,8 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   const int length = static_cast<int>(stages.size());
   // Work and allocations without an explicit device go to the sample's GPU.
   c10::OptionalDeviceGuard device_guard;
-  if (device.is_cuda()) device_guard.reset_device(device);
   if (device.is_cuda()) {
+    device_guard.reset_device(device);
     exact_cuda_blocks();  // each tensor's block is its counted bytes (memory_tracker.h)
     start_device_libraries(device);
   }

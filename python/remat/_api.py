@@ -189,16 +189,16 @@ class Solution:
         if least is None:
             return (f"no budget is enough for {self.algorithm} with these slots, "
                     f"budget {format_bytes(self.budget_bytes)}")
-        return (f"{self.algorithm} needs at least {format_bytes(least)} ({least} bytes), "
-                f"budget {format_bytes(self.budget_bytes)} ({self.budget_bytes} bytes)")
+        return (f"{self.algorithm} needs at least {_C.format_bytes_exact(least)}, "
+                f"budget {_C.format_bytes_exact(self.budget_bytes)}")
 
     def __repr__(self) -> str:
         if not self.ok:
             return f"remat.Solution(infeasible: {self._needs()})"
         slower = 100 * (self.makespan_ms / self.store_all_makespan_ms - 1) if self.store_all_makespan_ms else 0
-        slower = round(slower, 1) + 0.0  # never "-0.0%"
         return (f"remat.Solution({self.status}, {self.algorithm}, peak {format_bytes(self.peak_bytes)} "
-                f"of {format_bytes(self.budget_bytes)}, {self.makespan_ms:.2f} ms ({slower:+.1f}% against store-all))")
+                f"of {format_bytes(self.budget_bytes)}, {self.makespan_ms:.2f} ms "
+                f"({_C.format_signed_percent(slower)} against store-all))")
 
 
 class Tradeoff:

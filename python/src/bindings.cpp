@@ -23,6 +23,7 @@
 #include "remat/solver/chain.h"
 #include "remat/solver/files.h"
 #include "remat/solver/solver.h"
+#include "remat/solver/text.h"
 #include "remat/solver/tradeoff.h"
 #include "remat/solver/units.h"
 
@@ -114,6 +115,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("parse_size", &parse_size, py::arg("text"));
   m.def("parse_budget", &parse_budget, py::arg("text"), py::arg("store_all_peak_bytes"));
   m.def("format_bytes", &format_bytes, py::arg("bytes"));
+  m.def("format_bytes_exact", &format_bytes_exact, py::arg("bytes"));
+  m.def("format_signed_percent", &format_signed_percent, py::arg("percent"), py::arg("decimals") = 1);
   m.def("algorithms", [] {
     std::vector<std::string> names;
     for (const Algorithm a : all_algorithms()) names.emplace_back(algorithm_name(a));

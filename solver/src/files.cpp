@@ -81,10 +81,6 @@ std::optional<mode_t> inspect_destination(const std::string& path, const std::st
   return existing;
 }
 
-}  // namespace
-
-namespace {
-
 // A temporary of an unpredictable name, created exclusively in the destination's folder
 // (mkstemp: O_CREAT | O_EXCL, so never through a link someone planted): its descriptor and name.
 std::pair<int, std::string> make_temporary(const std::string& path, const std::string& what) {
