@@ -474,8 +474,16 @@ Action add_train_command(CLI::App& app) {
                   "Data-parallel: seconds a rank waits for the others before it stops, naming "
                   "the rank that failed")
       ->capture_default_str();
-  return [args]() -> int {
+  return [args, cmd]() -> int {
     REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
+    // An option that would change nothing is refused rather than ignored.
+    REMAT_CHECK(
+        cmd->count("--segments") == 0 || parse_algorithm(args->algorithm) == Algorithm::kPeriodic,
+        "--segments applies to --algorithm periodic only");
+    REMAT_CHECK(cmd->count("--segments") == 0 || args->segments > 0, "--segments (", args->segments,
+                ") must be a positive number of segments");
+    REMAT_CHECK(cmd->count("--repeat") == 0 || args->chain_file.empty(),
+                "--repeat applies to profiling, which --chain replaces");
     REMAT_CHECK(args->steps >= 1, "--steps must be at least 1");
     REMAT_CHECK(args->classes >= 1, "--classes must be at least 1");
     REMAT_CHECK(args->repeat >= 1, "--repeat must be at least 1");
@@ -484,7 +492,10 @@ Action add_train_command(CLI::App& app) {
                 ") must be positive and at most ", std::numeric_limits<float>::max(),
                 " (float32's largest)");
     check_torch_threads(args->threads);
-    REMAT_CHECK(args->nproc >= 0, "--nproc must be at least 1");
+    REMAT_CHECK(cmd->count("--rank") == 0 || args->rank >= 0, "--rank (", args->rank,
+                ") must be at least 0");
+    REMAT_CHECK(cmd->count("--nproc") == 0 || args->nproc >= 1, "--nproc (", args->nproc,
+                ") must be at least 1");
     REMAT_CHECK(args->timeout_s > 0 && args->timeout_s <= 1e6,
                 "--timeout must be a positive number of seconds (at most 1e6)");
     distributed::parse_backend(args->backend);  // a bad name before any work

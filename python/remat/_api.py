@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 from typing import Any, Callable, Optional, Union
@@ -13,14 +14,41 @@ from . import _C
 Budget = Union[int, str]
 
 
+_INT64_MAX = 2**63 - 1
+_MAX_THREADS = 1024  # the CLI's bound (cli/options.cpp)
+
+
+def _whole(name: str, value: Any, low: int, high: int = _INT64_MAX) -> int:
+    """``value`` as an int from ``low`` to ``high``, or TypeError/ValueError naming ``name``:
+    the C++ core takes 64- or 32-bit integers, and a bad one must not reach it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
+    value = int(value)
+    if value < low:
+        raise ValueError(f"{name} ({value}) must be at least {low}")
+    if value > high:
+        raise ValueError(f"{name} ({value}) must be at most {high}")
+    return value
+
+
+def _solver_arguments(slots: int, segments: int, threads: int) -> tuple:
+    """Checks the solver's integer options before they reach C++ (whose own checks say which
+    algorithm each applies to)."""
+    return (_whole("slots", slots, 0), _whole("segments", segments, 0, 2**31 - 1),
+            _whole("threads", threads, 0, _MAX_THREADS))
+
+
 def parse_budget(budget: Budget, store_all_peak: Optional[int] = None) -> int:
     """A budget in bytes from bytes (``700 * 2**20``), a size (``"700MiB"``, ``"1.5GB"``) or a
     percentage of the store-all peak (``"50%"``, which needs ``store_all_peak``)."""
     if isinstance(budget, bool):
         raise TypeError("a budget is bytes (an int) or a string such as '700MiB' or '50%', not a bool")
-    if isinstance(budget, int):
+    if isinstance(budget, numbers.Integral):
+        budget = int(budget)
         if budget < 0:
             raise ValueError(f"the budget ({budget} bytes) must not be negative")
+        if budget > _INT64_MAX:
+            raise ValueError(f"the budget ({budget} bytes) must be at most 2^63-1 bytes")
         return budget
     if not isinstance(budget, str):
         raise TypeError(
@@ -79,8 +107,9 @@ class Chain:
         return self._chain.to_json()
 
     def save(self, path: Union[str, os.PathLike]) -> None:
-        """Writes the chain file (through a temporary file: never half a file)."""
-        self._chain.save(os.fspath(path))
+        """Writes the chain file (through a temporary file: never half a file); OSError if it
+        cannot, as ``save_svg``."""
+        _write_text(path, self.to_json())
 
     @property
     def name(self) -> str:
@@ -220,6 +249,24 @@ class Tradeoff:
     def _repr_svg_(self) -> str:
         return self.svg()
 
+    def __repr__(self) -> str:
+        t = self._tradeoff
+        if not t.budgets:
+            return f"remat.Tradeoff({self.chain.name!r}, no budgets)"
+        least = t.budgets[0]
+
+        def at_least(points: list) -> str:
+            p = points[0]
+            if not p.feasible:
+                return "infeasible"
+            slower = 100 * (p.makespan_ms / t.store_all_makespan_ms - 1) if t.store_all_makespan_ms else 0
+            return _C.format_signed_percent(slower)
+
+        return (f"remat.Tradeoff({self.chain.name!r}, {len(t.budgets)} budgets from "
+                f"{format_bytes(least)} to {format_bytes(t.budgets[-1])}; at {format_bytes(least)}, "
+                f"against store-all: optimal {at_least(t.optimal)}, revolve {at_least(t.revolve)}, "
+                f"periodic {at_least(t.periodic_best)})")
+
 
 def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: int = 0,
           segments: int = 0, threads: int = 0) -> Solution:
@@ -227,15 +274,17 @@ def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: in
     of the chain's store-all peak). An infeasible budget is a result (``ok`` is False), not an
     exception."""
     budget_bytes = parse_budget(budget, chain.store_all_peak())
-    return Solution(_C.solve(chain._chain, budget_bytes, algorithm, slots, segments, threads), chain)
+    return Solution(_C.solve(chain._chain, budget_bytes, algorithm,
+                             *_solver_arguments(slots, segments, threads)), chain)
 
 
 def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budget: Budget = 0,
              slots: int = 0, threads: int = 0) -> Tradeoff:
     """Each algorithm's makespan over a grid of budgets (0: the least budget and store-all)."""
     peak = chain.store_all_peak()
+    slots, _, threads = _solver_arguments(slots, 0, threads)
     return Tradeoff(_C.tradeoff(chain._chain, parse_budget(from_budget, peak), parse_budget(to_budget, peak),
-                                points, slots, threads), chain)
+                                _whole("points", points, 2, 2**31 - 1), slots, threads), chain)
 
 
 def _progress(total_label: str) -> Callable[[int, int, str], None]:
@@ -267,18 +316,32 @@ def _progress(total_label: str) -> Callable[[int, int, str], None]:
     return update
 
 
-def _as_list(x: Any) -> list:
+def _as_list(x: Any, what: str = "sample") -> list:
+    """A tensor, or a tuple or list of tensors, as a list; TypeError naming ``what`` (and the
+    item) for anything else, such as a NumPy array."""
     if x is None:
         return []
     if isinstance(x, torch.Tensor):
         return [x]
+    hint = " (torch.from_numpy converts an array)" if type(x).__module__ == "numpy" else ""
+    if not isinstance(x, (list, tuple)):
+        raise TypeError(f"{what} must be a tensor or a tuple or list of tensors, not "
+                        f"{type(x).__module__}.{type(x).__name__}{hint}")
+    for i, item in enumerate(x):
+        if not isinstance(item, torch.Tensor):
+            hint = " (torch.from_numpy converts an array)" if type(item).__module__ == "numpy" else ""
+            raise TypeError(f"{what}[{i}] must be a tensor, not {type(item).__module__}."
+                            f"{type(item).__name__}{hint}")
     return list(x)
 
 
 def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
                        loss: Optional[Callable], output_held: bool, progress: bool) -> tuple:
     """The profiler's options, as remat._C's profile and Checkpointable.measure take them."""
-    return (repeat, warmup, measure_time, name,
+    if loss is not None and not callable(loss):
+        raise TypeError(f"loss must be callable, not {type(loss).__name__}")
+    return (_whole("repeat", repeat, 1, 2**31 - 1), _whole("warmup", warmup, 0, 2**31 - 1),
+            bool(measure_time), str(name),
             None if loss is None else (lambda outs: loss(*outs)), bool(output_held),
             _progress(name or "chain") if progress else None)
 
@@ -295,6 +358,6 @@ def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Cal
 
     specs, _ = _stage_specs(module, takes_context=context is not None)
     inputs = _as_list(sample)
-    return Chain(_C.profile(specs, inputs, _as_list(context),
+    return Chain(_C.profile(specs, inputs, _as_list(context, "context"),
                             *_profile_arguments(repeat, warmup, measure_time, name, loss,
                                                 output_held, progress)))

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from . import _C
-from ._api import Budget, Chain, Solution, _as_list, _profile_arguments, format_bytes, parse_budget
+from ._api import (Budget, Chain, Solution, _as_list, _profile_arguments, _solver_arguments, _whole,
+                   format_bytes, parse_budget)
 
 StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callable]]]
 
@@ -91,10 +92,12 @@ class Checkpointable(nn.Module):
         self._callables = stages  # every stage, modules and plain callables, in order
         self._impl = _C.Checkpointable(specs)
         self._takes_context = context is not None
-        self._repeat = repeat
+        self._repeat = _whole("repeat", repeat, 1, 2**31 - 1)
         self._loss = loss
         self._output_held = output_held
         self._progress = progress
+        if budget is not None:
+            parse_budget(budget, 1)  # a bad budget now, not at the first step
         self.budget = budget
         if sample is not None:
             self.measure(sample, context=context, loss=loss)
@@ -113,7 +116,7 @@ class Checkpointable(nn.Module):
             loss = self._loss
         if output_held is None:
             output_held = self._output_held
-        chain = self._impl.measure(_as_list(sample), _as_list(context),
+        chain = self._impl.measure(_as_list(sample), _as_list(context, "context"),
                                    *_profile_arguments(self._repeat, 1, True, "", loss, output_held,
                                                        self._progress))
         return Chain(chain)
@@ -144,8 +147,9 @@ class Checkpointable(nn.Module):
         least budget is given), but training then raises ValueError naming it."""
         if budget is None:
             budget = self.budget if self.budget is not None else self._default_budget()
-        self.budget = budget
         budget_bytes = parse_budget(budget, self.store_all_peak())
+        self.budget = budget
+        slots, segments, _ = _solver_arguments(slots, segments, 0)
         solution = self._impl.compute_sequence(budget_bytes, algorithm, slots, segments)
         return Solution(solution, self.chain)
 
@@ -172,7 +176,7 @@ class Checkpointable(nn.Module):
         return x[0] if len(x) == 1 else tuple(x)
 
     def forward(self, *inputs: torch.Tensor, context: Any = None) -> Any:
-        context_list = _as_list(context)
+        context_list = _as_list(context, "context")
         if not self.training or not torch.is_grad_enabled():
             return self._plain(list(inputs), context_list)
         if not self._impl.has_chain():
@@ -181,7 +185,7 @@ class Checkpointable(nn.Module):
             solution = self.compute_sequence(self.budget)
             if not solution.ok:
                 raise ValueError(f"remat: no schedule fits the budget for this chain: {solution._needs()}")
-        outputs = self._impl.forward(list(inputs), context_list)
+        outputs = self._impl.forward(_as_list(inputs, "input"), context_list)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def extra_repr(self) -> str:
@@ -209,7 +213,7 @@ def checkpoint_sequential(functions: StageList, budget: Budget, input: Any, **kw
     unknown = set(kwargs) - {"use_reentrant", "preserve_rng_state"}
     if unknown:
         raise TypeError(f"checkpoint_sequential() got unexpected keyword arguments {sorted(unknown)}")
-    inputs = _as_list(input)
+    inputs = _as_list(input, "input")
     if isinstance(functions, nn.Sequential):
         holder, modules = functions, functions
     else:

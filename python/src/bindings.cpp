@@ -21,6 +21,7 @@
 #include "remat/runtime/allocator.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
+#include "remat/solver/check.h"
 #include "remat/solver/files.h"
 #include "remat/solver/solver.h"
 #include "remat/solver/text.h"
@@ -83,8 +84,14 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
 
 SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, std::int64_t slots,
                            int segments, int threads) {
+  const Algorithm parsed = parse_algorithm(algorithm);
+  // As the CLI: an option the algorithm would ignore is refused.
+  REMAT_CHECK(slots == 0 || parsed == Algorithm::kOptimal, "slots (", slots,
+              ") apply to algorithm 'optimal' only, not '", algorithm, "'");
+  REMAT_CHECK(segments == 0 || parsed == Algorithm::kPeriodic, "segments (", segments,
+              ") apply to algorithm 'periodic' only, not '", algorithm, "'");
   SolveOptions options(budget);
-  options.algorithm(parse_algorithm(algorithm)).slots(slots).threads(threads);
+  options.algorithm(parsed).slots(slots).threads(threads);
   if (segments > 0) options.segments(segments);
   return options;
 }
@@ -226,7 +233,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("optimal", &Tradeoff::optimal)
       .def_readonly("revolve", &Tradeoff::revolve)
       .def_readonly("periodic_best", &Tradeoff::periodic_best)
-      .def_readonly("periodic", &Tradeoff::periodic);
+      .def_readonly("periodic", &Tradeoff::periodic)
+      .def_readonly("unit_bytes", &Tradeoff::unit_bytes)
+      .def_readonly("warning", &Tradeoff::warning);
   m.def("tradeoff", [](const Chain& chain, std::int64_t from_bytes, std::int64_t to_bytes,
                        int points, std::int64_t slots, int threads) {
     py::gil_scoped_release release;

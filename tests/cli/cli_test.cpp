@@ -1113,11 +1113,13 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
     return;
   }
   TempDir dir;
-  const std::vector<std::string> base = {"train", "--model",  "resnet18", "--batch",
-                                         "4",     "--image",  "64",       "--classes",
-                                         "10",    "--repeat", "1"};
+  const std::vector<std::string> base = {"train",   "--model", "resnet18",  "--batch", "4",
+                                         "--image", "64",      "--classes", "10"};
+  // One profiling repetition, unless a chain file replaces profiling.
   const auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = base;
+    if (std::find(extra.begin(), extra.end(), "--chain") == extra.end())
+      args.insert(args.end(), {"--repeat", "1"});
     args.insert(args.end(), extra.begin(), extra.end());
     return run_remat(args);
   };
@@ -1152,6 +1154,12 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
       {{"--budget", "50%", "--algorithm", "fastest"}, "fastest"},
       {{"--budget", "lots"}, "lots"},
       {{"--budget", "50%", "--chain", dir.path() + "/missing.json"}, "missing.json"},
+      // Options that would change nothing are refused, not ignored.
+      {{"--budget", "50%", "--segments", "3"}, "--segments applies to --algorithm periodic only"},
+      {{"--budget", "50%", "--algorithm", "periodic", "--segments", "0"},
+       "--segments (0) must be a positive number of segments"},
+      {{"--budget", "50%", "--chain", chain, "--repeat", "2"},
+       "--repeat applies to profiling, which --chain replaces"},
   };
   for (const auto& [args, fragment] : bad) {
     const RunResult r = with(args);
@@ -1205,6 +1213,8 @@ TEST_CASE(
           {{"--nproc", "3"}, {"RANK=0", "WORLD_SIZE=2"}, "--nproc 3 differs from WORLD_SIZE=2"},
           {{"--rank", "2", "--nproc", "2"}, {}, "--rank 2 is not below --nproc 2"},
           {{"--rank", "0"}, {}, "--rank needs --nproc"},
+          {{"--nproc", "0"}, {}, "--nproc (0) must be at least 1"},
+          {{"--rank", "-1", "--nproc", "2"}, {}, "--rank (-1) must be at least 0"},
           {{"--nproc", "2", "--backend", "mpi"}, {}, "unknown backend 'mpi'"},
           {{"--nproc", "2", "--master", "localhost:99999"},
            {},

@@ -268,6 +268,11 @@ def test_errors_name_the_stage_and_the_minimum_without_a_cpp_backtrace():
         remat.Checkpointable(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="bad size|invalid|expected"):
         chk.compute_sequence("lots")
+    assert chk.budget == "100%"  # a refused budget does not replace the last one
+    with pytest.raises(ValueError, match=r"slots \(4\) apply to algorithm 'optimal' only"):
+        chk.compute_sequence("100%", "revolve", slots=4)
+    with pytest.raises(TypeError, match=r"input\[1\] must be a tensor, not builtins.str"):
+        chk(torch.randn(16, 64), "x")
     # After all of that the module still trains.
     chk(torch.randn(16, 64)).sum().backward()
 

@@ -88,3 +88,56 @@ def test_pictures(chain, tmp_path):
     assert infeasible._repr_svg_() is None
     with pytest.raises(ValueError, match=r"no schedule to draw: optimal needs at least .* bytes\), budget 1 B"):
         infeasible.svg()
+
+
+def test_bad_arguments_are_named_before_they_reach_cpp(chain, tmp_path):
+    """Each is refused in Python's terms, naming the argument, never as pybind11's
+    'incompatible function arguments' nor silently ignored."""
+    full = chain.store_all_peak()
+    with pytest.raises(ValueError, match=r"budget \(9223372036854775808 bytes\) must be at most 2\^63-1"):
+        remat.solve(chain, 2**63)
+    np = pytest.importorskip("numpy")
+    assert remat.solve(chain, np.int64(full)).peak_bytes == full  # NumPy integers are bytes too
+    # Options an algorithm would ignore are refused, as the CLI refuses them.
+    with pytest.raises(ValueError, match=r"slots \(8\) apply to algorithm 'optimal' only, not 'revolve'"):
+        remat.solve(chain, full, "revolve", slots=8)
+    with pytest.raises(ValueError, match=r"segments \(2\) apply to algorithm 'periodic' only, not 'optimal'"):
+        remat.solve(chain, full, segments=2)
+    assert remat.solve(chain, full, "periodic", segments=2).ok
+    for kwargs, message in (({"slots": -1}, r"slots \(-1\) must be at least 0"),
+                            ({"threads": 5000}, r"threads \(5000\) must be at most 1024"),
+                            ({"segments": 2**40}, r"segments \(1099511627776\) must be at most")):
+        with pytest.raises(ValueError, match=message):
+            remat.solve(chain, full, "periodic" if "segments" in kwargs else "optimal", **kwargs)
+    with pytest.raises(TypeError, match="slots must be a whole number, not float"):
+        remat.solve(chain, full, slots=1.5)
+    with pytest.raises(ValueError, match=r"points \(1\) must be at least 2"):
+        remat.tradeoff(chain, points=1)
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    x = torch.randn(2, 4)
+    with pytest.raises(ValueError, match=r"repeat \(0\) must be at least 1"):
+        remat.profile(net, x, repeat=0, progress=False)
+    with pytest.raises(ValueError, match=r"warmup \(-1\) must be at least 0"):
+        remat.profile(net, x, warmup=-1, progress=False)
+    with pytest.raises(ValueError, match=r"repeat \(0\) must be at least 1"):
+        remat.Checkpointable(net, repeat=0)
+    with pytest.raises(ValueError, match="lots"):
+        remat.Checkpointable(net, budget="lots")  # at once, not at the first step
+    with pytest.raises(TypeError, match=r"sample must be a tensor .* not numpy.ndarray \(torch.from_numpy"):
+        remat.profile(net, np.zeros((2, 4), dtype=np.float32), progress=False)
+    with pytest.raises(TypeError, match=r"sample\[1\] must be a tensor, not builtins.int"):
+        remat.profile(net, (x, 3), progress=False)
+    with pytest.raises(TypeError, match=r"context must be a tensor"):
+        remat.profile(net, x, context="mask", progress=False)
+    # Both writers fail alike: OSError, naming the path.
+    for save in (chain.save, chain.save_svg):
+        with pytest.raises(OSError, match="it is a directory"):
+            save(tmp_path)
+
+
+def test_tradeoff_says_what_it_holds(chain):
+    t = remat.tradeoff(chain, points=3)
+    text = repr(t)
+    assert text.startswith(f"remat.Tradeoff({chain.name!r}, 3 budgets from ")
+    assert "against store-all: optimal +" in text and "revolve " in text and "periodic " in text
+    assert t.warning == "" and t.unit_bytes >= 1
