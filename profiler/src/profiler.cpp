@@ -22,6 +22,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Type.h>
 #include <torch/autograd.h>
@@ -199,6 +200,7 @@ struct Runner {
     } catch (const c10::OutOfMemoryError&) {
       throw;  // not the stage's fault: the caller may retry with less
     } catch (const std::exception& error) {
+      if (stage.module->interrupts(std::current_exception())) throw;
       throw ProfileError(describe(index, stage.name) + ": forward failed: " + message_of(error));
     }
     std::size_t v = 0;
@@ -285,9 +287,19 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   const auto started = Clock::now();
   if (stages.empty()) throw ProfileError("the chain has no stages: nothing to profile");
   if (inputs.empty()) throw ProfileError("the sample has no input tensors");
-  for (std::size_t k = 0; k < inputs.size(); ++k)
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].defined())
       throw ProfileError("the sample input" + member_name(inputs, k) + " is an undefined tensor");
+    if (inputs[k].is_inference())
+      throw ProfileError("the sample input" + member_name(inputs, k) +
+                         " was made in inference mode, and autograd cannot use it: make the "
+                         "sample outside torch.inference_mode()");
+  }
+  // The chain is the training step's, whatever the caller's mode: measuring under
+  // torch.no_grad() or inference mode (a first step in a validation loop) runs forwards with
+  // autograd and backwards all the same.
+  c10::InferenceMode not_inference(false);
+  torch::AutoGradMode with_autograd(true);
   const c10::Device device = inputs.front().device();
   for (const auto* list : {&inputs, &context}) {
     for (std::size_t k = 0; k < list->size(); ++k) {
@@ -467,6 +479,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       } catch (const c10::OutOfMemoryError&) {
         throw;
       } catch (const std::exception& error) {
+        if (named.module->interrupts(std::current_exception())) throw;
         throw ProfileError(describe(i, named.name) + ": backward failed: " + message_of(error));
       }
       // As the runtime does, member by member: a carried member's own gradient is added into
@@ -552,6 +565,8 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     } catch (const ProfileError&) {
       throw;
     } catch (const std::exception& error) {
+      // The loss is the caller's code, in the language of the stages.
+      if (stages.back().module->interrupts(std::current_exception())) throw;
       throw ProfileError(std::string("the loss function failed on the chain's output: ") + message_of(error));
     }
     synchronize(device);

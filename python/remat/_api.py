@@ -148,6 +148,15 @@ class Chain:
         value (False)."""
         return self._chain.output_held
 
+    def __eq__(self, other: object) -> bool:
+        """Chains are equal when their files would be (every figure, every name)."""
+        return isinstance(other, Chain) and self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return (Chain.from_json, (self.to_json(), "a pickled chain"))
+
     def __len__(self) -> int:
         return self._chain.length
 
@@ -238,6 +247,8 @@ class Tradeoff:
         self.chain = chain
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_tradeoff":  # copy and pickle look before __init__
+            raise AttributeError(name)
         return getattr(self._tradeoff, name)
 
     def svg(self) -> str:

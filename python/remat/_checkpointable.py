@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections import OrderedDict
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -18,6 +19,13 @@ StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callab
 def _stage_specs(module: Any, takes_context: bool = False) -> Tuple[list, "OrderedDict[str, Any]"]:
     """(name, callable, takes_context) for each stage, and the stages by name."""
     if isinstance(module, nn.Sequential):
+        if type(module).forward is not nn.Sequential.forward:
+            raise TypeError(
+                f"{type(module).__name__} is an nn.Sequential with a forward of its own, which remat "
+                "would not run (it runs the children one after the other): give the chain as "
+                "an nn.Sequential or a list of its stages")
+        items = list(module.named_children())
+    elif isinstance(module, nn.ModuleList):
         items = list(module.named_children())
     elif isinstance(module, nn.Module):
         raise TypeError(
@@ -79,39 +87,95 @@ class Checkpointable(nn.Module):
 
     def __init__(self, module: StageList, sample: Any = None, budget: Optional[Budget] = None, *,
                  context: Any = None, loss: Optional[Callable] = None, output_held: bool = True,
-                 repeat: int = 5, progress: bool = True):
+                 repeat: int = 5, progress: bool = True, custom_input: Any = None,
+                 mem_limit: Optional[Budget] = None, mem_slots: Optional[int] = None,
+                 verbosity: Optional[int] = None, preserve_rng_state: bool = True,
+                 loss_tmp_memory_usage: int = 0):
         super().__init__()
-        specs, stages = _stage_specs(module, takes_context=context is not None)
-        # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
-        # nn.Sequential as `module` (its keys are then "module.<its keys>"), a list's modules as
-        # a ModuleList.
-        if isinstance(module, nn.Sequential):
-            self.module = module
-        else:
-            self.module = nn.ModuleList([s for s in stages.values() if isinstance(s, nn.Module)])
-        self._callables = stages  # every stage, modules and plain callables, in order
-        self._impl = _C.Checkpointable(specs)
+        # rotor's names for the same arguments, so that its users change only the import.
+        sample = _one_of("sample", sample, "custom_input", custom_input)
+        budget = _one_of("budget", budget, "mem_limit", mem_limit)
+        if verbosity is not None:
+            progress = _whole("verbosity", verbosity, 0) > 0
+        del preserve_rng_state  # remat always replays the random state it recomputes with
+        self._extra_loss_bytes = _whole("loss_tmp_memory_usage", loss_tmp_memory_usage, 0)
         self._takes_context = context is not None
+        # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
+        # nn.Sequential or nn.ModuleList as `module` (its keys are then "module.<its keys>"), a
+        # list's modules as a ModuleList.
+        if isinstance(module, (nn.Sequential, nn.ModuleList)):
+            self.module = module
+            self._stages_from_module = True
+        else:
+            _, stages = _stage_specs(module, self._takes_context)
+            self.module = nn.ModuleList([s for s in stages.values() if isinstance(s, nn.Module)])
+            # Replacing a stage is seen through the ModuleList when every stage is a module.
+            self._stages_from_module = len(self.module) == len(stages)
+        self._build(module)
         self._repeat = _whole("repeat", repeat, 1, 2**31 - 1)
         self._loss = loss
         self._output_held = output_held
         self._progress = progress
+        # How forward() solves when it must: the last compute_sequence's choices.
+        self._solve_options = {"algorithm": "optimal", "slots": 0, "segments": 0, "threads": 0}
+        if mem_slots is not None:
+            self._solve_options["slots"] = _whole("mem_slots", mem_slots, 0)
         if budget is not None:
             parse_budget(budget, 1)  # a bad budget now, not at the first step
-        self.budget = budget
+        self.budget = budget  # as given; None: the default, worked out at each solve
         if sample is not None:
             self.measure(sample, context=context, loss=loss)
             if budget is not None:
-                self.compute_sequence(budget)
+                self.compute_sequence(budget, **self._solve_options)
+
+    def _build(self, stages: Any) -> None:
+        """The C++ runtime over ``stages`` (the chain is measured again)."""
+        specs, callables = _stage_specs(stages, self._takes_context)
+        self._callables = callables  # every stage, modules and plain callables, in order
+        self._stage_ids = [id(c) for c in callables.values()]
+        self._impl = _C.Checkpointable(specs)
+
+    def _check_stages(self) -> None:
+        """Builds the runtime again if a stage of the module was replaced (a new head)."""
+        if not self._stages_from_module:
+            return
+        children = list(self.module.children())
+        if [id(m) for m in children] != self._stage_ids:
+            names = list(self._callables)
+            self._build(list(zip(names, children)) if len(names) == len(children) else self.module)
+
+    # ---- copies ------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        # The C++ runtime is not copied: a copy (deepcopy, pickle, torch.save) builds its own
+        # over the copied stages, with the chain if there was one.
+        state = self.__dict__.copy()
+        impl = state.pop("_impl")
+        state["_chain_json"] = impl.chain.to_json() if impl.has_chain() else None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        chain_json = state.pop("_chain_json", None)
+        super().__setstate__(state)
+        self._impl = _C.Checkpointable(_stage_specs(list(self._callables.items()), self._takes_context)[0])
+        self._stage_ids = [id(c) for c in self._callables.values()]
+        if chain_json is not None:
+            self._impl.set_chain(_C.Chain.from_json(chain_json, "the copied chain"))
 
     # ---- measure and solve -------------------------------------------------------------
 
-    def measure(self, sample: Any, *, context: Any = None, loss: Optional[Callable] = None,
-                output_held: Optional[bool] = None) -> Chain:
+    def measure(self, sample: Any = None, *, context: Any = None, loss: Optional[Callable] = None,
+                output_held: Optional[bool] = None, custom_input: Any = None) -> Chain:
         """Profiles the chain on ``sample`` (its shapes, dtypes and device are those of the
         training inputs; a larger input is refused later). ``loss`` and ``output_held``
         (default: the constructor's) are measured with it. Under ``torch.autocast``, measure
         under the autocast of training: the activations' sizes depend on it."""
+        sample = _one_of("sample", sample, "custom_input", custom_input)
+        if sample is None:
+            raise TypeError("measure() needs a sample (a tensor or a tuple of tensors)")
+        if context is not None and not self._takes_context:
+            raise ValueError(_NO_CONTEXT)
+        self._check_stages()
         if loss is None:
             loss = self._loss
         if output_held is None:
@@ -122,8 +186,13 @@ class Checkpointable(nn.Module):
         return Chain(chain)
 
     @property
-    def chain(self) -> Chain:
-        """The measured (or given) chain."""
+    def chain(self) -> Optional[Chain]:
+        """The measured (or given) chain; None before the first measurement."""
+        if not self._impl.has_chain():
+            return None
+        return Chain(self._impl.chain)
+
+    def _measured_chain(self) -> Chain:
         if not self._impl.has_chain():
             raise RuntimeError("no chain yet: call measure(sample), or run a training step")
         return Chain(self._impl.chain)
@@ -136,26 +205,44 @@ class Checkpointable(nn.Module):
         """Store-all's peak, the runtime's reserve included: what ``"100%"`` means."""
         return self._impl.store_all_peak()
 
-    def min_budget(self, algorithm: str = "optimal") -> int:
-        """The least budget ``compute_sequence`` accepts."""
-        return self._impl.min_budget(algorithm)
+    def min_budget(self, algorithm: str = "optimal", *, slots: int = 0, segments: int = 0) -> int:
+        """The least budget ``compute_sequence`` accepts with these options."""
+        slots, segments, _ = _solver_arguments(slots, segments, 0)
+        return self._impl.min_budget(algorithm, slots, segments) + self._extra_loss_bytes
 
     def compute_sequence(self, budget: Optional[Budget] = None, algorithm: str = "optimal", *,
-                         slots: int = 0, segments: int = 0) -> Solution:
-        """Solves for ``budget`` (default: the one given to the constructor). Returns the
-        solution; an infeasible budget is not an exception here (``ok`` is False, and the
-        least budget is given), but training then raises ValueError naming it."""
-        if budget is None:
-            budget = self.budget if self.budget is not None else self._default_budget()
-        budget_bytes = parse_budget(budget, self.store_all_peak())
-        self.budget = budget
-        slots, segments, _ = _solver_arguments(slots, segments, 0)
-        solution = self._impl.compute_sequence(budget_bytes, algorithm, slots, segments)
-        return Solution(solution, self.chain)
+                         slots: int = 0, segments: int = 0, threads: int = 0,
+                         custom_mem_limit: Optional[Budget] = None,
+                         mem_slots: Optional[int] = None) -> Solution:
+        """Solves for ``budget`` (default: the one given to the constructor, else the default
+        budget). Returns the solution; an infeasible budget is not an exception here (``ok``
+        is False, and the least budget is given), but training then raises ValueError naming
+        it. Training steps solve again, when they must (after ``measure``), with the same
+        algorithm and options. ``custom_mem_limit`` and ``mem_slots`` are rotor's names for
+        ``budget`` and ``slots``."""
+        budget = _one_of("budget", budget, "custom_mem_limit", custom_mem_limit)
+        if mem_slots is not None:
+            slots = _whole("mem_slots", mem_slots, 0)
+        self._check_stages()
+        given = budget if budget is not None else self.budget
+        budget_bytes = parse_budget(given if given is not None else self._default_budget(),
+                                    self.store_all_peak())
+        slots, segments, threads = _solver_arguments(slots, segments, threads)
+        # rotor's loss_tmp_memory_usage: bytes of a loss remat cannot see, kept out of the budget.
+        solution = self._impl.compute_sequence(max(0, budget_bytes - self._extra_loss_bytes),
+                                               algorithm, slots, segments, threads)
+        if budget is not None:
+            self.budget = budget
+        self._solve_options = {"algorithm": algorithm, "slots": slots, "segments": segments,
+                               "threads": threads}
+        return Solution(solution, self._measured_chain())
 
     @property
-    def solution(self) -> Solution:
-        return Solution(self._impl.solution, self.chain)
+    def solution(self) -> Optional[Solution]:
+        """The last ``compute_sequence``'s solution; None before the first."""
+        if not self._impl.has_sequence():
+            return None
+        return Solution(self._impl.solution, self._measured_chain())
 
     def _default_budget(self) -> int:
         device = torch.device(self._impl.device)
@@ -177,12 +264,15 @@ class Checkpointable(nn.Module):
 
     def forward(self, *inputs: torch.Tensor, context: Any = None) -> Any:
         context_list = _as_list(context, "context")
+        if context is not None and not self._takes_context:
+            raise ValueError(_NO_CONTEXT)
+        self._check_stages()
         if not self.training or not torch.is_grad_enabled():
             return self._plain(list(inputs), context_list)
         if not self._impl.has_chain():
             self.measure(tuple(inputs), context=context, loss=self._loss)
         if not self._impl.has_sequence():
-            solution = self.compute_sequence(self.budget)
+            solution = self.compute_sequence(**self._solve_options)
             if not solution.ok:
                 raise ValueError(f"remat: no schedule fits the budget for this chain: {solution._needs()}")
         outputs = self._impl.forward(_as_list(inputs, "input"), context_list)
@@ -198,38 +288,85 @@ class Checkpointable(nn.Module):
                 f"{format_bytes(s.peak_bytes)}, {s.makespan_ms:.2f} ms")
 
 
+_NO_CONTEXT = ("context given, but this Checkpointable was built without one: its stages would "
+               "not see it. Give context= to the constructor (its stages are then called with "
+               "the context tensors after their inputs)")
+
+
+def _one_of(name: str, value: Any, rotor_name: str, rotor_value: Any) -> Any:
+    """``value``, or rotor's keyword for it; both given is an error."""
+    if rotor_value is None:
+        return value
+    if value is not None:
+        raise TypeError(f"{name} and {rotor_name} (rotor's name for it) both given")
+    return rotor_value
+
+
 def _signature(inputs: Sequence[torch.Tensor]) -> tuple:
     return tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in inputs)
+
+
+class _ScheduleCache(dict):
+    """The Checkpointables ``checkpoint_sequential`` made for a chain, by input signature and
+    budget, kept on the chain's first module. A copy of that module (deepcopy, pickle,
+    torch.save) gets an empty cache: the copy measures for itself."""
+
+    MAX_ENTRIES = 4  # the latest signatures: a smaller last batch, a validation shape
+
+    def __reduce__(self) -> tuple:
+        return (_ScheduleCache, ())
+
+    def __deepcopy__(self, memo: dict) -> "_ScheduleCache":
+        return _ScheduleCache()
 
 
 def checkpoint_sequential(functions: StageList, budget: Budget, input: Any, **kwargs: Any) -> Any:
     """``torch.utils.checkpoint.checkpoint_sequential(functions, segments, input)`` with a
     budget in bytes (``700 * 2**20``, ``"700MiB"`` or ``"50%"`` of the store-all peak) in place
     of the segment count. The chain is measured on the first input of each shape and solved
-    once; the schedule is optimal for the budget, and BatchNorm statistics are updated once
-    per step, as in plain training. Extra keyword arguments of torch's function
-    (``use_reentrant``, ``preserve_rng_state``) are accepted and ignored: remat always restores
-    the random state when it recomputes."""
-    unknown = set(kwargs) - {"use_reentrant", "preserve_rng_state"}
+    once (the schedules of the last 4 shapes are kept); the schedule is optimal for the budget,
+    and BatchNorm statistics are updated once per step, as in plain training. In eval mode or
+    without autograd the functions run plainly. ``functions`` is an ``nn.Sequential`` or a list
+    of modules and callables, with at least one module. Extra keyword arguments of torch's
+    function (``use_reentrant``, ``preserve_rng_state``, ``determinism_check``, ``debug``) are
+    accepted and ignored: remat always restores the random state when it recomputes, and
+    checks what each recomputation returns. ``progress`` (default True) shows measuring."""
+    unknown = set(kwargs) - {"use_reentrant", "preserve_rng_state", "determinism_check", "debug",
+                             "progress"}
     if unknown:
         raise TypeError(f"checkpoint_sequential() got unexpected keyword arguments {sorted(unknown)}")
+    if isinstance(budget, numbers.Integral) and not isinstance(budget, bool) and 0 < budget <= 64:
+        raise ValueError(f"checkpoint_sequential: a budget of {budget} bytes: remat takes memory "
+                         "(bytes, '700MiB' or '50%'), not torch's number of segments")
     inputs = _as_list(input, "input")
     if isinstance(functions, nn.Sequential):
-        holder, modules = functions, functions
+        holder, stages = functions, functions
     else:
-        modules = list(functions)
-        if not modules or not all(isinstance(f, nn.Module) for f in modules):
-            raise TypeError("checkpoint_sequential takes an nn.Sequential or a list of modules")
+        stages = list(functions.children()) if isinstance(functions, nn.ModuleList) else list(functions)
+        modules = [f for f in stages if isinstance(f, nn.Module)]
+        if not modules:
+            raise TypeError("checkpoint_sequential takes an nn.Sequential or a list of modules and "
+                            "callables with at least one module (it keeps its schedule there)")
         holder = modules[0]
-    # The Checkpointable lives on the chain itself (a reference cycle the garbage collector
-    # frees with it): one per chain and per input signature and budget, the latest only.
-    key = (tuple(id(m) for m in modules), _signature(inputs), str(budget))
-    cached = holder.__dict__.get("_remat_checkpoint_sequential")
-    if cached is None or cached[0] != key:
-        chk = Checkpointable(functions if isinstance(functions, nn.Sequential) else modules,
-                             tuple(inputs), budget)
-        cached = (key, chk)
-        object.__setattr__(holder, "_remat_checkpoint_sequential", cached)
-    chk = cached[1]
-    chk.training = holder.training
+    if not holder.training or not torch.is_grad_enabled():
+        x: Any = tuple(inputs)
+        for f in (stages.children() if isinstance(stages, nn.Module) else stages):
+            x = f(*x)
+            if isinstance(x, torch.Tensor):
+                x = (x,)
+        return x[0] if len(x) == 1 else tuple(x)
+    # The cache lives on the chain itself (a reference cycle the garbage collector frees with
+    # it): one Checkpointable per chain, input signature and budget.
+    cache = holder.__dict__.get("_remat_checkpoint_sequential")
+    if not isinstance(cache, _ScheduleCache):
+        cache = _ScheduleCache()
+        object.__setattr__(holder, "_remat_checkpoint_sequential", cache)
+    key = (tuple(id(f) for f in stages), _signature(inputs), str(budget))
+    chk = cache.pop(key, None)
+    if chk is None:
+        chk = Checkpointable(stages, tuple(inputs), budget, progress=bool(kwargs.get("progress", True)))
+        while len(cache) >= _ScheduleCache.MAX_ENTRIES:
+            cache.pop(next(iter(cache)))
+    cache[key] = chk  # the latest last
+    chk.training = True
     return chk(*inputs)

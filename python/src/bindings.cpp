@@ -262,35 +262,67 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // The runtime: a CheckpointableImpl over Python stages. The Python class owns the modules
   // (registered there, for parameters(), state_dict() and DDP); this one runs them.
-  py::class_<CheckpointableImpl, std::shared_ptr<CheckpointableImpl>>(m, "Checkpointable")
+  // The stages' callables are Python objects held in C++: the garbage collector is shown
+  // them (tp_traverse) and may drop them (tp_clear), or a cycle through them (a stage that is
+  // a bound method of a module holding this Checkpointable, a chain whose module holds
+  // checkpoint_sequential's cache) would never be freed.
+  py::class_<CheckpointableImpl, std::shared_ptr<CheckpointableImpl>>(
+      m, "Checkpointable", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
+        PyTypeObject* type = &heap_type->ht_type;
+        type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+        type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) -> int {
+          Py_VISIT(Py_TYPE(self));
+          if (!py::detail::is_holder_constructed(self)) return 0;
+          for (const NamedStage& stage : py::cast<CheckpointableImpl&>(py::handle(self)).stages())
+            if (const auto* python = dynamic_cast<const PythonStage*>(stage.module.get()))
+              Py_VISIT(python->function().ptr());
+          return 0;
+        };
+        type->tp_clear = [](PyObject* self) -> int {
+          if (!py::detail::is_holder_constructed(self)) return 0;
+          for (const NamedStage& stage : py::cast<CheckpointableImpl&>(py::handle(self)).stages())
+            if (auto* python = dynamic_cast<PythonStage*>(stage.module.get())) python->clear();
+          return 0;
+        };
+      }))
       .def(py::init([](const std::vector<StageSpec>& stages) {
-        return std::make_shared<CheckpointableImpl>(to_stages(stages));
-      }), py::arg("stages"))
-      .def("measure", [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context,
-                         int repeat, int warmup, bool measure_time, const std::string& name,
-                         py::object loss, bool output_held, py::object progress) {
-        // The profiler runs autograd's engine, which must not be entered holding the GIL;
-        // the stages take it back to call Python.
-        py::gil_scoped_release release;
-        return Chain(self.measure(inputs, context,
-                                  profile_options(repeat, warmup, measure_time, name,
-                                                  std::move(loss), output_held,
-                                                  std::move(progress))));
-      }, py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5, py::arg("warmup") = 1,
-           py::arg("measure_time") = true, py::arg("name") = "", py::arg("loss") = py::none(),
-           py::arg("output_held") = true, py::arg("progress") = py::none())
+             return std::make_shared<CheckpointableImpl>(to_stages(stages));
+           }),
+           py::arg("stages"))
+      .def(
+          "measure",
+          [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context, int repeat,
+             int warmup, bool measure_time, const std::string& name, py::object loss,
+             bool output_held, py::object progress) {
+            // The profiler runs autograd's engine, which must not be entered holding the GIL;
+            // the stages take it back to call Python.
+            py::gil_scoped_release release;
+            return Chain(
+                self.measure(inputs, context,
+                             profile_options(repeat, warmup, measure_time, name, std::move(loss),
+                                             output_held, std::move(progress))));
+          },
+          py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5, py::arg("warmup") = 1,
+          py::arg("measure_time") = true, py::arg("name") = "", py::arg("loss") = py::none(),
+          py::arg("output_held") = true, py::arg("progress") = py::none())
       .def("set_chain", &CheckpointableImpl::set_chain, py::arg("chain"))
-      .def("compute_sequence", [](CheckpointableImpl& self, std::int64_t budget,
-                                  const std::string& algorithm, std::int64_t slots, int segments,
-                                  int threads) {
-        py::gil_scoped_release release;
-        return Solution(self.compute_sequence(solve_options(budget, algorithm, slots, segments, threads)));
-      }, py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
-           py::arg("segments") = 0, py::arg("threads") = 0)
-      .def("forward", [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context) {
-        py::gil_scoped_release release;
-        return self.forward(inputs, context);
-      }, py::arg("inputs"), py::arg("context"))
+      .def(
+          "compute_sequence",
+          [](CheckpointableImpl& self, std::int64_t budget, const std::string& algorithm,
+             std::int64_t slots, int segments, int threads) {
+            py::gil_scoped_release release;
+            return Solution(
+                self.compute_sequence(solve_options(budget, algorithm, slots, segments, threads)));
+          },
+          py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
+          py::arg("segments") = 0, py::arg("threads") = 0)
+      .def(
+          "forward",
+          [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context) {
+            py::gil_scoped_release release;
+            return self.forward(inputs, context);
+          },
+          py::arg("inputs"), py::arg("context"))
       .def("train", [](CheckpointableImpl& self, bool on) { self.train(on); })
       .def("has_chain", &CheckpointableImpl::has_chain)
       .def("has_sequence", &CheckpointableImpl::has_sequence)
@@ -299,9 +331,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("solution",
                              [](const CheckpointableImpl& self) { return self.solution(); })
       .def("store_all_peak", &CheckpointableImpl::store_all_peak)
-      .def("min_budget", [](const CheckpointableImpl& self, const std::string& algorithm,
-                            std::int64_t slots, int segments) {
-        return self.min_budget(solve_options(0, algorithm, slots, segments, 0));
-      }, py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0)
-      .def_property_readonly("device", [](const CheckpointableImpl& self) { return self.device().str(); });
+      .def(
+          "min_budget",
+          [](const CheckpointableImpl& self, const std::string& algorithm, std::int64_t slots,
+             int segments) {
+            return self.min_budget(solve_options(0, algorithm, slots, segments, 0));
+          },
+          py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0)
+      .def_property_readonly("device",
+                             [](const CheckpointableImpl& self) { return self.device().str(); });
 }

@@ -64,6 +64,19 @@ Tensors PythonStage::forward(const Tensors& inputs, const Tensors& context) {
                    ", not a tensor or a tuple or list of tensors");
 }
 
+bool PythonStage::interrupts(const std::exception_ptr& error) const {
+  try {
+    std::rethrow_exception(error);
+  } catch (const py::error_already_set& python_error) {
+    py::gil_scoped_acquire gil;
+    // KeyboardInterrupt, SystemExit, GeneratorExit: BaseExceptions that are not Exceptions.
+    return !python_error.matches(PyExc_Exception) ||
+           python_error.matches(py::module_::import("torch").attr("OutOfMemoryError"));
+  } catch (...) {
+  }
+  return false;
+}
+
 std::vector<torch::Tensor> PythonStage::tensors_of(const char* method) const {
   if (!is_module_) return {};
   py::gil_scoped_acquire gil;

@@ -32,6 +32,12 @@ class PythonStage : public StageModule {
   void set_training_modes(const std::vector<bool>& modes) override;
   void train(bool on) override;
   std::string type_name() const override { return type_name_; }
+  bool owned_elsewhere() const override { return true; }
+  bool interrupts(const std::exception_ptr& error) const override;
+  /// The Python callable (for the garbage collector's traversal; needs the GIL).
+  pybind11::handle function() const { return function_; }
+  /// Drops the callable (the garbage collector breaking a cycle; needs the GIL).
+  void clear() { function_ = pybind11::none(); }
 
  private:
   // Tensors from one of the module's iterator methods ("parameters", "buffers"); none for a

@@ -2,6 +2,7 @@
 
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <cctype>
 #include <ostream>
@@ -35,6 +36,19 @@ class ScheduleBackward : public torch::autograd::Node {
     TORCH_CHECK(executor_,
                 "remat: the backward of this step's schedule already ran; a checkpointed forward "
                 "can be backpropagated once (retain_graph is not supported)");
+    // The node's edges lead to the chain's inputs only: the stages' parameters get their
+    // gradients from the inner backward calls, accumulated into .grad. A backward that asks
+    // for some gradients only, or for a graph of them, would get wrong ones: refused, as torch
+    // refuses them through its reentrant checkpoint.
+    const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
+    TORCH_CHECK(exec_info == nullptr || exec_info->empty(),
+                "remat: a checkpointed chain is backpropagated by backward() of the whole graph; "
+                "torch.autograd.grad and backward(inputs=...) are not supported (the chain's "
+                "parameters are not edges of its backward node: their gradients would go to "
+                ".grad, not to the result)");
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "remat: backward(create_graph=True) through a checkpointed chain is not "
+                "supported: its recomputed backward is not differentiable again");
     // y_L: one gradient per output member (undefined for members without one, or that the
     // loss does not reach).
     Tensors y_out(graded_.size());
@@ -114,6 +128,7 @@ CheckpointableImpl::CheckpointableImpl(std::vector<NamedStage> stages)
       register_module(name, module);
       continue;
     }
+    if (stage.module->owned_elsewhere()) continue;
     // Parameters and buffers shared with an earlier stage are registered once.
     std::size_t k = 0;
     for (const torch::Tensor& p : stage.module->parameters()) {
@@ -205,7 +220,8 @@ std::int64_t CheckpointableImpl::min_budget(const SolveOptions& options) const {
 
 c10::Device CheckpointableImpl::device() const {
   if (measured_device_) return *measured_device_;
-  for (const auto& p : parameters()) return p.device();
+  for (const NamedStage& stage : stages_)
+    for (const auto& p : stage.module->parameters()) return p.device();
   return c10::Device(c10::kCPU);
 }
 

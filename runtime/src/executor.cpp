@@ -189,6 +189,13 @@ void Executor::run(std::size_t index) {
               values[static_cast<std::size_t>(k)];  // the same value: its gradient is passed on
           continue;
         }
+        // A gradient the chain does not know of would be dropped, and the parameters behind it
+        // would get none: a parameter unfrozen after measuring.
+        TORCH_CHECK_VALUE(!out[o].requires_grad() || out_members[o].grad, "remat runtime: stage ",
+                          i, " (", stages_[ui].name, ") output member ", o,
+                          " requires grad, but it did not when the chain was measured (a "
+                          "parameter's requires_grad set after measure()?): its gradient would "
+                          "be lost; measure() again");
         if (out[o].requires_grad()) fe_edge_[ui][o] = torch::autograd::impl::gradient_edge(out[o]);
         next[o] = out[o].detach();
       }

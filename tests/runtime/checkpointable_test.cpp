@@ -264,6 +264,54 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   CHECK_THROWS_WITH(chk->set_chain(wrong), Catch::Contains("stages but the network"));
 }
 
+// What a checkpointed backward cannot give is refused, never given wrong: gradients of some
+// tensors only (autograd::grad, backward's inputs), a differentiable backward (create_graph), a
+// gradient the chain was not measured with (a parameter unfrozen after measure()).
+TEST_CASE("backward calls the schedule cannot serve exactly are refused, not answered wrongly",
+          "[runtime]") {
+  torch::manual_seed(0);
+  nn::Sequential net(nn::Linear(8, 16), nn::Tanh(), nn::Linear(16, 16), nn::Tanh(),
+                     nn::Linear(16, 2));
+  remat::Checkpointable chk(net);
+  const torch::Tensor x = torch::randn({4, 8}).requires_grad_(true);
+  chk->measure(x, remat::ProfileOptions().measure_time(false));
+  // Recomputation-all: every forward with autograd runs in the backward phase.
+  for (const Algorithm algorithm : {Algorithm::kStoreAll, Algorithm::kRecomputeAll}) {
+    INFO(remat::algorithm_name(algorithm));
+    REQUIRE(chk->compute_sequence(chk->store_all_peak(), algorithm).ok());
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+    CHECK_THROWS_WITH(torch::autograd::grad({chk->forward(x).sum()}, {x}),
+                      Catch::Contains("torch.autograd.grad and backward(inputs=...) are not "
+                                      "supported"));
+    // (backward(inputs=parameters) never reaches the node, whose edges lead to the inputs:
+    // it gives those parameters no gradient, as docs/runtime.md says.)
+    CHECK_THROWS_WITH(torch::autograd::backward({chk->forward(x).sum()}, {}, {}, false, {x}),
+                      Catch::Contains("backward(inputs=...) are not supported"));
+    CHECK_THROWS_WITH(chk->forward(x).sum().backward({}, true, true),
+                      Catch::Contains("create_graph=True"));
+    // None of them wrote a gradient; a whole backward still runs, exactly as plain.
+    for (auto& p : net->parameters()) CHECK_FALSE(p.grad().defined());
+    chk->forward(x).sum().backward();
+    for (auto& p : net->parameters()) CHECK(p.grad().defined());
+  }
+  // Measured with the first Linear frozen, then unfrozen: its gradient would be lost.
+  torch::Tensor detached = x.detach();
+  for (auto& p : net[0]->parameters()) p.requires_grad_(false);
+  chk->measure(detached, remat::ProfileOptions().measure_time(false));
+  REQUIRE(chk->compute_sequence(chk->store_all_peak()).ok());
+  for (auto& p : net[0]->parameters()) p.requires_grad_(true);
+  CHECK_THROWS_WITH(
+      chk->forward(detached),
+      Catch::Contains("stage 0 (0:Linear) output member 0 requires grad, but it did not "
+                      "when the chain was measured") &&
+          Catch::Contains("measure() again"));
+  chk->measure(detached, remat::ProfileOptions().measure_time(false));
+  REQUIRE(chk->compute_sequence(chk->store_all_peak()).ok());
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+  chk->forward(detached).sum().backward();
+  CHECK(net[0]->as<nn::Linear>()->weight.grad().defined());
+}
+
 // Whose fault an error is shows in its type, as in LibTorch: c10::ValueError for bad input
 // (Python's ValueError, `remat`'s exit 2), a plain c10::Error for a call out of order, and the
 // solver's std::invalid_argument arrives as a c10::ValueError too.

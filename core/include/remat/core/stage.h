@@ -26,6 +26,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -61,6 +62,14 @@ class StageModule {
   virtual std::shared_ptr<torch::nn::Module> nn_module() const { return nullptr; }
   /// "Conv2d", "callable", "TorchScript <qualified class name>".
   virtual std::string type_name() const = 0;
+  /// Whether the parameters and buffers are registered by an owner of their own (a Python
+  /// module, registered in the Python class), so that a parent must not hold them: they may
+  /// be replaced there (load_state_dict(assign=True)).
+  virtual bool owned_elsewhere() const { return false; }
+  /// Whether an exception thrown by forward() or during its backward is not the stage's
+  /// failure but an interruption to pass on untouched (Python's KeyboardInterrupt and
+  /// SystemExit, and out of memory): the profiler then does not report it as the stage's.
+  virtual bool interrupts(const std::exception_ptr& /*error*/) const { return false; }
 };
 
 /// A C++ module as a stage. Its forward() is called with the input members and then, when
