@@ -69,6 +69,9 @@ void check_plot_path(const std::string& path);
 /// Checks a --threads argument of the solver's commands: 0 (one per core) to kMaxThreads.
 void check_solver_threads(int threads);
 
+/// Checks `cmd`'s --segments, if given: for --algorithm periodic only, and positive.
+void check_segments_option(const CLI::App& cmd, Algorithm algorithm, int segments);
+
 /// `text` as a whole number from `low` to `high` (strtol's decimal form, all of the text);
 /// nullopt if it is not one.
 std::optional<long> whole_number(const std::string& text, long low, long high);

@@ -36,6 +36,12 @@ void check_solver_threads(int threads) {
               " (0, the default, runs one per core)");
 }
 
+void check_segments_option(const CLI::App& cmd, Algorithm algorithm, int segments) {
+  if (cmd.count("--segments") == 0) return;
+  REMAT_CHECK(algorithm == Algorithm::kPeriodic, "--segments applies to --algorithm periodic only");
+  REMAT_CHECK(segments > 0, "--segments (", segments, ") must be a positive number of segments");
+}
+
 std::optional<long> whole_number(const std::string& text, long low, long high) {
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);

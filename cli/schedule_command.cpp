@@ -150,14 +150,11 @@ Action add_schedule_command(CLI::App& app) {
   return [args, cmd]() -> int {
     const Format format = parse_format(args->format);
     const Algorithm algorithm = parse_algorithm(args->algorithm);
-    REMAT_CHECK(cmd->count("--segments") == 0 || algorithm == Algorithm::kPeriodic,
-                "--segments applies to --algorithm periodic only");
+    check_segments_option(*cmd, algorithm, args->segments);
     REMAT_CHECK(cmd->count("--slots") == 0 || algorithm == Algorithm::kOptimal,
                 "--slots applies to --algorithm optimal only");
     REMAT_CHECK(cmd->count("--slots") == 0 || args->slots > 0, "--slots (", args->slots,
                 ") must be a positive number of slots");
-    REMAT_CHECK(cmd->count("--segments") == 0 || args->segments > 0, "--segments (", args->segments,
-                ") must be a positive number of segments");
     REMAT_CHECK(!args->reference_recurrence || algorithm == Algorithm::kOptimal,
                 "--reference-recurrence applies to --algorithm optimal only");
     check_solver_threads(args->threads);

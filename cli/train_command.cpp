@@ -477,11 +477,7 @@ Action add_train_command(CLI::App& app) {
   return [args, cmd]() -> int {
     REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
     // An option that would change nothing is refused rather than ignored.
-    REMAT_CHECK(
-        cmd->count("--segments") == 0 || parse_algorithm(args->algorithm) == Algorithm::kPeriodic,
-        "--segments applies to --algorithm periodic only");
-    REMAT_CHECK(cmd->count("--segments") == 0 || args->segments > 0, "--segments (", args->segments,
-                ") must be a positive number of segments");
+    check_segments_option(*cmd, parse_algorithm(args->algorithm), args->segments);
     REMAT_CHECK(cmd->count("--repeat") == 0 || args->chain_file.empty(),
                 "--repeat applies to profiling, which --chain replaces");
     REMAT_CHECK(args->steps >= 1, "--steps must be at least 1");

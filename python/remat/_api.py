@@ -15,6 +15,7 @@ Budget = Union[int, str]
 
 
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1  # C++'s int: counts of repetitions, segments, points
 _MAX_THREADS = 1024  # the CLI's bound (cli/options.cpp)
 
 
@@ -34,7 +35,7 @@ def _whole(name: str, value: Any, low: int, high: int = _INT64_MAX) -> int:
 def _solver_arguments(slots: int, segments: int, threads: int) -> tuple:
     """Checks the solver's integer options before they reach C++ (whose own checks say which
     algorithm each applies to)."""
-    return (_whole("slots", slots, 0), _whole("segments", segments, 0, 2**31 - 1),
+    return (_whole("slots", slots, 0), _whole("segments", segments, 0, _INT32_MAX),
             _whole("threads", threads, 0, _MAX_THREADS))
 
 
@@ -295,7 +296,7 @@ def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budg
     peak = chain.store_all_peak()
     slots, _, threads = _solver_arguments(slots, 0, threads)
     return Tradeoff(_C.tradeoff(chain._chain, parse_budget(from_budget, peak), parse_budget(to_budget, peak),
-                                _whole("points", points, 2, 2**31 - 1), slots, threads), chain)
+                                _whole("points", points, 2, _INT32_MAX), slots, threads), chain)
 
 
 def _progress(total_label: str) -> Callable[[int, int, str], None]:
@@ -334,15 +335,15 @@ def _as_list(x: Any, what: str = "sample") -> list:
         return []
     if isinstance(x, torch.Tensor):
         return [x]
-    hint = " (torch.from_numpy converts an array)" if type(x).__module__ == "numpy" else ""
+    def kind(obj: Any) -> str:
+        hint = " (torch.from_numpy converts an array)" if type(obj).__module__ == "numpy" else ""
+        return f"{type(obj).__module__}.{type(obj).__name__}{hint}"
+
     if not isinstance(x, (list, tuple)):
-        raise TypeError(f"{what} must be a tensor or a tuple or list of tensors, not "
-                        f"{type(x).__module__}.{type(x).__name__}{hint}")
+        raise TypeError(f"{what} must be a tensor or a tuple or list of tensors, not {kind(x)}")
     for i, item in enumerate(x):
         if not isinstance(item, torch.Tensor):
-            hint = " (torch.from_numpy converts an array)" if type(item).__module__ == "numpy" else ""
-            raise TypeError(f"{what}[{i}] must be a tensor, not {type(item).__module__}."
-                            f"{type(item).__name__}{hint}")
+            raise TypeError(f"{what}[{i}] must be a tensor, not {kind(item)}")
     return list(x)
 
 
@@ -351,7 +352,7 @@ def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
     """The profiler's options, as remat._C's profile and Checkpointable.measure take them."""
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be callable, not {type(loss).__name__}")
-    return (_whole("repeat", repeat, 1, 2**31 - 1), _whole("warmup", warmup, 0, 2**31 - 1),
+    return (_whole("repeat", repeat, 1, _INT32_MAX), _whole("warmup", warmup, 0, _INT32_MAX),
             bool(measure_time), str(name),
             None if loss is None else (lambda outs: loss(*outs)), bool(output_held),
             _progress(name or "chain") if progress else None)

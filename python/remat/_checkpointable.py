@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numbers
 from collections import OrderedDict
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
 from . import _C
-from ._api import (Budget, Chain, Solution, _as_list, _profile_arguments, _solver_arguments, _whole,
-                   format_bytes, parse_budget)
+from ._api import (_INT32_MAX, Budget, Chain, Solution, _as_list, _profile_arguments, _solver_arguments,
+                   _whole, format_bytes, parse_budget)
 
 StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callable]]]
 
@@ -103,16 +103,16 @@ class Checkpointable(nn.Module):
         # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
         # nn.Sequential or nn.ModuleList as `module` (its keys are then "module.<its keys>"), a
         # list's modules as a ModuleList.
+        self._build(module)
         if isinstance(module, (nn.Sequential, nn.ModuleList)):
             self.module = module
             self._stages_from_module = True
         else:
-            _, stages = _stage_specs(module, self._takes_context)
-            self.module = nn.ModuleList([s for s in stages.values() if isinstance(s, nn.Module)])
+            stages = self._callables.values()
+            self.module = nn.ModuleList([s for s in stages if isinstance(s, nn.Module)])
             # Replacing a stage is seen through the ModuleList when every stage is a module.
             self._stages_from_module = len(self.module) == len(stages)
-        self._build(module)
-        self._repeat = _whole("repeat", repeat, 1, 2**31 - 1)
+        self._repeat = _whole("repeat", repeat, 1, _INT32_MAX)
         self._loss = loss
         self._output_held = output_held
         self._progress = progress
@@ -157,8 +157,7 @@ class Checkpointable(nn.Module):
     def __setstate__(self, state: dict) -> None:
         chain_json = state.pop("_chain_json", None)
         super().__setstate__(state)
-        self._impl = _C.Checkpointable(_stage_specs(list(self._callables.items()), self._takes_context)[0])
-        self._stage_ids = [id(c) for c in self._callables.values()]
+        self._build(list(self._callables.items()))
         if chain_json is not None:
             self._impl.set_chain(_C.Chain.from_json(chain_json, "the copied chain"))
 
@@ -253,22 +252,13 @@ class Checkpointable(nn.Module):
 
     # ---- run ---------------------------------------------------------------------------
 
-    def _plain(self, inputs: List[torch.Tensor], context: List[torch.Tensor]) -> Any:
-        x: Any = tuple(inputs)
-        for stage in self._callables.values():
-            args = tuple(x) + (tuple(context) if self._takes_context else ())
-            x = stage(*args)
-            if isinstance(x, torch.Tensor):
-                x = (x,)
-        return x[0] if len(x) == 1 else tuple(x)
-
     def forward(self, *inputs: torch.Tensor, context: Any = None) -> Any:
         context_list = _as_list(context, "context")
         if context is not None and not self._takes_context:
             raise ValueError(_NO_CONTEXT)
         self._check_stages()
         if not self.training or not torch.is_grad_enabled():
-            return self._plain(list(inputs), context_list)
+            return _run_plainly(self._callables.values(), inputs, context_list)
         if not self._impl.has_chain():
             self.measure(tuple(inputs), context=context, loss=self._loss)
         if not self._impl.has_sequence():
@@ -300,6 +290,17 @@ def _one_of(name: str, value: Any, rotor_name: str, rotor_value: Any) -> Any:
     if value is not None:
         raise TypeError(f"{name} and {rotor_name} (rotor's name for it) both given")
     return rotor_value
+
+
+def _run_plainly(stages: Any, inputs: Sequence[torch.Tensor], context: Sequence[torch.Tensor] = ()) -> Any:
+    """The chain without a schedule (eval mode, no autograd): each stage called with the
+    previous one's outputs, then the context tensors if any."""
+    x: Any = tuple(inputs)
+    for stage in stages:
+        x = stage(*x, *context)
+        if isinstance(x, torch.Tensor):
+            x = (x,)
+    return x[0] if len(x) == 1 else tuple(x)
 
 
 def _signature(inputs: Sequence[torch.Tensor]) -> tuple:
@@ -349,12 +350,7 @@ def checkpoint_sequential(functions: StageList, budget: Budget, input: Any, **kw
                             "callables with at least one module (it keeps its schedule there)")
         holder = modules[0]
     if not holder.training or not torch.is_grad_enabled():
-        x: Any = tuple(inputs)
-        for f in (stages.children() if isinstance(stages, nn.Module) else stages):
-            x = f(*x)
-            if isinstance(x, torch.Tensor):
-                x = (x,)
-        return x[0] if len(x) == 1 else tuple(x)
+        return _run_plainly(stages, inputs)
     # The cache lives on the chain itself (a reference cycle the garbage collector frees with
     # it): one Checkpointable per chain, input signature and budget.
     cache = holder.__dict__.get("_remat_checkpoint_sequential")

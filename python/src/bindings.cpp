@@ -96,6 +96,15 @@ SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, st
   return options;
 }
 
+// The Python stages of a Python-made Checkpointable (none while it is being constructed).
+std::vector<PythonStage*> python_stages(PyObject* self) {
+  std::vector<PythonStage*> out;
+  if (!py::detail::is_holder_constructed(self)) return out;
+  for (const NamedStage& stage : py::cast<CheckpointableImpl&>(py::handle(self)).stages())
+    if (auto* python = dynamic_cast<PythonStage*>(stage.module.get())) out.push_back(python);
+  return out;
+}
+
 }  // namespace
 }  // namespace remat::python
 
@@ -272,16 +281,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         type->tp_flags |= Py_TPFLAGS_HAVE_GC;
         type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) -> int {
           Py_VISIT(Py_TYPE(self));
-          if (!py::detail::is_holder_constructed(self)) return 0;
-          for (const NamedStage& stage : py::cast<CheckpointableImpl&>(py::handle(self)).stages())
-            if (const auto* python = dynamic_cast<const PythonStage*>(stage.module.get()))
-              Py_VISIT(python->function().ptr());
+          for (PythonStage* python : python_stages(self)) Py_VISIT(python->function().ptr());
           return 0;
         };
         type->tp_clear = [](PyObject* self) -> int {
-          if (!py::detail::is_holder_constructed(self)) return 0;
-          for (const NamedStage& stage : py::cast<CheckpointableImpl&>(py::handle(self)).stages())
-            if (auto* python = dynamic_cast<PythonStage*>(stage.module.get())) python->clear();
+          for (PythonStage* python : python_stages(self)) python->clear();
           return 0;
         };
       }))
