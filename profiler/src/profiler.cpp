@@ -27,11 +27,13 @@
 #include <c10/util/Type.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/utils.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <optional>
 #include <sstream>
 #include <unordered_set>
@@ -89,6 +91,7 @@ class ModelState {
     for (const NamedStage& stage : stages) {
       modes_.push_back({stage.module, stage.module->training_modes()});
       for (auto& p : stage.module->parameters()) {
+        parameters_.insert(p.unsafeGetTensorImpl());
         if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
         const torch::Tensor& grad = p.grad();
         grads_.push_back({p, grad.defined() ? std::optional<torch::Tensor>(grad.clone()) : std::nullopt});
@@ -100,6 +103,9 @@ class ModelState {
     if (device.is_cuda()) cuda_rng_ = generator_state(device);
   }
   ModelState(const ModelState&) = delete;
+  bool has_parameter(const torch::Tensor& t) const {
+    return parameters_.count(t.unsafeGetTensorImpl()) > 0;
+  }
   ModelState& operator=(const ModelState&) = delete;
 
   // Gives every parameter that requires grad a gradient (zeros where it had none), so that
@@ -145,6 +151,7 @@ class ModelState {
   std::vector<ModeEntry> modes_;
   std::vector<GradEntry> grads_;
   std::vector<BufferEntry> buffers_;
+  std::unordered_set<const void*> parameters_;
   torch::Tensor cpu_rng_, cuda_rng_;
 };
 
@@ -201,7 +208,8 @@ struct Runner {
       throw;  // not the stage's fault: the caller may retry with less
     } catch (const std::exception& error) {
       if (stage.module->interrupts(std::current_exception())) throw;
-      throw ProfileError(describe(index, stage.name) + ": forward failed: " + message_of(error));
+      std::throw_with_nested(
+          ProfileError(describe(index, stage.name) + ": forward failed: " + message_of(error)));
     }
     std::size_t v = 0;
     for (const auto* list : {&x, &context})
@@ -220,6 +228,36 @@ struct Runner {
     return out;
   }
 };
+
+// A tensor that requires grad reached by a stage's graph must be a parameter of a stage: an
+// undeclared one would keep the gradients of the profiler's backward passes (they are restored
+// for parameters only), and its stage's buffers, undeclared as well most likely, would be
+// updated again by every recomputation.
+void check_declared_leaves(const std::vector<torch::autograd::Edge>& edges, const ModelState& state,
+                           int index, const std::string& name) {
+  std::vector<torch::autograd::Node*> stack;
+  std::unordered_set<const torch::autograd::Node*> visited;
+  for (const torch::autograd::Edge& edge : edges)
+    if (edge.function) stack.push_back(edge.function.get());
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!visited.insert(node).second) continue;
+    if (const auto* leaf = dynamic_cast<const torch::autograd::AccumulateGrad*>(node)) {
+      const torch::Tensor& t = leaf->variable;
+      if (t.defined() && !state.has_parameter(t))
+        throw ProfileError(
+            describe(index, name) + " uses a tensor that requires grad (" +
+            c10::str(t.scalar_type(), " ", t.sizes()) +
+            ") that is not a parameter of any stage: its gradient and its module's buffers "
+            "would not be the training step's. Declare it among its stage's parameters (a "
+            "callable stage's parameter list; a registered parameter of a module), or detach it");
+      continue;
+    }
+    for (const torch::autograd::Edge& next : node->next_edges())
+      if (next.function) stack.push_back(next.function.get());
+  }
+}
 
 bool has_trainable_parameters(const NamedStage& stage) {
   for (const auto& p : stage.module->parameters())
@@ -316,11 +354,18 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                            "or make it an input member)");
     }
   }
+  bool context_taken = false;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     if (!stages[i].module)
       throw ProfileError(describe(static_cast<int>(i), stages[i].name) + " has no module (null)");
     check_device(stages[i], static_cast<int>(i), device);
+    context_taken = context_taken || stages[i].module->takes_context();
   }
+  if (!context.empty() && !context_taken)
+    throw ProfileError(std::to_string(context.size()) +
+                       " context tensor(s) given, but no stage takes the context: they would be "
+                       "counted and never used (make the stages that need them with "
+                       "takes_context = true)");
   MemoryTracker& tracker = MemoryTracker::for_device(device);
   const int length = static_cast<int>(stages.size());
   // Work and allocations without an explicit device go to the sample's GPU.
@@ -437,6 +482,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         throw ProfileError(describe(i, named.name) +
                            " returned no tensor that requires grad: its backward cannot reach its "
                            "input or parameters (is its output detached?)");
+      check_declared_leaves(edges, state, i, named.name);
       out.clear();
       handed.clear();
       kept = scope.live_above_start();
@@ -480,7 +526,8 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         throw;
       } catch (const std::exception& error) {
         if (named.module->interrupts(std::current_exception())) throw;
-        throw ProfileError(describe(i, named.name) + ": backward failed: " + message_of(error));
+        std::throw_with_nested(
+            ProfileError(describe(i, named.name) + ": backward failed: " + message_of(error)));
       }
       // As the runtime does, member by member: a carried member's own gradient is added into
       // the passed one (in place) and goes; another member's is kept in its own storage.
@@ -567,7 +614,8 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     } catch (const std::exception& error) {
       // The loss is the caller's code, in the language of the stages.
       if (stages.back().module->interrupts(std::current_exception())) throw;
-      throw ProfileError(std::string("the loss function failed on the chain's output: ") + message_of(error));
+      std::throw_with_nested(ProfileError(
+          std::string("the loss function failed on the chain's output: ") + message_of(error)));
     }
     synchronize(device);
     std::int64_t gradient_bytes = 0;

@@ -102,16 +102,26 @@ class Checkpointable(nn.Module):
         self._takes_context = context is not None
         # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
         # nn.Sequential or nn.ModuleList as `module` (its keys are then "module.<its keys>"), a
-        # list's modules as a ModuleList.
+        # list's modules in an nn.Sequential under their stage names ("module.<name>.weight";
+        # "module.0.weight" for a plain list).
         self._build(module)
         if isinstance(module, (nn.Sequential, nn.ModuleList)):
             self.module = module
             self._stages_from_module = True
         else:
-            stages = self._callables.values()
-            self.module = nn.ModuleList([s for s in stages if isinstance(s, nn.Module)])
-            # Replacing a stage is seen through the ModuleList when every stage is a module.
-            self._stages_from_module = len(self.module) == len(stages)
+            self.module = nn.Sequential()
+            for name, stage in self._callables.items():
+                if not isinstance(stage, nn.Module):
+                    continue
+                try:
+                    self.module.add_module(name, stage)
+                except KeyError as error:
+                    raise ValueError(
+                        f"stage name {name!r} cannot name a module ({error.args[0]}): the stages' "
+                        "modules are registered under their names (state_dict keys "
+                        "'module.<name>.<parameter>')") from None
+            # Replacing a stage is seen through the nn.Sequential when every stage is a module.
+            self._stages_from_module = len(self.module) == len(self._callables)
         self._repeat = _whole("repeat", repeat, 1, _INT32_MAX)
         self._loss = loss
         self._output_held = output_held
@@ -139,10 +149,9 @@ class Checkpointable(nn.Module):
         """Builds the runtime again if a stage of the module was replaced (a new head)."""
         if not self._stages_from_module:
             return
-        children = list(self.module.children())
-        if [id(m) for m in children] != self._stage_ids:
-            names = list(self._callables)
-            self._build(list(zip(names, children)) if len(names) == len(children) else self.module)
+        children = list(self.module.named_children())
+        if [id(m) for _, m in children] != self._stage_ids:
+            self._build(children)
 
     # ---- copies ------------------------------------------------------------------------
 

@@ -84,16 +84,12 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
 
 SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, std::int64_t slots,
                            int segments, int threads) {
-  const Algorithm parsed = parse_algorithm(algorithm);
-  // As the CLI: an option the algorithm would ignore is refused.
-  REMAT_CHECK(slots == 0 || parsed == Algorithm::kOptimal, "slots (", slots,
-              ") apply to algorithm 'optimal' only, not '", algorithm, "'");
-  REMAT_CHECK(segments == 0 || parsed == Algorithm::kPeriodic, "segments (", segments,
-              ") apply to algorithm 'periodic' only, not '", algorithm, "'");
-  SolveOptions options(budget);
-  options.algorithm(parsed).slots(slots).threads(threads);
-  if (segments > 0) options.segments(segments);
-  return options;
+  // solve() refuses the options the algorithm would ignore.
+  return SolveOptions(budget)
+      .algorithm(parse_algorithm(algorithm))
+      .slots(slots)
+      .segments(segments)
+      .threads(threads);
 }
 
 // The Python stages of a Python-made Checkpointable (none while it is being constructed).
@@ -103,6 +99,32 @@ std::vector<PythonStage*> python_stages(PyObject* self) {
   for (const NamedStage& stage : py::cast<CheckpointableImpl&>(py::handle(self)).stages())
     if (auto* python = dynamic_cast<PythonStage*>(stage.module.get())) out.push_back(python);
   return out;
+}
+
+/// A remat error thrown with std::throw_with_nested over a Python exception (a stage's own
+/// code failed while measuring): that exception becomes the raised error's __cause__, as
+/// `raise ... from` would make it, with its traceback into the stage.
+void chain_python_cause(const std::exception& error) {
+  const auto* nested = dynamic_cast<const std::nested_exception*>(&error);
+  if (nested == nullptr || !nested->nested_ptr() || !PyErr_Occurred()) return;
+  // The cause's exception and traceback, held by the nested exception while `error` lives.
+  py::handle value, traceback;
+  try {
+    std::rethrow_exception(nested->nested_ptr());
+  } catch (const py::error_already_set& cause) {
+    value = cause.value();
+    traceback = cause.trace();
+  } catch (const python_error& cause) {  // torch's, from a backward run by the engine
+    value = cause.value;
+    traceback = cause.traceback;
+  } catch (...) {
+    return;
+  }
+  if (!value) return;
+  py::error_already_set raised;  // takes the error just set, normalized
+  if (traceback) PyException_SetTraceback(value.ptr(), traceback.ptr());
+  PyException_SetCause(raised.value().ptr(), value.inc_ref().ptr());  // steals
+  raised.restore();
 }
 
 }  // namespace
@@ -120,8 +142,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       std::rethrow_exception(p);
-    } catch (const c10::Error&) {
+    } catch (const c10::Error& error) {
       torch::translate_exception_to_python(p);
+      chain_python_cause(error);
     } catch (const std::invalid_argument& error) {
       PyErr_SetString(PyExc_ValueError, error.what());
     }

@@ -43,12 +43,14 @@ class ScheduleBackward : public torch::autograd::Node {
     const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
     TORCH_CHECK(exec_info == nullptr || exec_info->empty(),
                 "remat: a checkpointed chain is backpropagated by backward() of the whole graph; "
-                "torch.autograd.grad and backward(inputs=...) are not supported (the chain's "
-                "parameters are not edges of its backward node: their gradients would go to "
-                ".grad, not to the result)");
+                "a backward for some tensors only is not supported (Python's "
+                "torch.autograd.grad and backward(inputs=...), C++'s torch::autograd::grad and "
+                "backward with inputs): the chain's parameters are not edges of its backward "
+                "node, so their gradients would go to .grad, not to the result");
     TORCH_CHECK(!torch::GradMode::is_enabled(),
-                "remat: backward(create_graph=True) through a checkpointed chain is not "
-                "supported: its recomputed backward is not differentiable again");
+                "remat: a backward that makes a graph of the gradients (create_graph) through a "
+                "checkpointed chain is not supported: its recomputed backward is not "
+                "differentiable again");
     // y_L: one gradient per output member (undefined for members without one, or that the
     // loss does not reach).
     Tensors y_out(graded_.size());
@@ -179,6 +181,12 @@ void CheckpointableImpl::set_chain(Chain chain) {
   TORCH_CHECK_VALUE(chain.length() == static_cast<int>(stages_.size()),
                     "Checkpointable::set_chain: the chain has ", chain.length(),
                     " stages but the network ", stages_.size());
+  // Same length is not enough: a chain measured for another network (another model, a
+  // changed stage) would predict memory that this one does not use.
+  for (std::size_t i = 0; i < stages_.size(); ++i)
+    TORCH_CHECK_VALUE(chain.stages[i].name == stages_[i].name, "Checkpointable::set_chain: stage ",
+                      i, " is named '", chain.stages[i].name, "' in the chain but '",
+                      stages_[i].name, "' in the network: a chain measured for another network?");
   chain_ = std::move(chain);
   measured_inputs_.clear();
   measured_context_.clear();

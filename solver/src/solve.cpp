@@ -265,6 +265,15 @@ void check_options(const SolveOptions& options) {
               ") must be at most ", kMaxThreads, " (0, the default, runs one per core)");
   REMAT_CHECK(options.memory_limit_bytes() >= 0, "memory_limit_bytes (",
               options.memory_limit_bytes(), ") must not be negative");
+  // An option the algorithm would ignore is refused: the caller meant something else.
+  const std::string_view algorithm = algorithm_name(options.algorithm());
+  REMAT_CHECK(options.slots() == 0 || options.algorithm() == Algorithm::kOptimal, "slots (",
+              options.slots(), ") apply to algorithm 'optimal' only, not '", algorithm, "'");
+  REMAT_CHECK(options.segments() == 0 || options.algorithm() == Algorithm::kPeriodic, "segments (",
+              options.segments(), ") apply to algorithm 'periodic' only, not '", algorithm, "'");
+  REMAT_CHECK(!options.reference_recurrence() || options.algorithm() == Algorithm::kOptimal,
+              "the reference recurrence applies to algorithm 'optimal' only, not '", algorithm,
+              "'");
 }
 }  // namespace
 

@@ -1,6 +1,9 @@
-#include <catch2/catch.hpp>
-
 #include "remat/profiler.h"
+
+#include <catch2/catch.hpp>
+#include <exception>
+#include <stdexcept>
+
 #include "remat/solver.h"
 #include "test_nets.h"
 
@@ -56,6 +59,10 @@ struct InPlaceImpl : nn::Module {
   torch::Tensor forward(torch::Tensor x) { return x.mul_(2); }
 };
 TORCH_MODULE(InPlace);
+struct ThrowsImpl : nn::Module {
+  torch::Tensor forward(torch::Tensor /*x*/) { throw std::domain_error("the stage's own error"); }
+};
+TORCH_MODULE(Throws);
 struct ViewImpl : nn::Module {
   torch::Tensor forward(torch::Tensor x) { return x.flatten(1); }
 };
@@ -250,7 +257,9 @@ TEST_CASE("stage adapters: names, member lists, plain runs", "[profiler]") {
   CHECK_THROWS_AS(remat::module_stage(nn::AnyModule(Count()))->forward({x}, {}), remat::StageError);
 }
 
-TEST_CASE("a stage whose output is a view of its input is not counted twice", "[profiler]") {
+TEST_CASE(
+    "a stage whose output is a view of its input keeps no state; the view counts its own bytes",
+    "[profiler]") {
   nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(3, 4, 3).padding(1)), View(),
                      nn::Linear(4 * 8 * 8, 5));
   const torch::Tensor sample = torch::randn({2, 3, 8, 8});
@@ -262,6 +271,48 @@ TEST_CASE("a stage whose output is a view of its input is not counted twice", "[
   CHECK(chain.stages[1].saved_inputs.empty());
   CHECK(chain.stages[1].saved_outputs.empty());
   CHECK(chain.stages[1].fwd_tmp_bytes == 0);
+}
+
+TEST_CASE("a tensor that requires grad must be a parameter of a stage, and context a stage's",
+          "[profiler]") {
+  const torch::Tensor weight = torch::randn({4, 4}).requires_grad_(true);
+  const torch::Tensor sample = torch::randn({2, 4});
+  const auto uses_weight = [weight](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{torch::matmul(x[0], weight)};
+  };
+  const auto tanh = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{torch::tanh(x[0])};
+  };
+  SECTION("undeclared: refused, naming the stage and the tensor; its gradient left alone") {
+    const std::vector<remat::NamedStage> stages{{"first", remat::callable_stage(tanh)},
+                                                {"uses", remat::callable_stage(uses_weight)}};
+    CHECK_THROWS_WITH(
+        remat::profile(stages, {sample}, {}, quick()),
+        Catch::Contains("stage 1 (uses) uses a tensor that requires grad (Float [4, 4]) "
+                        "that is not a parameter of any stage"));
+    CHECK_FALSE(weight.grad().defined());
+  }
+  SECTION("declared by another stage (a tied weight): measured, its gradient restored") {
+    const std::vector<remat::NamedStage> stages{
+        {"owner", remat::callable_stage(uses_weight, {weight})},
+        {"tied", remat::callable_stage(uses_weight)}};
+    const remat::Chain chain = remat::profile(stages, {sample}, {}, quick()).chain;
+    CHECK(chain.length() == 2);
+    CHECK_FALSE(weight.grad().defined());
+  }
+  SECTION("context that no stage takes is refused; one taker is enough") {
+    const remat::Tensors context{torch::ones({2, 4})};
+    std::vector<remat::NamedStage> stages{{"first", remat::callable_stage(tanh)},
+                                          {"second", remat::callable_stage(tanh)}};
+    CHECK_THROWS_WITH(remat::profile(stages, {sample}, context, quick()),
+                      Catch::Contains("1 context tensor(s) given, but no stage takes the context"));
+    stages[1].module =
+        remat::callable_stage([](const remat::Tensors& x,
+                                 const remat::Tensors& c) { return remat::Tensors{x[0] * c[0]}; },
+                              {}, {}, true);
+    const torch::Tensor input = sample.clone().requires_grad_(true);
+    CHECK(remat::profile(stages, {input}, context, quick()).chain.length() == 2);
+  }
 }
 
 TEST_CASE("bad stages are errors naming the stage, and the model is left unchanged",
@@ -293,6 +344,16 @@ TEST_CASE("bad stages are errors naming the stage, and the model is left unchang
                  "stage 1 (1:ReLU) modified its input in place");
   }
   SECTION("empty chain") { expect_error(nn::Sequential(), "no stages"); }
+  SECTION("a stage's own exception is named, and nested for the caller") {
+    nn::Sequential net(nn::BatchNorm2d(3), Throws());
+    expect_error(net, "stage 1 (1:Throws): forward failed: the stage's own error");
+    try {
+      remat::profile(net, sample, quick());
+      FAIL("no error from a stage that throws");
+    } catch (const remat::ProfileError& error) {
+      CHECK_THROWS_AS(std::rethrow_if_nested(error), std::domain_error);
+    }
+  }
   SECTION("device") {
     nn::Sequential net(nn::BatchNorm2d(3), nn::Conv2d(nn::Conv2dOptions(3, 3, 1)));
     try {

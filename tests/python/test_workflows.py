@@ -7,6 +7,7 @@ import copy
 import gc
 import io
 import pickle
+import traceback
 import weakref
 
 import pytest
@@ -39,9 +40,10 @@ def test_backward_calls_it_cannot_serve_are_refused_and_a_whole_backward_stays_e
     x = torch.randn(16, 8, requires_grad=True)
     chk = remat.Checkpointable(model, x, progress=False)
     chk.compute_sequence(chk.min_budget())
-    with pytest.raises(RuntimeError, match="torch.autograd.grad and backward\\(inputs=...\\) are not supported"):
+    some_only = r"a backward for some tensors only is not supported \(Python's torch.autograd.grad and backward"
+    with pytest.raises(RuntimeError, match=some_only):
         torch.autograd.grad(chk(x).sum(), x)
-    with pytest.raises(RuntimeError, match="create_graph=True"):
+    with pytest.raises(RuntimeError, match=r"makes a graph of the gradients \(create_graph\)"):
         chk(x).sum().backward(create_graph=True)
     assert all(p.grad is None for p in model.parameters())  # nothing written by either
     chk(x).sum().backward()
@@ -96,6 +98,44 @@ def test_a_replaced_stage_is_the_one_that_runs():
     assert model[-1].weight.grad is not None and same(grads(model), grads(plain))
     chk.eval()
     assert torch.equal(chk(x), plain(x))
+
+
+def test_named_stages_keep_their_names_in_the_state_dict_and_can_be_replaced():
+    torch.manual_seed(0)
+    layers = [("embed", nn.Linear(8, 16)), ("act", torch.tanh), ("head", nn.Linear(16, 2))]
+    chk = remat.Checkpointable(layers, torch.randn(4, 8), progress=False)
+    assert list(chk.state_dict()) == ["module.embed.weight", "module.embed.bias", "module.head.weight",
+                                      "module.head.bias"]
+    assert chk.chain.stage_names == ["embed", "act", "head"]
+    # A plain list keeps torch's numbering, modules and callables alike.
+    plain_list = remat.Checkpointable([nn.Linear(8, 16), torch.tanh, nn.Linear(16, 2)], progress=False)
+    assert list(plain_list.state_dict())[::2] == ["module.0.weight", "module.2.weight"]
+    # Every stage a module: replacing one by name is seen, and the new one runs.
+    modules = [("embed", nn.Linear(8, 16)), ("act", nn.Tanh()), ("head", nn.Linear(16, 2))]
+    chk = remat.Checkpointable(modules, torch.randn(4, 8), progress=False)
+    chk.module.head = nn.Linear(16, 5)
+    assert chk(torch.randn(4, 8)).shape == (4, 5)
+    # A chain of another network with as many stages is refused, naming the stage.
+    other = remat.Checkpointable([("a", nn.Linear(8, 16)), ("act", nn.Tanh()), ("head", nn.Linear(16, 2))],
+                                 torch.randn(4, 8), progress=False)
+    with pytest.raises(ValueError, match="stage 0 is named 'a' in the chain but 'embed' in the network"):
+        chk.set_chain(other.chain)
+    with pytest.raises(ValueError, match=r"stage name 'layer1.0' cannot name a module"):
+        remat.Checkpointable([("layer1.0", nn.Linear(8, 8))])
+
+
+def test_a_stage_using_a_parameter_no_stage_has_is_refused():
+    outside = nn.Parameter(torch.randn(8, 2))
+    with pytest.raises(ValueError, match=r"stage 1 \(1\) uses a tensor that requires grad \(Float \[8, 2\]\) "
+                                         "that is not a parameter of any stage"):
+        remat.Checkpointable([nn.Linear(8, 8), lambda h: h @ outside], torch.randn(4, 8), progress=False)
+    assert outside.grad is None
+    # Tied to a stage's parameter (an LM head sharing the embedding's weight): measured.
+    embed = nn.Linear(2, 8)
+    chk = remat.Checkpointable([("embed", embed), ("head", lambda h: h @ embed.weight)], torch.randn(4, 2),
+                               progress=False)
+    chk(torch.randn(4, 2)).sum().backward()
+    assert embed.weight.grad is not None
 
 
 def test_copies_pickles_and_saves_train_as_the_original():
@@ -188,8 +228,36 @@ def test_interruptions_while_measuring_pass_through_untouched(error):
         def forward(self, x):
             raise ArithmeticError("bad")
 
-    with pytest.raises(ValueError, match=r"stage 1 \(1\).*forward failed.*bad"):
+    with pytest.raises(ValueError, match=r"stage 1 \(1\).*forward failed.*bad") as failure:
         remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), Fails()), torch.randn(2, 8), progress=False)
+    # The stage's own exception is the cause, with its traceback into the stage.
+    cause = failure.value.__cause__
+    assert isinstance(cause, ArithmeticError) and str(cause) == "bad"
+    assert "raise ArithmeticError" in "".join(traceback.format_tb(cause.__traceback__))
+    # So is a backward's, raised in autograd's engine.
+    class Backward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            raise ZeroDivisionError("in backward")
+
+    class FailsBackward(nn.Module):
+        def forward(self, x):
+            return Backward.apply(x)
+
+    with pytest.raises(ValueError, match=r"stage 1 \(1\): backward failed: in backward") as failure:
+        remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), FailsBackward()), torch.randn(2, 8), progress=False)
+    assert isinstance(failure.value.__cause__, ZeroDivisionError)
+    # So is the loss function's.
+    def bad_loss(y):
+        raise LookupError("no such class")
+
+    with pytest.raises(ValueError, match="the loss function failed") as failure:
+        remat.Checkpointable(nn.Sequential(nn.Linear(8, 8)), torch.randn(2, 8), loss=bad_loss, progress=False)
+    assert isinstance(failure.value.__cause__, LookupError)
 
 
 def test_the_default_budget_and_the_chosen_algorithm_hold_across_measurements():

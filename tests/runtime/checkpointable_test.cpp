@@ -262,6 +262,10 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   remat::Chain wrong = chk->chain();
   wrong.stages.pop_back();
   CHECK_THROWS_WITH(chk->set_chain(wrong), Catch::Contains("stages but the network"));
+  remat::Chain renamed = chk->chain();
+  renamed.stages[1].name = "head";
+  CHECK_THROWS_WITH(chk->set_chain(renamed),
+                    Catch::Contains("stage 1 is named 'head' in the chain but '1:"));
 }
 
 // What a checkpointed backward cannot give is refused, never given wrong: gradients of some
@@ -281,14 +285,16 @@ TEST_CASE("backward calls the schedule cannot serve exactly are refused, not ans
     REQUIRE(chk->compute_sequence(chk->store_all_peak(), algorithm).ok());
     for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
     CHECK_THROWS_WITH(torch::autograd::grad({chk->forward(x).sum()}, {x}),
-                      Catch::Contains("torch.autograd.grad and backward(inputs=...) are not "
-                                      "supported"));
+                      Catch::Contains("a backward for some tensors only is not supported "
+                                      "(Python's torch.autograd.grad and backward(inputs=...), "
+                                      "C++'s torch::autograd::grad and backward with inputs)"));
     // (backward(inputs=parameters) never reaches the node, whose edges lead to the inputs:
     // it gives those parameters no gradient, as docs/runtime.md says.)
     CHECK_THROWS_WITH(torch::autograd::backward({chk->forward(x).sum()}, {}, {}, false, {x}),
-                      Catch::Contains("backward(inputs=...) are not supported"));
-    CHECK_THROWS_WITH(chk->forward(x).sum().backward({}, true, true),
-                      Catch::Contains("create_graph=True"));
+                      Catch::Contains("a backward for some tensors only is not supported"));
+    CHECK_THROWS_WITH(
+        chk->forward(x).sum().backward({}, true, true),
+        Catch::Contains("a backward that makes a graph of the gradients (create_graph)"));
     // None of them wrote a gradient; a whole backward still runs, exactly as plain.
     for (auto& p : net->parameters()) CHECK_FALSE(p.grad().defined());
     chk->forward(x).sum().backward();

@@ -217,6 +217,28 @@ TEST_CASE("bad options are refused by solve and by min_feasible_budget alike", "
       CHECK_THROWS_WITH(solve(chain, bad), Catch::Contains(what));
       CHECK_THROWS_WITH(min_feasible_budget(chain, bad), Catch::Contains(what));
     }
+    // Options the algorithm would ignore: the caller meant another algorithm.
+    const std::string name(algorithm_name(algorithm));
+    if (algorithm != Algorithm::kOptimal) {
+      for (const SolveOptions& ignored :
+           {SolveOptions(1000).algorithm(algorithm).slots(50),
+            SolveOptions(1000).algorithm(algorithm).reference_recurrence(true)}) {
+        const std::string what =
+            ignored.slots() > 0
+                ? "slots (50) apply to algorithm 'optimal' only, not '" + name + "'"
+                : "the reference recurrence applies to algorithm 'optimal' only, not '" + name +
+                      "'";
+        CHECK_THROWS_WITH(solve(chain, ignored), Catch::Contains(what));
+        CHECK_THROWS_WITH(min_feasible_budget(chain, ignored), Catch::Contains(what));
+      }
+    }
+    if (algorithm != Algorithm::kPeriodic) {
+      const SolveOptions ignored = SolveOptions(1000).algorithm(algorithm).segments(2);
+      const std::string what =
+          "segments (2) apply to algorithm 'periodic' only, not '" + name + "'";
+      CHECK_THROWS_WITH(solve(chain, ignored), Catch::Contains(what));
+      CHECK_THROWS_WITH(min_feasible_budget(chain, ignored), Catch::Contains(what));
+    }
   }
 }
 

@@ -8,8 +8,8 @@
 //   stages.push_back({"head", remat::callable_stage(
 //       [&](const remat::Tensors& x, const remat::Tensors&) { return remat::Tensors{fc(x[0])}; },
 //       fc->parameters())});
-//   stages.push_back({"block", remat::script_stage(torch::jit::load("block.pt"))});  //
-//   script_stage.h
+//   stages.push_back({"block", remat::script_stage(  // remat/core/script_stage.h
+//       std::make_shared<torch::jit::Module>(torch::jit::load("block.pt")))});
 //
 // Members may be of any dtype (integer token ids, boolean masks): those that do not require
 // grad have no gradient. An output member that *is* one of the input tensors, returned as it

@@ -101,7 +101,9 @@ struct Profile {
 
 /// Bad input: a stage that returns no tensors or undefined ones, modifies its input or the
 /// context in place, fails, or lives on another device than the sample; an empty chain;
-/// a context tensor that requires grad.
+/// a context tensor that requires grad. When a stage's own code (or the loss) failed, the
+/// ProfileError is thrown with std::throw_with_nested: std::rethrow_if_nested gives the
+/// original exception (Python's is its __cause__).
 class ProfileError : public InputError {
  public:
   using InputError::InputError;

@@ -37,9 +37,11 @@ struct SolveOptions {
   REMAT_ARG(std::int64_t, budget_bytes);
   /// Which algorithm computes the sequence.
   REMAT_ARG(Algorithm, algorithm) = Algorithm::kOptimal;
-  /// `optimal` only: memory slots of the discretization. 0 picks the finest number that keeps
-  /// the solve fast (docs/algorithms.md); N > 0 reproduces the reference rotor: the unit is
-  /// floor(budget / N) bytes, sizes are rounded up to whole units, the capacity is N units.
+  /// `optimal` only (another algorithm refuses it, as it does `segments` and
+  /// `reference_recurrence` where they do not apply): memory slots of the discretization. 0 picks
+  /// the finest number that keeps the solve fast (docs/algorithms.md); N > 0 reproduces the
+  /// reference rotor: the unit is floor(budget / N) bytes, sizes are rounded up to whole units, the
+  /// capacity is N units.
   REMAT_ARG(std::int64_t, slots) = 0;
   /// `periodic` only: the number of segments K, 1 <= K <= L; 0 means round(sqrt(L)).
   REMAT_ARG(int, segments) = 0;
