@@ -18,6 +18,7 @@ struct ModelsArgs {
   int sequence = kSequenceNotGiven;
   std::string granularity;
   int classes = 1000;
+  bool classes_given = false;
   std::string format = "text";
 };
 
@@ -101,6 +102,7 @@ int list_models(const ModelsArgs& args, Format format) {
 int show_model(const ModelsArgs& args, Format format) {
   const ModelInput in =
       resolve_model_input(args.model, args.image, "cpu", args.sequence, args.granularity);
+  check_classes_option(in, args.classes_given);
   torch::manual_seed(0);
   torch::nn::Sequential net = build_model(in, args.classes);
   std::vector<NamedStage> stages = stages_of(net);
@@ -171,7 +173,8 @@ Action add_models_command(CLI::App& app) {
   cmd->add_option("--granularity", args->granularity, "Transformers: block or half");
   cmd->add_option("--classes", args->classes, "Number of classes")->capture_default_str();
   cmd->add_option("--format", args->format, "text or json")->capture_default_str();
-  return [args]() -> int {
+  return [args, cmd]() -> int {
+    args->classes_given = cmd->count("--classes") > 0;
     const Format format = parse_format(args->format);
     REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
     REMAT_CHECK(args->classes >= 1, "--classes must be at least 1");

@@ -4,6 +4,7 @@
 #include <torch/utils.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct ProfileArgs {
   std::string device = "cpu";
   int repeat = 5;
   int classes = 1000;
+  bool classes_given = false;
   int sequence = kSequenceNotGiven;
   std::string granularity;
   std::string output;
@@ -86,7 +88,8 @@ Action add_profile_command(CLI::App& app) {
                 "The training step lets the output go once the loss has its value, as "
                 "`loss(model(x)).backward()` and `remat train` do (default: kept to the step's "
                 "end, a bound for both)");
-  return [args]() -> int {
+  return [args, cmd]() -> int {
+    args->classes_given = cmd->count("--classes") > 0;
     const Format format = parse_format(args->format);
     check_plot_path(args->plot);
     if (args->output == "-" && format == Format::kJson)
@@ -94,8 +97,15 @@ Action add_profile_command(CLI::App& app) {
           "-o - and --format json both write the chain to standard output: give one");
     if (!args->output.empty())
       check_output_path(args->output, "the chain file");  // before profiling
+    if (!args->output.empty() && args->output != "-" && !args->plot.empty() &&
+        std::filesystem::weakly_canonical(args->output) ==
+            std::filesystem::weakly_canonical(args->plot))
+      throw std::invalid_argument(
+          "-o " + printable(args->output) + " and --plot " + printable(args->plot) +
+          " name the same file: the plot would replace the chain; give two");
     const ModelInput in = resolve_model_input(args->model, args->image, args->device,
                                               args->sequence, args->granularity);
+    check_classes_option(in, args->classes_given);
     const models::ModelInfo& info = *in.info;
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (args->repeat < 1) throw std::invalid_argument("--repeat must be at least 1");

@@ -126,6 +126,14 @@ void check_torch_threads(int threads) {
         "--threads ({}) must be 0 (LibTorch's own default) to {}", threads, kMaxThreads));
 }
 
+void check_classes_option(const ModelInput& in, bool given) {
+  if (given && in.tokens())
+    throw std::invalid_argument(fmt::format(
+        "--classes: {} is a language model, whose outputs are its vocabulary ({} tokens); "
+        "--classes is for the image models",
+        in.info->name, in.info->vocab_size));
+}
+
 torch::nn::Sequential build_model(const ModelInput& in, int classes) {
   models::ModelConfig config;
   config.num_classes = classes;

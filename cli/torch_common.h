@@ -51,6 +51,9 @@ void check_torch_threads(int threads);
 
 /// The model for `in` with `classes` classes (image models), on the CPU.
 torch::nn::Sequential build_model(const ModelInput& in, int classes);
+/// Refuses --classes (`given`) for a language model: its outputs are its vocabulary, and the
+/// option would change nothing.
+void check_classes_option(const ModelInput& in, bool given);
 /// A random batch for `in` on its device: images from N(0, 1), or token ids uniform over the
 /// vocabulary.
 torch::Tensor random_input(const ModelInput& in, int batch);

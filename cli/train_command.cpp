@@ -35,6 +35,7 @@ struct TrainArgs {
   std::string device = "cpu";
   std::string chain_file;
   int classes = 1000;
+  bool classes_given = false;
   int sequence = kSequenceNotGiven;
   std::string granularity;
   std::string tokens_file;
@@ -181,12 +182,30 @@ int launch_ranks(const TrainArgs& args) {
   return code;
 }
 
+// What every rank of a job must be given alike, one setting a line (a mismatch names its line):
+// another learning rate or step count would train another model, or leave a rank waiting. Not
+// compared: what a rank may have of its own (its GPU's number, its token file's path, its
+// threads, the timeout), and what rank 0 alone uses (--chain, --repeat).
+std::string training_settings(const TrainArgs& args, Algorithm algorithm, const ModelInput& in,
+                              const std::unique_ptr<TokenFile>& token_file) {
+  return fmt::format(
+      "--model {}\n--batch {}\ninput {}\n--classes {}\n--steps {}\n--lr {}\n--budget {}\n"
+      "--algorithm {}\n--segments {}\n--device {}\ndata {}\n",
+      in.info->name, args.batch, in.label(args.batch), args.classes, args.steps, args.lr,
+      args.budget, algorithm_name(algorithm), args.segments,
+      c10::DeviceTypeName(in.device.type(), /*lower_case=*/true),
+      token_file ? "a token file" : "random");
+}
+
 // The steps of train(), once the job (if any) has started.
 int train_steps(const TrainArgs& args, Algorithm algorithm,
                 const std::optional<distributed::Environment>& env, const ModelInput& in,
                 const std::shared_ptr<distributed::Group>& group, distributed::BackendKind backend,
                 const std::unique_ptr<TokenFile>& token_file) {
   const bool speak = !env || env->rank == 0;  // rank 0 prints for the job
+  if (group)
+    group->check_same("the training configuration",
+                      training_settings(args, algorithm, in, token_file));
   const InjectedFault fault = InjectedFault::from_env();
   torch::manual_seed(0);
   torch::nn::Sequential net = build_model(in, args.classes);
@@ -370,6 +389,10 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
   }
   if (worst_peak > budget) {
     const std::string who = env ? fmt::format("rank {}: ", env->rank) : "";
+    // The others stop at their barrier, naming this rank, rather than wait out the timeout.
+    if (group)
+      group->report_failure(fmt::format("its measured peak {} exceeded the budget {}",
+                                        format_bytes(worst_peak), format_bytes(budget)));
     if (!args.chain_file.empty()) {
       // The schedule is only as good as the sizes it was computed from.
       fmt::print(stderr,
@@ -397,6 +420,7 @@ int train(const TrainArgs& args_in, const std::optional<distributed::Environment
   const Algorithm algorithm = parse_algorithm(args.algorithm);  // a bad name before any work
   const ModelInput in =
       resolve_model_input(args.model, args.image, args.device, args.sequence, args.granularity);
+  check_classes_option(in, args.classes_given);
   const distributed::BackendKind backend =
       distributed::resolve_backend(distributed::parse_backend(args.backend), in.device);
   std::unique_ptr<TokenFile> token_file;
@@ -475,6 +499,7 @@ Action add_train_command(CLI::App& app) {
                   "the rank that failed")
       ->capture_default_str();
   return [args, cmd]() -> int {
+    args->classes_given = cmd->count("--classes") > 0;
     REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
     // An option that would change nothing is refused rather than ignored.
     check_segments_option(*cmd, parse_algorithm(args->algorithm), args->segments);

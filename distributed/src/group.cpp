@@ -3,15 +3,23 @@
 #include <fmt/core.h>
 #include <torch/version.h>
 
+#ifdef __linux__
+#include <sys/prctl.h>
+#include <unistd.h>
+#endif
+
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <sstream>
+#include <stdexcept>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "backends.h"
+#include "remat/distributed/launcher.h"
 
 namespace remat::distributed {
 namespace {
@@ -52,6 +60,17 @@ c10::intrusive_ptr<c10d::TCPStore> tcp_store(const Environment& env, bool server
   options.waitWorkers = false;
   options.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
+// A rank that launch_local started dies with its launcher (PR_SET_PDEATHSIG survives the exec
+// of `remat` into its LibTorch helper); if the launcher is already gone, at once.
+void die_with_launcher() {
+#ifdef __linux__
+  const char* launcher = std::getenv(kLauncherPidVariable);
+  if (launcher == nullptr || *launcher == '\0') return;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (std::to_string(::getppid()) != launcher) ::raise(SIGKILL);
+#endif
 }
 
 // A rank's heartbeat counter (add 0 reads it without waiting).
@@ -154,6 +173,7 @@ const char* backend_name(BackendKind kind) {
 std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
                                      const GroupOptions& options) {
   env.check("the job's environment");
+  die_with_launcher();
   if (options.timeout().count() <= 0)
     throw InputError(fmt::format("the timeout must be positive, not {} ms", options.timeout().count()));
   const BackendKind kind = resolve_backend(options.backend(), device);
@@ -369,45 +389,77 @@ DistributedError Group::failure(const std::string& during, const std::exception&
   return DistributedError(message, failed);
 }
 
+std::string Group::await(const std::string& key, int from, const std::string& during,
+                         bool while_alive) {
+  // While `from` is alive (rank 0 may be profiling), when `while_alive`: a timeout without a
+  // heartbeat. Else within the timeout: a rank that is alive but elsewhere (another call)
+  // must not hold this one forever. A failure another rank reported ends the wait at once.
+  const auto started = Clock::now();
+  auto last_progress = started;
+  bool beating = false;  // `from`'s heartbeat moved while this rank waited
+  std::int64_t last_beat = -1;
+  try {
+    while (!store_->check({key})) {
+      if (env_) {
+        const std::int64_t beat = heartbeat_of(*store_, from);
+        if (beat != last_beat) {
+          beating = beating || last_beat >= 0;
+          last_beat = beat;
+          last_progress = Clock::now();
+        }
+      }
+      if (any_failure_reported()) throw std::runtime_error("another rank reported a failure");
+      const bool late = !while_alive && Clock::now() - started > timeout_;
+      if (late || Clock::now() - last_progress > timeout_) {
+        failed_ = true;
+        std::string why;
+        if (late)
+          why = fmt::format("rank {} did not get there within {} ms{}", from, timeout_.count(),
+                            beating ? " (it is running: slower than the timeout, or doing "
+                                      "something else)"
+                                    : "");
+        else if (env_)
+          why = stopped_answering(from);
+        else
+          why = fmt::format("nothing came from rank {} within {} ms", from, timeout_.count());
+        throw DistributedError(fmt::format("rank {}: {}: {}", rank_, during, why), {from});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return text_of(store_->get(key));
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& error) {  // the store is gone, or a rank failed
+    throw failure(during, error);
+  }
+}
+
+void Group::publish(const std::string& key, const std::string& value, const std::string& during) {
+  try {
+    store_->set(key, bytes_of(value));
+  } catch (const std::exception& error) {
+    throw failure(during, error);
+  }
+}
+
 std::string Group::broadcast(const std::string& what, const std::string& value) {
   const std::string name = fmt::format("broadcast/{}", calls_++);
+  const std::string during = "waiting for " + what + " from rank 0";
   if (rank_ == 0) {
-    store_->set(name, bytes_of(value));
+    publish(name, value, during);
     return value;
   }
-  // Wait for as long as rank 0 is alive (it may be profiling); a timeout without a heartbeat.
-  auto last_progress = Clock::now();
-  std::int64_t last_beat = -1;
-  while (!store_->check({name})) {
-    if (env_) {
-      const std::int64_t beat = heartbeat_of(*store_, 0);
-      if (beat != last_beat) {
-        last_beat = beat;
-        last_progress = Clock::now();
-      }
-    }
-    if (Clock::now() - last_progress > timeout_)
-      throw DistributedError(
-          fmt::format("rank {}: waiting for {} from rank 0: {}", rank_, what,
-                      env_ ? stopped_answering(0)
-                           : fmt::format("nothing came within {} ms", timeout_.count())),
-          {0});
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return text_of(store_->get(name));
+  return await(name, 0, during, /*while_alive=*/true);
 }
 
 void Group::check_same(const std::string& what, const std::string& value) {
   const std::int64_t call = calls_++;
-  store_->set(fmt::format("check/{}/{}", call, rank_), bytes_of(value));
+  const std::string during = "comparing " + what + " between ranks";
+  publish(fmt::format("check/{}/{}", call, rank_), value, during);
   std::vector<std::string> values(static_cast<std::size_t>(size_));
-  try {
-    for (int r = 0; r < size_; ++r)
-      values[static_cast<std::size_t>(r)] =
-          r == rank_ ? value : text_of(store_->get(fmt::format("check/{}/{}", call, r)));
-  } catch (const std::exception& error) {
-    throw failure("comparing " + what + " between ranks", error);
-  }
+  for (int r = 0; r < size_; ++r)
+    values[static_cast<std::size_t>(r)] =
+        r == rank_ ? value : await(fmt::format("check/{}/{}", call, r), r, during, false);
   std::vector<int> differ;
   for (int r = 1; r < size_; ++r)
     if (values[static_cast<std::size_t>(r)] != values[0]) differ.push_back(r);
@@ -416,16 +468,18 @@ void Group::check_same(const std::string& what, const std::string& value) {
   const LineDifference d = first_difference(values[0], values[static_cast<std::size_t>(r)]);
   throw InputError(fmt::format(
       "{} differs between ranks: {} {} from rank 0; at line {}, rank {} has '{}' where rank 0 "
-      "has '{}'. Every rank must run the same model and chain.",
-      what, rank_list(differ), differ.size() == 1 ? "differs" : "differ", d.line, r, d.theirs, d.ours));
+      "has '{}'. Every rank must run the same model and chain, with the same settings.",
+      what, rank_list(differ), differ.size() == 1 ? "differs" : "differ", d.line, r, d.theirs,
+      d.ours));
 }
 
 void Group::barrier() {
-  try {
-    collectives_.barrier()->wait(timeout_);
-  } catch (const std::exception& error) {
-    throw failure("a barrier", error);
-  }
+  // Through the store, not the backend: a rank that reported a failure instead of arriving
+  // stops the others at once, naming it, where a collective would wait out the timeout.
+  const std::int64_t call = calls_++;
+  publish(fmt::format("barrier/{}/{}", call, rank_), "1", "a barrier");
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) (void)await(fmt::format("barrier/{}/{}", call, r), r, "a barrier", false);
 }
 
 }  // namespace remat::distributed

@@ -44,7 +44,8 @@ std::vector<RankExit> launch_local(const std::vector<std::string>& argv, int cou
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     bool ours = false;
-    for (const char* name : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT="})
+    for (const char* name : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
+                             "REMAT_LAUNCHER_PID="})
       ours = ours || entry.rfind(name, 0) == 0;
     if (!ours) base.push_back(entry);
   }
@@ -64,6 +65,9 @@ std::vector<RankExit> launch_local(const std::vector<std::string>& argv, int cou
     env.push_back("LOCAL_RANK=" + std::to_string(local));
     env.push_back("MASTER_ADDR=" + options.master_addr());
     env.push_back("MASTER_PORT=" + std::to_string(options.master_port()));
+    // The rank dies with this process (Group::create sees to it): a launcher stopped by a
+    // signal (kill, timeout, a scheduler) leaves no rank training on.
+    env.push_back(std::string(kLauncherPidVariable) + "=" + std::to_string(::getpid()));
     std::vector<char*> envp, args;
     for (std::string& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);

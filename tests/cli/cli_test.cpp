@@ -815,6 +815,14 @@ TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli
   CHECK(nodir.exit_code == 2);
   CHECK_THAT(nodir.err, Catch::Contains("x.json: cannot write the chain file: the folder"));
   CHECK_THAT(nodir.out, !Catch::Contains("stage"));  // no table: nothing was measured
+  // One file for the chain and the plot (by two spellings): refused, nothing written.
+  const std::string svg = dir.path() + "/same.svg";
+  const RunResult same = run_remat({"profile", "--model", "convnet", "--batch", "2", "-o", svg,
+                                    "--plot", dir.path() + "/./same.svg"});
+  INFO(describe(same));
+  CHECK(same.exit_code == 2);
+  CHECK_THAT(same.err, Catch::Contains("name the same file: the plot would replace the chain"));
+  CHECK_FALSE(std::filesystem::exists(svg));
   // CUDA: without CUDA in the build, or without a GPU, a clear error.
   const RunResult cuda = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image",
                                     "16", "--repeat", "1", "--device", "cuda", "-o", path});
@@ -1094,6 +1102,15 @@ TEST_CASE("the transformers: stages at --seq, trained on a token file, checked o
   fails({"profile", "--model", "gpt2", "--batch", "1", "--image", "32"},
         "gpt2 is a language model that takes token ids; give --seq");
   fails({"profile", "--model", "resnet18", "--batch", "1", "--seq", "8"}, "resnet18 takes images");
+  // --classes would change nothing for a language model, in each command that takes it.
+  const std::string no_classes =
+      "--classes: gpt2 is a language model, whose outputs are its vocabulary (50257 tokens)";
+  fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "8", "--classes", "10"},
+        no_classes);
+  fails({"models", "gpt2", "--batch", "1", "--seq", "8", "--classes", "10"}, no_classes);
+  fails({"train", "--model", "gpt2", "--batch", "1", "--seq", "8", "--budget", "50%", "--classes",
+         "10"},
+        no_classes);
   fails({"profile", "--model", "vit_b_16", "--batch", "1", "--image", "40"},
         "vit_b_16 takes square images whose side is a multiple of 16");
   fails({"profile", "--model", "vit_b_32", "--batch", "1", "--granularity", "quarter"},
@@ -1238,6 +1255,41 @@ TEST_CASE(
   INFO(describe(alone));
   CHECK(alone.exit_code == 5);
   CHECK_THAT(alone.err, Catch::Contains("rank 1 could not reach the rendezvous at 127.0.0.1:9"));
+}
+
+TEST_CASE("train --nproc: ranks die with their launcher, even one killed by SIGKILL",
+          "[cli][distributed]") {
+  if (!REMAT_CLI_HAS_TORCH) return;  // the LibTorch commands' refusal is tested above
+  // A launcher stopped by a signal (a scheduler, `timeout`, kill) must not leave ranks
+  // training on. The ranks are the launcher's children (by /proc, without procps); each is
+  // gone, or a zombie, once the launcher is killed. Whatever happens, they are killed at the end.
+  const std::string script = std::string(R"sh(
+"$REMAT" train --model convnet --batch 2 --image 16 --classes 10 --steps 1000000 --threads 1 \
+  --nproc 2 --budget 100% --timeout 60 >/dev/null 2>&1 & L=$!
+kids=""
+for i in $(seq 600); do
+  kids=$(for d in /proc/[0-9]*; do
+    [ "$(awk '/^PPid:/{print $2}' $d/status 2>/dev/null)" = "$L" ] && echo ${d#/proc/}; done)
+  [ $(echo $kids | wc -w) -ge 2 ] && break; sleep 0.1
+done
+sleep 1
+kill -KILL $L; wait $L 2>/dev/null
+alive=1
+for i in $(seq 200); do
+  alive=0
+  for p in $kids; do
+    s=$(awk '{print $3}' /proc/$p/stat 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && alive=1
+  done
+  [ $alive = 0 ] && break; sleep 0.1
+done
+kill -KILL $kids 2>/dev/null
+echo "ranks $(echo $kids | wc -w) alive $alive"
+)sh");
+  const RunResult run =
+      remat::test::run_process("/bin/sh", "sh", {"-c", script},
+                               {std::string("REMAT=") + REMAT_EXECUTABLE, "PATH=/usr/bin:/bin"});
+  INFO(describe(run));
+  CHECK(run.out == "ranks 2 alive 0\n");
 }
 
 TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA", "[cli]") {

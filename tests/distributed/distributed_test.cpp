@@ -339,6 +339,44 @@ TEST_CASE("a rank that fails is named by the others", "[distributed]") {
   remove_tree(job.dir);
 }
 
+TEST_CASE("a rank that fails outside a collective stops the others at once, quoting it",
+          "[distributed]") {
+  // Rank 0 (which hosts the store) fails before it shares its chain (a --chain it cannot
+  // read), or after its steps, before the final barrier (a peak above the budget): the others
+  // wait in the store, not in a collective, and must not wait out the timeout.
+  const int timeout_ms = 60000;
+  for (const std::string when : {"before-chain", "before-barrier"}) {
+    DYNAMIC_SECTION(when) {
+      const Job job = run_job(2,
+                              {"--steps", "2", "--fail", when, "--victim", "0", "--timeout-ms",
+                               std::to_string(timeout_ms)},
+                              when);
+      CAPTURE(job.error(0), job.error(1), job.seconds);
+      CHECK(job.exits[0].code == 1);
+      CHECK(job.exits[1].code == 5);
+      CHECK(job.error(1).find("rank 0 failed: the victim failed on purpose") != std::string::npos);
+      CHECK(job.seconds < timeout_ms / 1000.0);
+      remove_tree(job.dir);
+    }
+  }
+}
+
+TEST_CASE("a rank alive but elsewhere does not hold the others past the timeout", "[distributed]") {
+  // Rank 1 hangs after its steps, its heartbeat still going: rank 0 waits at the final barrier
+  // for the timeout, not for as long as rank 1 lives.
+  const int timeout_ms = 3000;
+  const Job job = run_job(2,
+                          {"--steps", "1", "--fail", "hang-before-barrier", "--victim", "1",
+                           "--timeout-ms", std::to_string(timeout_ms)},
+                          "elsewhere", std::chrono::milliseconds(2000));
+  CAPTURE(job.error(0), job.seconds);
+  CHECK(job.exits[0].code == 5);
+  CHECK(job.error(0).find("a barrier: rank 1 did not get there within 3000 ms (it is running") !=
+        std::string::npos);
+  CHECK(job.exits[1].killed_by_launcher);
+  remove_tree(job.dir);
+}
+
 TEST_CASE("ranks with different models are refused at start-up", "[distributed]") {
   const Job job = run_job(2, {"--steps", "1", "--odd-rank", "1", "--odd-hidden", "33"}, "mismatch");
   for (int r : {0, 1}) {

@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
       std::shared_ptr<torch::nn::Module> module = net.ptr();
       if (checkpointed) {
         const auto [sample, target] = test::dp_batch(rank, 0);
+        if (rank == a.victim && a.fail == "before-chain")
+          throw std::runtime_error("the victim failed on purpose before the chain");
         share_chain(*chk, *group, {sample}, {}, ProfileOptions().repeat(1));
         // A third of the way from the least budget to store-all: some stages are recomputed.
         budget = chk->min_budget() + (chk->store_all_peak() - chk->min_budget()) / 3;
@@ -121,6 +123,10 @@ int main(int argc, char** argv) {
     }
     write(prefix + ".peak", std::to_string(worst_peak) + " " + std::to_string(budget) + "\n");
     write(prefix + ".overlap", overlap);
+    if (rank == a.victim && a.fail == "before-barrier")
+      throw std::runtime_error("the victim failed on purpose after its steps");
+    if (rank == a.victim && a.fail == "hang-before-barrier")
+      for (;;) ::pause();  // alive (its heartbeat goes on), never at the barrier
     group->barrier();  // rank 0 hosts the store: it stays until every rank is done
     return 0;
   } catch (const std::exception& error) {

@@ -169,12 +169,15 @@ class Group {
   c10d::Store& store() { return *store_; }
 
   /// Returns rank 0's `value` on every rank (through the store). While rank 0 works (profiles,
-  /// for as long as it takes) the others wait, and stop if its heartbeat stops.
+  /// for as long as it takes) the others wait, and stop if its heartbeat stops or a rank
+  /// reports a failure (report_failure: rank 0 could not read its --chain).
   std::string broadcast(const std::string& what, const std::string& value);
   /// Every rank gives `value`; returns if all equal rank 0's, else throws InputError on every
-  /// rank naming `what`, the ranks that differ and the first line where they do.
+  /// rank naming `what`, the ranks that differ and the first line where they do. Like
+  /// broadcast, a failure another rank reports meanwhile is a DistributedError quoting it.
   void check_same(const std::string& what, const std::string& value);
-  /// Waits for every rank (a collective of the backend).
+  /// Waits for every rank, through the store: a rank that reported a failure (or whose
+  /// heartbeat stops) ends the wait at once with a DistributedError naming it.
   void barrier();
 
   /// Called by a rank that fails on its own (an exception it is about to throw): the others'
@@ -195,6 +198,12 @@ class Group {
 
  private:
   void start_heartbeat();
+  // The store's `key`, from rank `from`: waited for while `from` is alive (`while_alive`), else
+  // within the timeout. A reported failure, the store's loss, `from`'s silence for the timeout
+  // or (not `while_alive`) the timeout is a DistributedError saying `during` what.
+  std::string await(const std::string& key, int from, const std::string& during, bool while_alive);
+  // Sets `key` in the store; the store's loss is a DistributedError.
+  void publish(const std::string& key, const std::string& value, const std::string& during);
   // A new client of the store at env's address (for the heartbeat thread and the diagnosis).
   c10::intrusive_ptr<c10d::Store> connect(std::chrono::milliseconds timeout) const;
 

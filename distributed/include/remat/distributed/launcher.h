@@ -50,10 +50,15 @@ struct LaunchOptions {
   int world_size_ = 0;  // 0: count
 };
 
+/// The variable launch_local gives each rank: the launcher's process id. Group::create (on
+/// Linux) then has the rank killed when the launcher dies, and kills it at once if the launcher
+/// is already gone.
+inline constexpr const char* kLauncherPidVariable = "REMAT_LAUNCHER_PID";
+
 /// Starts `count` processes running `argv` (argv[0] is the program's path), each with torchrun's
-/// environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) added to this one's, and
-/// waits for all of them. Returns how each ended, in rank order. Throws std::runtime_error if a
-/// process cannot be started (the ones started are killed).
+/// environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and REMAT_LAUNCHER_PID
+/// added to this one's, and waits for all of them. Returns how each ended, in rank order. Throws
+/// std::runtime_error if a process cannot be started (the ones started are killed).
 std::vector<RankExit> launch_local(const std::vector<std::string>& argv, int count,
                                    const LaunchOptions& options = LaunchOptions());
 
