@@ -92,8 +92,9 @@ Action add_demo_command(CLI::App& app) {
     const Tradeoff t = tradeoff(chain, TradeoffOptions().points(6));
     fmt::print("{:>12} {:>18} {:>18} {:>18}\n", "budget", "optimal", "revolve", "periodic");
     auto cell = [&](const TradeoffPoint& q) {
-      return q.feasible ? fmt::format("{:.1f} ms {:+.0f}%", q.makespan_ms,
-                                      100 * (q.makespan_ms / t.store_all_makespan_ms - 1))
+      return q.feasible ? fmt::format("{:.1f} ms {}", q.makespan_ms,
+                                      signed_percent(
+                                          100 * (q.makespan_ms / t.store_all_makespan_ms - 1), 0))
                         : std::string("-");
     };
     for (std::size_t k = 0; k < t.budgets.size(); ++k)
@@ -115,9 +116,9 @@ Action add_demo_command(CLI::App& app) {
     fmt::print("\n== 3. optimal schedule for {} ({:.0f}% of store-all)\n", format_bytes(budget),
                100.0 * static_cast<double>(budget) / static_cast<double>(chk->store_all_peak()));
     fmt::print("{}\n", collapsed_string(s.sequence));
-    fmt::print("predicted: peak {}, {:.1f} ms per step ({:+.1f}% against store-all)\n\n",
+    fmt::print("predicted: peak {}, {:.1f} ms per step ({} against store-all)\n\n",
                format_bytes(s.peak_bytes), s.makespan_ms,
-               100 * (s.makespan_ms / s.store_all_makespan_ms - 1));
+               signed_percent(100 * (s.makespan_ms / s.store_all_makespan_ms - 1)));
 
     // 4. Train with it, and without for comparison.
     fmt::print("== 4. {} training steps (SGD, {})\n", args->steps,

@@ -103,6 +103,21 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "Run 'remat --help' or 'remat <command> --help' for usage.\n");
     return kExitBadInput;
   }
+  // An option given an empty value (-o "", a variable that expanded to nothing) is refused:
+  // taken as not given, it would silently do something else (print rather than write a file).
+  for (const CLI::App* command : app.get_subcommands()) {
+    for (const CLI::Option* option : command->get_options()) {
+      if (option->count() == 0 || option->get_type_size() == 0) continue;
+      const auto& values = option->results();
+      if (std::any_of(values.begin(), values.end(),
+                      [](const std::string& v) { return v.empty(); })) {
+        fmt::print(stderr, "remat {}: {} was given an empty value\n", command->get_name(),
+                   option->get_name());
+        fmt::print(stderr, "Run 'remat {} --help' for usage.\n", command->get_name());
+        return kExitBadInput;
+      }
+    }
+  }
   const auto stdout_failed = [](int error) {
     // fprintf, which does not throw: standard error may be the same closed pipe.
     std::fprintf(stderr, "remat: writing to standard output failed: %s\n", std::strerror(error));

@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -242,6 +243,12 @@ std::string shape_string(const std::vector<std::int64_t>& sizes) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::string signed_percent(double percent, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  const double rounded = std::round(percent * scale);
+  return fmt::format("{:+.{}f}%", rounded == 0 ? 0.0 : rounded / scale, decimals);
 }
 
 }  // namespace remat::cli

@@ -101,4 +101,8 @@ std::string shape_string(const std::vector<std::int64_t>& sizes);
 /// Median of `values` (not empty).
 double median(std::vector<double> values);
 
+/// `percent` with its sign and `decimals` decimals: "+12.5%", "-3.0%"; "+0.0%" for what
+/// rounds to nothing (a tiny negative difference is not "-0.0%").
+std::string signed_percent(double percent, int decimals = 1);
+
 }  // namespace remat::cli

@@ -1,5 +1,6 @@
 // remat train: real training steps (SGD on random data) with a schedule, printing per-step
 // time, peak activation memory and loss, against the schedule's prediction.
+#include <c10/util/Logging.h>
 #include <fmt/core.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -130,13 +132,31 @@ class TokenFile {
   std::int64_t tokens_ = 0;
 };
 
-// "HOST:PORT" (a bare HOST takes 29500).
+// "HOST:PORT", "HOST" (port 29500), "[IPV6]:PORT" or "[IPV6]". An IPv6 address without
+// brackets is refused: in "fe80::1:29500" nothing tells the port from the address.
 std::pair<std::string, int> parse_master(const std::string& text) {
-  const std::size_t colon = text.rfind(':');
-  std::string host = text.substr(0, colon);
+  std::string host = text, port_text;
+  bool has_port = false;
+  if (!text.empty() && text.front() == '[') {
+    const std::size_t close = text.find(']');
+    if (close == std::string::npos || (close + 1 < text.size() && text[close + 1] != ':'))
+      throw std::invalid_argument(
+          fmt::format("--master {}: expected [IPV6] or [IPV6]:PORT", printable(text)));
+    host = text.substr(1, close - 1);
+    has_port = close + 1 < text.size();
+    if (has_port) port_text = text.substr(close + 2);
+  } else if (const std::size_t colon = text.find(':'); colon != std::string::npos) {
+    if (text.find(':', colon + 1) != std::string::npos)
+      throw std::invalid_argument(
+          fmt::format("--master {}: an IPv6 address goes in brackets, as [{}] or [ADDRESS]:PORT",
+                      printable(text), printable(text)));
+    host = text.substr(0, colon);
+    has_port = true;
+    port_text = text.substr(colon + 1);
+  }
   int port = 29500;
-  if (colon != std::string::npos) {
-    const std::optional<long> value = whole_number(text.substr(colon + 1), 1, 65535);
+  if (has_port) {
+    const std::optional<long> value = whole_number(port_text, 1, 65535);
     if (!value)
       throw std::invalid_argument(
           fmt::format("--master {}: the port must be a number from 1 to 65535", printable(text)));
@@ -145,6 +165,12 @@ std::pair<std::string, int> parse_master(const std::string& text) {
   if (host.empty())
     throw std::invalid_argument(fmt::format("--master {}: no host (HOST:PORT)", printable(text)));
   return {host, port};
+}
+
+// HOST:PORT as written in a URL: an IPv6 address in brackets.
+std::string host_port(const std::string& host, int port) {
+  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
+                                             : fmt::format("[{}]:{}", host, port);
 }
 
 // remat train --nproc N without a rank: N local ranks, each this same command with torchrun's
@@ -157,8 +183,8 @@ int launch_ranks(const TrainArgs& args) {
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error) argv[0] = self.string();
-  fmt::print(stderr, "remat: starting {} ranks here, rendezvous at {}:{}\n", args.nproc,
-             master.first, master.second);
+  fmt::print(stderr, "remat: starting {} ranks here, rendezvous at {}\n", args.nproc,
+             host_port(master.first, master.second));
   const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000)) +
                      std::chrono::seconds(30);
   const std::vector<distributed::RankExit> exits = distributed::launch_local(
@@ -290,9 +316,10 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
     fmt::print("schedule   {} for {}: {}\n", args.algorithm, format_bytes(budget),
                collapsed_string(s.sequence));
     fmt::print(
-        "predicted  peak {}, {:.1f} ms per step ({:+.1f}% against store-all, whose peak is {})\n\n",
+        "predicted  peak {}, {:.1f} ms per step ({} against store-all, whose peak is {})\n\n",
         format_bytes(s.peak_bytes), s.makespan_ms,
-        100 * (s.makespan_ms / s.store_all_makespan_ms - 1), format_bytes(chk->store_all_peak()));
+        signed_percent(100 * (s.makespan_ms / s.store_all_makespan_ms - 1)),
+        format_bytes(chk->store_all_peak()));
     std::fflush(stdout);
   }
 
@@ -410,17 +437,32 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
   return kExitOk;
 }
 
-int train(const TrainArgs& args_in, const std::optional<distributed::Environment>& env) {
-  TrainArgs args = args_in;
-  std::shared_ptr<distributed::Group> group;
-  if (env) {
-    // A rank's GPU is its local rank's.
-    if (args.device == "cuda") args.device = "cuda:" + std::to_string(env->local_rank);
-  }
-  const Algorithm algorithm = parse_algorithm(args.algorithm);  // a bad name before any work
-  const ModelInput in =
+// c10d's own log lines (each retry while rank 0 starts; a lost connection, with LibTorch's
+// C++ backtrace) would bury the one line that names the rank that failed: a rank of the CLI
+// keeps them to itself unless TORCH_CPP_LOG_LEVEL asks for them. (LibTorch 2.x; a LibTorch
+// that logs through glog, as Debian's 1.13, is left as it is.)
+void quiet_c10d_log() {
+#ifndef C10_USE_GLOG
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr)
+    FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 3);  // fatal only
+#endif
+}
+
+// What train's options say, each checked before any work: a launcher checks them before it
+// starts its ranks, so that a bad option is one error, not one per rank.
+struct TrainSetup {
+  Algorithm algorithm;
+  ModelInput in;
+  distributed::BackendKind backend;
+  std::unique_ptr<TokenFile> token_file;
+};
+
+TrainSetup prepare(const TrainArgs& args) {
+  const Algorithm algorithm = parse_algorithm(args.algorithm);
+  ModelInput in =
       resolve_model_input(args.model, args.image, args.device, args.sequence, args.granularity);
   check_classes_option(in, args.classes_given);
+  (void)parse_budget(args.budget, 1);  // its syntax; a percentage's bytes come with the chain
   const distributed::BackendKind backend =
       distributed::resolve_backend(distributed::parse_backend(args.backend), in.device);
   std::unique_ptr<TokenFile> token_file;
@@ -430,8 +472,20 @@ int train(const TrainArgs& args_in, const std::optional<distributed::Environment
                                   " takes images; --tokens is for the language models (gpt2*)");
     token_file = std::make_unique<TokenFile>(args.tokens_file, in.sequence, in.info->vocab_size);
   }
+  return {algorithm, std::move(in), backend, std::move(token_file)};
+}
+
+int train(const TrainArgs& args_in, const std::optional<distributed::Environment>& env) {
+  TrainArgs args = args_in;
+  std::shared_ptr<distributed::Group> group;
+  if (env) {
+    // A rank's GPU is its local rank's.
+    if (args.device == "cuda") args.device = "cuda:" + std::to_string(env->local_rank);
+  }
+  auto [algorithm, in, backend, token_file] = prepare(args);
   if (args.threads > 0) torch::set_num_threads(args.threads);
   if (env) {
+    quiet_c10d_log();
     const auto timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000));
     group = distributed::Group::create(
@@ -542,6 +596,8 @@ Action add_train_command(CLI::App& app) {
       env->check("--rank/--nproc/--master");
     } else if (args->nproc > 1) {
       if (!args->master.empty()) parse_master(args->master);
+      (void)prepare(*args);
+      if (!args->chain_file.empty()) (void)load_chain(args->chain_file);
       return launch_ranks(*args);
     }
     try {

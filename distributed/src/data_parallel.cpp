@@ -381,7 +381,13 @@ void DataParallel::finish() {
                                                            group_->timeout().count())));
     if (now > next_look) {
       next_look = now + std::chrono::milliseconds(100);
-      if (group_->any_failure_reported())
+      bool reported = false;
+      try {
+        reported = group_->any_failure_reported();
+      } catch (const std::exception& error) {  // the store is gone: rank 0 with it
+        throw group_->failure("the gradients' all-reduce", error);
+      }
+      if (reported)
         throw group_->failure("the gradients' all-reduce",
                               std::runtime_error("another rank reported a failure"));
     }

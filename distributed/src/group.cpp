@@ -1,8 +1,9 @@
 #include "remat/distributed/group.h"
 
 #include <fmt/core.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <torch/version.h>
-
 #ifdef __linux__
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -80,6 +82,26 @@ std::int64_t heartbeat_of(c10d::Store& store, int rank) {
 
 std::string stopped_answering(int rank) {
   return fmt::format("rank {} stopped answering (its heartbeat stopped: killed, or hung)", rank);
+}
+
+// HOST:PORT as in a URL: an IPv6 address in brackets.
+std::string host_port(const std::string& host, int port) {
+  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
+                                             : fmt::format("[{}]:{}", host, port);
+}
+
+// Why `host` does not resolve (getaddrinfo's words), or nothing when it does.
+std::optional<std::string> unresolvable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int code = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (code == 0) {
+    ::freeaddrinfo(found);
+    return std::nullopt;
+  }
+  return std::string(::gai_strerror(code));
 }
 
 bool is_loopback(const std::string& host) {
@@ -182,7 +204,13 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
   if (kind == BackendKind::kNccl && !has_nccl())
     throw InputError("the nccl backend: this build of remat has no NCCL (it needs a LibTorch with "
                      "CUDA and NCCL's headers); use --backend gloo");
-  const std::string where = fmt::format("{}:{}", env.master_addr, env.master_port);
+  const std::string where = host_port(env.master_addr, env.master_port);
+  // A name that does not resolve is said so, rather than left to the store's connect
+  // (which rank 0 would report as a port in use, and the others as rank 0 not starting).
+  if (const auto why = unresolvable(env.master_addr))
+    throw DistributedError(fmt::format("rank {}: the master address '{}' does not resolve: {}",
+                                       env.rank, env.master_addr, *why),
+                           {});
 
   // The rendezvous: rank 0 hosts the store; every rank announces itself and waits for the
   // others, so that one that never comes is named.
@@ -199,19 +227,58 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
                                        env.rank, where, options.startup_timeout().count(), message_of(error)),
                            {0});
   }
-  auto ours = c10::make_intrusive<c10d::PrefixStore>("remat", store);
-  ours->set(fmt::format("joined/{}", env.rank), bytes_of("1"));
-  const auto deadline = Clock::now() + options.startup_timeout();
-  for (;;) {
-    std::vector<int> missing;
-    for (int r = 0; r < env.world_size; ++r)
-      if (!ours->check({fmt::format("joined/{}", r)})) missing.push_back(r);
-    if (missing.empty()) break;
-    if (Clock::now() > deadline)
-      throw DistributedError(fmt::format("{} did not join the rendezvous at {} within {} ms",
-                                         rank_list(missing), where, options.startup_timeout().count()),
-                             missing);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  try {
+    auto ours = c10::make_intrusive<c10d::PrefixStore>("remat", store);
+    // Each rank says the job's size it was started for: ranks started with different --nproc
+    // (WORLD_SIZE) are refused, naming them, rather than one waiting for a rank that never comes.
+    ours->set(fmt::format("joined/{}", env.rank), bytes_of(std::to_string(env.world_size)));
+    std::map<int, std::string> sizes;  // the ranks that joined: the size each was started for
+    const auto deadline = Clock::now() + options.startup_timeout();
+    for (;;) {
+      std::vector<int> missing;
+      for (int r = 0; r < env.world_size; ++r) {
+        if (sizes.count(r) != 0) continue;
+        if (ours->check({fmt::format("joined/{}", r)}))
+          sizes[r] = text_of(ours->get(fmt::format("joined/{}", r)));
+        else
+          missing.push_back(r);
+      }
+      const std::string own = std::to_string(env.world_size);
+      if (std::any_of(sizes.begin(), sizes.end(), [&](const auto& s) { return s.second != own; })) {
+        std::string said;
+        for (const auto& [r, size] : sizes)
+          said += fmt::format("{}rank {} for {}", said.empty() ? "" : ", ", r, size);
+        // Rank 0 hosts the store: it stays until the others have read it, so that they too
+        // say why, rather than that rank 0 is gone.
+        ours->set(fmt::format("seen/{}", env.rank), bytes_of("1"));
+        const auto until = Clock::now() + std::chrono::seconds(3);
+        for (const auto& entry : sizes)
+          while (env.rank == 0 && entry.first != 0 && Clock::now() < until &&
+                 !ours->check({fmt::format("seen/{}", entry.first)}))
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        throw InputError(fmt::format(
+            "rank {}: the ranks were started for jobs of different sizes ({} ranks); every rank "
+            "must be started with the same --nproc (WORLD_SIZE)",
+            env.rank, said));
+      }
+      if (missing.empty()) break;
+      if (Clock::now() > deadline)
+        throw DistributedError(
+            fmt::format("{} did not join the rendezvous at {} within {} ms", rank_list(missing),
+                        where, options.startup_timeout().count()),
+            missing);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const InputError&) {
+    throw;
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& error) {  // the store went away while the ranks joined
+    throw DistributedError(
+        fmt::format("rank {}: the rendezvous at {} failed while the ranks joined: {}{}", env.rank,
+                    where, message_of(error),
+                    env.rank == 0 ? "" : " (rank 0, which hosts it, stopped)"),
+        env.rank == 0 ? std::vector<int>{} : std::vector<int>{0});
   }
 
   Collectives backend;
@@ -376,8 +443,8 @@ DistributedError Group::failure(const std::string& during, const std::exception&
   } catch (const std::exception&) {
     if (rank_ != 0) {
       failed = {0};
-      why = {fmt::format("rank 0 stopped answering (the rendezvous store it hosts at {}:{} is gone)",
-                         env_->master_addr, env_->master_port)};
+      why = {fmt::format("rank 0 stopped answering (the rendezvous store it hosts at {} is gone)",
+                         host_port(env_->master_addr, env_->master_port))};
     }
   }
   failed_ranks_.insert(failed_ranks_.end(), failed.begin(), failed.end());
@@ -408,7 +475,13 @@ std::string Group::await(const std::string& key, int from, const std::string& du
           last_progress = Clock::now();
         }
       }
-      if (any_failure_reported()) throw std::runtime_error("another rank reported a failure");
+      // A rank may publish the key and report a failure between this loop's check of the key
+      // and this one (check_same's rank 0, finding the ranks differ): what it published first
+      // is taken, so that every rank gives the same verdict, not some a lost rank.
+      if (any_failure_reported()) {
+        if (store_->check({key})) break;
+        throw std::runtime_error("another rank reported a failure");
+      }
       const bool late = !while_alive && Clock::now() - started > timeout_;
       if (late || Clock::now() - last_progress > timeout_) {
         failed_ = true;

@@ -815,6 +815,13 @@ TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli
   CHECK(nodir.exit_code == 2);
   CHECK_THAT(nodir.err, Catch::Contains("x.json: cannot write the chain file: the folder"));
   CHECK_THAT(nodir.out, !Catch::Contains("stage"));  // no table: nothing was measured
+  // -o "" (a variable that expanded to nothing): refused, not taken as no -o (which prints the
+  // chain to the terminal after minutes of profiling).
+  const RunResult empty = run_remat({"profile", "--model", "convnet", "--batch", "2", "-o", ""});
+  INFO(describe(empty));
+  CHECK(empty.exit_code == 2);
+  CHECK_THAT(empty.err, Catch::Contains("remat profile: --output was given an empty value"));
+  CHECK(empty.out.empty());
   // One file for the chain and the plot (by two spellings): refused, nothing written.
   const std::string svg = dir.path() + "/same.svg";
   const RunResult same = run_remat({"profile", "--model", "convnet", "--batch", "2", "-o", svg,
@@ -1183,7 +1190,27 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
     INFO(describe(r));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains(fragment));
+    // Refused by the launcher before it starts the ranks: said once, not once per rank.
+    CHECK(r.err.find(fragment) == r.err.rfind(fragment));
+    CHECK_THAT(r.err, !Catch::Contains("starting 2 ranks"));
   }
+  // A budget that is not one: refused before profiling, by the launcher.
+  const RunResult junk = run_remat({"train", "--model", "resnet18", "--batch", "2", "--image", "32",
+                                    "--budget", "lots", "--nproc", "2"});
+  INFO(describe(junk));
+  CHECK(junk.exit_code == 2);
+  CHECK_THAT(junk.err, Catch::Contains("bad size 'lots'"));
+  CHECK(junk.err.find("bad size") == junk.err.rfind("bad size"));
+  CHECK_THAT(junk.err, !Catch::Contains("starting 2 ranks"));
+  // A master that does not resolve is said so (exit 5), not taken for a port in use. (An empty
+  // label: the resolver refuses it without asking a name server, so the test needs no network.)
+  const RunResult nowhere = with({"--budget", "100%", "--rank", "0", "--nproc", "2", "--master",
+                                  "no..such:9", "--timeout", "2"});
+  INFO(describe(nowhere));
+  CHECK(nowhere.exit_code == 5);
+  CHECK_THAT(nowhere.err,
+             Catch::Contains("rank 0: the master address 'no..such' does not resolve"));
+  CHECK_THAT(nowhere.err, !Catch::Contains("port in use"));
   // A chain of another network is refused.
   const std::string other = dir.path() + "/convnet.json";
   REQUIRE(run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat",
@@ -1236,6 +1263,14 @@ TEST_CASE(
           {{"--nproc", "2", "--master", "localhost:99999"},
            {},
            "--master localhost:99999: the port"},
+          {{"--nproc", "2", "--master", "::1"},
+           {},
+           "--master ::1: an IPv6 address goes in brackets, as [::1] or [ADDRESS]:PORT"},
+          {{"--nproc", "2", "--master", "[::1]x"}, {}, "--master [::1]x: expected [IPV6] or"},
+          {{"--nproc", "2", "--master", "[::1]:0"}, {}, "--master [::1]:0: the port"},
+          {{"--nproc", "2", "--master", ""}, {}, "--master was given an empty value"},
+          {{"--nproc", "2", "--tokens", "x.bin"}, {}, "--tokens: resnet18 takes images"},
+          {{"--nproc", "2", "--chain", "no-such-chain.json"}, {}, "no-such-chain.json"},
           {{"--nproc", "2", "--timeout", "0"}, {}, "--timeout must be a positive number"},
           {{"--nproc", "2", "--backend", "nccl"},
            {},
@@ -1255,6 +1290,12 @@ TEST_CASE(
   INFO(describe(alone));
   CHECK(alone.exit_code == 5);
   CHECK_THAT(alone.err, Catch::Contains("rank 1 could not reach the rendezvous at 127.0.0.1:9"));
+  // An IPv6 master in brackets: parsed, and written back in brackets.
+  const RunResult alone6 = with(
+      {"--budget", "100%", "--rank", "1", "--nproc", "2", "--master", "[::1]:9", "--timeout", "2"});
+  INFO(describe(alone6));
+  CHECK(alone6.exit_code == 5);
+  CHECK_THAT(alone6.err, Catch::Contains("rank 1 could not reach the rendezvous at [::1]:9"));
 }
 
 TEST_CASE("train --nproc: ranks die with their launcher, even one killed by SIGKILL",
@@ -1290,6 +1331,45 @@ echo "ranks $(echo $kids | wc -w) alive $alive"
                                {std::string("REMAT=") + REMAT_EXECUTABLE, "PATH=/usr/bin:/bin"});
   INFO(describe(run));
   CHECK(run.out == "ranks 2 alive 0\n");
+}
+
+TEST_CASE("train --nproc: rank 0 killed, the others stop with exit 5 naming it, in one line each",
+          "[cli][distributed]") {
+  if (!REMAT_CLI_HAS_TORCH) return;  // the LibTorch commands' refusal is tested above
+  // Rank 0 hosts the rendezvous store: killed, it takes the store with it, at whatever point
+  // the job is (starting, profiling, training). The others must say so and exit 5, never an
+  // internal error, and c10d's own log lines (with LibTorch's C++ backtraces) stay quiet.
+  TempDir dir;
+  const std::string script = std::string(R"sh(
+"$REMAT" train --model convnet --batch 2 --image 16 --classes 10 --steps 1000000 --threads 1 \
+  --nproc 3 --budget 100% --timeout 60 >/dev/null 2>"$ERR" & L=$!
+zero=""
+for i in $(seq 600); do
+  for d in /proc/[0-9]*; do
+    [ "$(awk '/^PPid:/{print $2}' $d/status 2>/dev/null)" = "$L" ] &&
+      tr '\0' '\n' < $d/environ 2>/dev/null | grep -qx RANK=0 && zero=${d#/proc/}
+  done
+  [ -n "$zero" ] && break; sleep 0.1
+done
+sleep 1.5
+kill -KILL $zero
+wait $L
+echo "launcher $?"
+)sh");
+  const std::string err = dir.path() + "/err";
+  const RunResult run = remat::test::run_process(
+      "/bin/sh", "sh", {"-c", script},
+      {std::string("REMAT=") + REMAT_EXECUTABLE, "ERR=" + err, "PATH=/usr/bin:/bin"});
+  const std::string said = read_file(err);
+  INFO(describe(run) << "\nthe job's stderr:\n" << said);
+  CHECK(run.out == "launcher 5\n");
+  CHECK_THAT(said, Catch::Contains("remat: rank 0 was killed by signal 9"));
+  CHECK_THAT(said, Catch::Contains("remat: rank 1 exited with code 5"));
+  CHECK_THAT(said, Catch::Contains("remat: rank 2 exited with code 5"));
+  CHECK_THAT(said, Catch::Matches("(.|\n)*remat: rank 1[:a-z ](.|\n)*rank 0(.|\n)*"));
+  CHECK_THAT(said, !Catch::Contains("internal error"));
+  CHECK_THAT(said, !Catch::Contains("frame #"));
+  CHECK_THAT(said, !Catch::Contains("[c10d]"));
 }
 
 TEST_CASE("out of memory is exit 4 with a clear message, on the CPU as on CUDA", "[cli]") {
@@ -1678,6 +1758,15 @@ TEST_CASE("extreme chains and options: clear answers, exit 2 or 3, never an inte
        {},
        {"--threads (1025) must be at most 1024"}},
       {{"schedule", "--chain", kResnet18, "--budget", "60%", "--threads", "1024"}, 0, {}, {}},
+      // An empty value is refused, not taken as no option (no picture, without a word).
+      {{"schedule", "--chain", kResnet18, "--budget", "60%", "--plot", ""},
+       2,
+       {},
+       {"remat schedule: --plot was given an empty value"}},
+      {{"tradeoff", "--chain", "", "--points", "3"},
+       2,
+       {},
+       {"remat tradeoff: --chain was given an empty value"}},
       {{"schedule", "--chain",
         chain_with("huge_time.json", [](json& doc) { doc["stages"][0]["fwd_ms"] = 1e308; }),
         "--budget", "60%"},

@@ -1,20 +1,21 @@
 // Data-parallel training over c10d's Gloo on loopback, with 2 and 3 processes (dp_worker.cpp),
 // against a single process that averages the same per-rank gradients; and how a job fails.
-#include <catch2/catch.hpp>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/torch.h>
+#include "remat/distributed.h"
 
 #include <dirent.h>
+#include <fmt/core.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "dp_model.h"
-#include "remat/distributed.h"
 #include "remat/runtime.h"
 
 namespace {
@@ -281,16 +282,22 @@ TEST_CASE("DataParallel launches a bucket's all-reduce once all its gradients ar
 }
 
 TEST_CASE("a killed rank makes the others stop with an error naming it", "[distributed]") {
+  // Rank 1, or rank 0, which hosts the rendezvous store: the store goes with it.
+  const int victim = GENERATE(1, 0);
+  CAPTURE(victim);
   const int timeout_ms = 30000;
-  const Job job = run_job(3, {"--steps", "3", "--fail", "kill", "--victim", "1", "--at", "1",
-                              "--timeout-ms", std::to_string(timeout_ms)},
-                          "kill");
-  CHECK(job.exits[1].code == 128 + 9);
-  for (int r : {0, 2}) {
+  const Job job =
+      run_job(3, {"--steps", "3", "--fail", "kill", "--victim", std::to_string(victim), "--at",
+                  "1", "--timeout-ms", std::to_string(timeout_ms)},
+              "kill");
+  CHECK(job.exits[static_cast<std::size_t>(victim)].code == 128 + 9);
+  for (int r : {0, 1, 2}) {
+    if (r == victim) continue;
     CAPTURE(r, job.error(r));
     CHECK(job.exits[static_cast<std::size_t>(r)].code == 5);
     CHECK_FALSE(job.exits[static_cast<std::size_t>(r)].killed_by_launcher);
-    CHECK(job.error(r).find("rank 1 stopped answering") != std::string::npos);
+    CHECK(job.error(r).find(fmt::format("rank {} stopped answering", victim)) !=
+          std::string::npos);
   }
   // Noticed when the connections closed, long before the timeout.
   CHECK(job.seconds < timeout_ms / 1000.0);
@@ -387,6 +394,60 @@ TEST_CASE("ranks with different models are refused at start-up", "[distributed]"
                             "0.weight float [32, 16]'") != std::string::npos);
   }
   remove_tree(job.dir);
+}
+
+TEST_CASE("ranks started for jobs of different sizes are refused at start-up", "[distributed]") {
+  // Rank 1 believes in 3 ranks, rank 0 in 2: both say so (exit 2), rather than rank 1 waiting
+  // for a rank 2 that never comes and rank 0 for a collective.
+  const Job job = run_job(2, {"--steps", "1", "--odd-rank", "1", "--odd-world", "3"}, "sizes");
+  for (int r : {0, 1}) {
+    CAPTURE(r, job.error(r));
+    CHECK(job.exits[static_cast<std::size_t>(r)].code == 2);
+    CHECK(job.error(r).find(fmt::format("rank {}: the ranks were started for jobs of different "
+                                        "sizes (rank 0 for 2, rank 1 for 3 ranks)",
+                                        r)) != std::string::npos);
+  }
+  CHECK(job.seconds < 30);
+  remove_tree(job.dir);
+}
+
+TEST_CASE(
+    "a value published before a reported failure is still taken: every rank gives the same "
+    "verdict",
+    "[distributed]") {
+  // check_same's race, made certain: rank 1 looks for rank 0's description and finds it missing;
+  // then, before rank 1 looks for reported failures, rank 0 publishes it, finds that the ranks
+  // differ and reports that. Rank 1 must refuse the model too (an InputError, exit 2), not stop
+  // as if rank 0 were lost. (CI saw it on a loaded machine: exit 5 on rank 1.)
+  struct Racing : c10d::HashStore {
+    bool raced = false;
+    bool check(const std::vector<std::string>& keys) override {
+      if (!raced && keys == std::vector<std::string>{"remat/check/0/0"}) {
+        raced = true;
+        const bool there = c10d::HashStore::check(keys);
+        set("remat/check/0/0", std::vector<std::uint8_t>{'A', '\n'});
+        set("remat/error/0", std::vector<std::uint8_t>{'d', 'i', 'f', 'f', 'e', 'r'});
+        return there;
+      }
+      return c10d::HashStore::check(keys);
+    }
+  };
+  auto store = c10::make_intrusive<Racing>();
+  remat::distributed::Collectives stand_in;
+  stand_in.rank = 1;
+  stand_in.size = 2;
+  remat::distributed::Group group(store, stand_in, std::chrono::seconds(10));
+  try {
+    group.check_same("the model", "B\n");
+    FAIL("ranks that differ were accepted");
+  } catch (const remat::distributed::DistributedError& error) {
+    FAIL("rank 1 stopped as if rank 0 were lost: " << error.what());
+  } catch (const remat::InputError& error) {
+    CHECK(std::string(error.what())
+              .find("the model differs between ranks: rank 1 differs from "
+                    "rank 0; at line 1, rank 1 has 'B' where rank 0 has 'A'") != std::string::npos);
+  }
+  CHECK(store->raced);
 }
 
 TEST_CASE("torchrun's environment is read, and bad values are refused", "[distributed]") {

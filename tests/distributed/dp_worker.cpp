@@ -8,8 +8,11 @@
 // machine's monotonic clock (steady_clock, the same in every process): a hanging victim writes
 // .hang when it starts to hang; a rank that fails writes .times, when it caught the error and
 // when its group was gone (left, and its backend shut down or abandoned).
+// Rank --odd-rank R differs from the others: its network's hidden width is --odd-hidden H, or
+// it believes the job has --odd-world N ranks.
 //   remat_dp_worker --out DIR --steps K [--fail kill|hang|throw --victim R --at S]
-//                   [--odd-rank R --odd-hidden H] [--timeout-ms T] [--bucket-bytes B]
+//                   [--odd-rank R --odd-hidden H | --odd-world N] [--timeout-ms T]
+//                   [--bucket-bytes B]
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,7 +34,7 @@ struct Args {
   int steps = 3;
   std::string fail;
   int victim = -1, at = -1;
-  int odd_rank = -1, odd_hidden = 32;
+  int odd_rank = -1, odd_hidden = 32, odd_world = 0;
   int timeout_ms = 20000;
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
 };
@@ -61,6 +64,8 @@ int main(int argc, char** argv) {
     else if (flag == "--at") a.at = std::stoi(value);
     else if (flag == "--odd-rank") a.odd_rank = std::stoi(value);
     else if (flag == "--odd-hidden") a.odd_hidden = std::stoi(value);
+    else if (flag == "--odd-world")
+      a.odd_world = std::stoi(value);
     else if (flag == "--timeout-ms") a.timeout_ms = std::stoi(value);
     else if (flag == "--bucket-bytes")
       a.bucket_bytes = std::stoll(value);
@@ -69,8 +74,9 @@ int main(int argc, char** argv) {
   std::shared_ptr<Group> group;
   try {
     MemoryTracker& tracker = MemoryTracker::for_device(torch::kCPU);
-    const Environment env = Environment::from_env();
+    Environment env = Environment::from_env();
     rank = env.rank;
+    if (rank == a.odd_rank && a.odd_world > 0) env.world_size = a.odd_world;
     torch::set_num_threads(1);
     group = Group::create(env, torch::kCPU,
                           GroupOptions()
