@@ -15,6 +15,7 @@
 
 #include "detail.h"
 #include "remat/profiler/memory_tracker.h"
+#include "remat/solver/units.h"
 
 namespace remat {
 namespace detail {
@@ -58,8 +59,9 @@ Counter g_counter;
 std::atomic<std::int64_t> g_granularity{1};
 std::atomic<std::int64_t> g_limit{0};
 
+// "12.06 KiB (12345 bytes)": a small allocation is not "0 MiB".
 std::string mib(std::int64_t bytes) {
-  return std::to_string(bytes >> 20) + " MiB (" + std::to_string(bytes) + " bytes)";
+  return format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
 }
 
 void release(void* data) {

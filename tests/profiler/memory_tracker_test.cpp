@@ -175,6 +175,17 @@ TEST_CASE("a CPU allocation beyond the limit, or one that fails, is an out-of-me
       CHECK_THAT(error.what_without_backtrace(),
                  Catch::Contains("CPU out of memory") && Catch::Contains("above the limit") &&
                      Catch::Contains("REMAT_DEVICE_MEMORY_LIMIT"));
+      CHECK_THAT(error.what_without_backtrace(),
+                 Catch::Contains("tried to allocate 1.00 MiB (1048576 bytes)"));
+    }
+    // A small request beyond the limit says its size in a unit that fits, not "0 MiB".
+    try {
+      torch::Tensor more = torch::empty({1 << 17}, torch::kFloat32);  // 512 KiB: at the limit
+      torch::Tensor small = torch::empty({100}, torch::kFloat32);
+      FAIL("no error beyond the limit");
+    } catch (const c10::OutOfMemoryError& error) {
+      CHECK_THAT(error.what_without_backtrace(), Catch::Contains("tried to allocate ") &&
+                                                     !Catch::Contains("tried to allocate 0 MiB"));
     }
     CHECK(tracker.live() - before == (1 << 19));  // the refused allocation is not counted
   }
