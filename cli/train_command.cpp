@@ -439,12 +439,15 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
 
 // c10d's own log lines (each retry while rank 0 starts; a lost connection, with LibTorch's
 // C++ backtrace) would bury the one line that names the rank that failed: a rank of the CLI
-// keeps them to itself unless TORCH_CPP_LOG_LEVEL asks for them. (LibTorch 2.x; a LibTorch
-// that logs through glog, as Debian's 1.13, is left as it is.)
+// keeps them to itself unless TORCH_CPP_LOG_LEVEL (or, for a LibTorch that logs through glog,
+// as Debian's 1.13, GLOG_minloglevel) asks for them.
 void quiet_c10d_log() {
-#ifndef C10_USE_GLOG
-  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr)
-    FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 3);  // fatal only
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") != nullptr) return;
+#ifdef C10_USE_GLOG
+  if (std::getenv("GLOG_minloglevel") == nullptr)
+    FLAGS_minloglevel = std::max(FLAGS_minloglevel, google::GLOG_FATAL);
+#else
+  FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 3);  // fatal only
 #endif
 }
 

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <limits>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "remat/solver/check.h"
@@ -29,6 +31,35 @@ std::string sizes_string(c10::IntArrayRef sizes) {
   std::string out = "[";
   for (std::size_t k = 0; k < sizes.size(); ++k) out += (k ? ", " : "") + std::to_string(sizes[k]);
   return out + "]";
+}
+
+// Waits until `done()` (the collectives completed), within the group's timeout, watching for
+// a failure another rank reported and for rank 0's store going away: a collective waiting on a
+// lost rank does not always fail by itself (Gloo before LibTorch 2.9 waits out its start-up
+// timeout). Errors as group.failure(during, ...).
+void watch_until(Group& group, const std::function<bool()>& done, const std::string& during) {
+  const auto deadline = Clock::now() + group.timeout();
+  auto next_look = Clock::now() + std::chrono::milliseconds(100);
+  auto pause = std::chrono::microseconds(20);
+  while (!done()) {
+    const auto now = Clock::now();
+    if (now > deadline)
+      throw group.failure(during, std::runtime_error(fmt::format("it did not complete within {} ms",
+                                                                 group.timeout().count())));
+    if (now > next_look) {
+      next_look = now + std::chrono::milliseconds(100);
+      bool reported = false;
+      try {
+        reported = group.any_failure_reported();
+      } catch (const std::exception& error) {  // the store is gone: rank 0 with it
+        throw group.failure(during, error);
+      }
+      if (reported)
+        throw group.failure(during, std::runtime_error("another rank reported a failure"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
 }
 
 }  // namespace
@@ -196,7 +227,10 @@ void DataParallel::broadcast_from_rank0(std::vector<torch::Tensor> tensors, cons
       for (const torch::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
       std::vector<at::Tensor> packed{torch::cat(flat_parts)};
       flat_parts.clear();
-      group_->collectives().broadcast(packed, 0)->wait(group_->timeout());
+      const WorkPtr work = group_->collectives().broadcast(packed, 0);
+      watch_until(
+          *group_, [&] { return work->isCompleted(); }, "copying " + what + " from rank 0");
+      work->wait();  // its error, if it failed
       std::int64_t offset = 0;
       for (const torch::Tensor& t : group) {
         torch::Tensor target = t;
@@ -355,45 +389,23 @@ void DataParallel::backward(const torch::Tensor& loss) {
 // Waits for every bucket (watching for ranks that reported an error, and for the timeout),
 // then averages.
 void DataParallel::finish() {
-  const auto deadline = Clock::now() + group_->timeout();
-  auto next_look = Clock::now() + std::chrono::milliseconds(100);
-  auto pause = std::chrono::microseconds(20);
-  for (;;) {
-    bool all = true;
-    for (auto& bucket : buckets_) {
-      if (bucket->done) continue;
-      if (!bucket->work->isCompleted()) {
-        all = false;
-        break;
-      }
-      try {
-        bucket->work->wait();
-      } catch (const std::exception& error) {
-        throw group_->failure("the gradients' all-reduce", error);
-      }
-      bucket->done = true;
-    }
-    if (all) break;
-    const auto now = Clock::now();
-    if (now > deadline)
-      throw group_->failure("the gradients' all-reduce",
-                            std::runtime_error(fmt::format("it did not complete within {} ms",
-                                                           group_->timeout().count())));
-    if (now > next_look) {
-      next_look = now + std::chrono::milliseconds(100);
-      bool reported = false;
-      try {
-        reported = group_->any_failure_reported();
-      } catch (const std::exception& error) {  // the store is gone: rank 0 with it
-        throw group_->failure("the gradients' all-reduce", error);
-      }
-      if (reported)
-        throw group_->failure("the gradients' all-reduce",
-                              std::runtime_error("another rank reported a failure"));
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
+  const std::string during = "the gradients' all-reduce";
+  watch_until(
+      *group_,
+      [&] {
+        for (auto& bucket : buckets_) {
+          if (bucket->done) continue;
+          if (!bucket->work->isCompleted()) return false;
+          try {
+            bucket->work->wait();
+          } catch (const std::exception& error) {
+            throw group_->failure(during, error);
+          }
+          bucket->done = true;
+        }
+        return true;
+      },
+      during);
   if (group_->size() == 1) return;  // the mean of one rank's gradients, its buffers: as they are
   torch::NoGradGuard no_grad;
   const double size = group_->size();
