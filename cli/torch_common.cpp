@@ -245,6 +245,18 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+void check_chain_model(const Chain& chain, const ModelInput& in, const std::string& path) {
+  const std::string first = chain.name.substr(0, chain.name.find(' '));
+  const auto& known = models::registry();
+  const bool a_model = std::any_of(known.begin(), known.end(),
+                                   [&](const models::ModelInfo& m) { return m.name == first; });
+  if (a_model && first != in.info->name)
+    throw std::invalid_argument(fmt::format(
+        "--chain {}: the chain was profiled for {} (its name is '{}'), not {}; profile this one "
+        "(remat profile --model {} ...)",
+        printable(path), first, printable(chain.name), in.info->name, in.info->name));
+}
+
 std::string signed_percent(double percent, int decimals) {
   const double scale = std::pow(10.0, decimals);
   const double rounded = std::round(percent * scale);

@@ -98,6 +98,11 @@ ProfileOptions with_progress(ProfileOptions options, ProgressBar& bar);
 /// "2x3x224x224"; "scalar" for no dimensions.
 std::string shape_string(const std::vector<std::int64_t>& sizes);
 
+/// Refuses a chain file `remat profile` made for another built-in model: its name starts
+/// with that model's name ("resnet34 b32 224x224 cpu" for --model resnet50, which has as
+/// many stages). A chain named otherwise (by a user, by remat.profile) is not judged here.
+void check_chain_model(const Chain& chain, const ModelInput& in, const std::string& path);
+
 /// Median of `values` (not empty).
 double median(std::vector<double> values);
 

@@ -268,6 +268,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
       bar.finish(chain.length());
     } else {
       chain = load_chain(args.chain_file);
+      check_chain_model(chain, in, args.chain_file);
     }
     if (group) chain_json = chain_to_json(chain);
   }
@@ -468,6 +469,7 @@ TrainSetup prepare(const TrainArgs& args) {
   (void)parse_budget(args.budget, 1);  // its syntax; a percentage's bytes come with the chain
   const distributed::BackendKind backend =
       distributed::resolve_backend(distributed::parse_backend(args.backend), in.device);
+  if (args.nproc > 1) distributed::check_backend(backend, in.device);
   std::unique_ptr<TokenFile> token_file;
   if (!args.tokens_file.empty()) {
     if (!in.tokens())

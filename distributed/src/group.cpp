@@ -183,6 +183,15 @@ BackendKind resolve_backend(BackendKind kind, c10::Device device) {
   return device.is_cuda() ? BackendKind::kNccl : BackendKind::kGloo;
 }
 
+void check_backend(BackendKind kind, c10::Device device) {
+  if (kind == BackendKind::kNccl && !device.is_cuda())
+    throw InputError(fmt::format("the nccl backend needs a CUDA device, not {}", device.str()));
+  if (kind == BackendKind::kNccl && !has_nccl())
+    throw InputError(
+        "the nccl backend: this build of remat has no NCCL (it needs a LibTorch with "
+        "CUDA and NCCL's headers); use --backend gloo");
+}
+
 const char* backend_name(BackendKind kind) {
   switch (kind) {
     case BackendKind::kAuto: return "auto";
@@ -199,11 +208,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
   if (options.timeout().count() <= 0)
     throw InputError(fmt::format("the timeout must be positive, not {} ms", options.timeout().count()));
   const BackendKind kind = resolve_backend(options.backend(), device);
-  if (kind == BackendKind::kNccl && !device.is_cuda())
-    throw InputError(fmt::format("the nccl backend needs a CUDA device, not {}", device.str()));
-  if (kind == BackendKind::kNccl && !has_nccl())
-    throw InputError("the nccl backend: this build of remat has no NCCL (it needs a LibTorch with "
-                     "CUDA and NCCL's headers); use --backend gloo");
+  check_backend(kind, device);
   const std::string where = host_port(env.master_addr, env.master_port);
   // A name that does not resolve is said so, rather than left to the store's connect
   // (which rank 0 would report as a port in use, and the others as rank 0 not starting).

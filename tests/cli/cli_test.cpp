@@ -1168,6 +1168,10 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   CHECK_THAT(periodic.out, Catch::Contains("schedule   periodic for "));
   CHECK(periodic.err.find("profile resnet18") == std::string::npos);
 
+  json renamed_doc = json::parse(read_file(chain));
+  CHECK(renamed_doc["name"] == "resnet18 b4 64x64 cpu");
+  renamed_doc["name"] = "resnet34 b4 64x64 cpu";
+  const std::string renamed = dir.write("renamed.json", renamed_doc.dump());
   // A budget below the minimum: exit 3 and the minimum.
   const RunResult infeasible = with({"--budget", "1MiB", "--steps", "1"});
   CHECK(infeasible.exit_code == 3);
@@ -1184,33 +1188,18 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
        "--segments (0) must be a positive number of segments"},
       {{"--budget", "50%", "--chain", chain, "--repeat", "2"},
        "--repeat applies to profiling, which --chain replaces"},
+      // A chain profile made for another model (resnet34 has other stages, but a renamed
+      // resnet18 chain stands for one with as many: resnet34 for resnet50).
+      {{"--budget", "50%", "--chain", renamed},
+       "the chain was profiled for resnet34 (its name is 'resnet34 b4 64x64 cpu'), not resnet18"},
   };
   for (const auto& [args, fragment] : bad) {
     const RunResult r = with(args);
     INFO(describe(r));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains(fragment));
-    // Refused by the launcher before it starts the ranks: said once, not once per rank.
-    CHECK(r.err.find(fragment) == r.err.rfind(fragment));
-    CHECK_THAT(r.err, !Catch::Contains("starting 2 ranks"));
+    CHECK_THAT(r.err, !Catch::Contains("profile resnet18:"));  // refused before any work
   }
-  // A budget that is not one: refused before profiling, by the launcher.
-  const RunResult junk = run_remat({"train", "--model", "resnet18", "--batch", "2", "--image", "32",
-                                    "--budget", "lots", "--nproc", "2"});
-  INFO(describe(junk));
-  CHECK(junk.exit_code == 2);
-  CHECK_THAT(junk.err, Catch::Contains("bad size 'lots'"));
-  CHECK(junk.err.find("bad size") == junk.err.rfind("bad size"));
-  CHECK_THAT(junk.err, !Catch::Contains("starting 2 ranks"));
-  // A master that does not resolve is said so (exit 5), not taken for a port in use. (An empty
-  // label: the resolver refuses it without asking a name server, so the test needs no network.)
-  const RunResult nowhere = with({"--budget", "100%", "--rank", "0", "--nproc", "2", "--master",
-                                  "no..such:9", "--timeout", "2"});
-  INFO(describe(nowhere));
-  CHECK(nowhere.exit_code == 5);
-  CHECK_THAT(nowhere.err,
-             Catch::Contains("rank 0: the master address 'no..such' does not resolve"));
-  CHECK_THAT(nowhere.err, !Catch::Contains("port in use"));
   // A chain of another network is refused.
   const std::string other = dir.path() + "/convnet.json";
   REQUIRE(run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat",
@@ -1218,7 +1207,14 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
               .exit_code == 0);
   const RunResult mismatch = with({"--budget", "100%", "--chain", other});
   CHECK(mismatch.exit_code == 2);
-  CHECK_THAT(mismatch.err, Catch::Contains("stages but the network"));
+  CHECK_THAT(mismatch.err, Catch::Contains("the chain was profiled for convnet"));
+  // Named by its user: its stages tell it apart.
+  json named = json::parse(read_file(other));
+  named["name"] = "my chain";
+  const RunResult uncounted =
+      with({"--budget", "100%", "--chain", dir.write("named.json", named.dump())});
+  CHECK(uncounted.exit_code == 2);
+  CHECK_THAT(uncounted.err, Catch::Contains("stages but the network"));
 }
 
 TEST_CASE(
@@ -1270,7 +1266,6 @@ TEST_CASE(
           {{"--nproc", "2", "--master", "[::1]:0"}, {}, "--master [::1]:0: the port"},
           {{"--nproc", "2", "--master", ""}, {}, "--master was given an empty value"},
           {{"--nproc", "2", "--tokens", "x.bin"}, {}, "--tokens: resnet18 takes images"},
-          {{"--nproc", "2", "--chain", "no-such-chain.json"}, {}, "no-such-chain.json"},
           {{"--nproc", "2", "--timeout", "0"}, {}, "--timeout must be a positive number"},
           {{"--nproc", "2", "--backend", "nccl"},
            {},
@@ -1283,7 +1278,35 @@ TEST_CASE(
     INFO(describe(r));
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains(fragment));
+    // Refused by the launcher before it starts the ranks: said once, not once per rank.
+    CHECK(r.err.find(fragment) == r.err.rfind(fragment));
+    CHECK_THAT(r.err, !Catch::Contains("starting 2 ranks"));
   }
+  // A budget that is not one, a chain file that is not there: refused before profiling, by the
+  // launcher.
+  for (const auto& [option, value, fragment] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--budget", "lots", "bad size 'lots'"},
+           {"--chain", "no-such-chain.json", "no-such-chain.json"}}) {
+    std::vector<std::string> args = {"train", "--model", "resnet18", "--batch", "2",  "--image",
+                                     "32",    "--nproc", "2",        option,    value};
+    if (option != "--budget") args.insert(args.end(), {"--budget", "100%"});
+    const RunResult junk = run_remat(args);
+    INFO(describe(junk));
+    CHECK(junk.exit_code == 2);
+    CHECK_THAT(junk.err, Catch::Contains(fragment));
+    CHECK(junk.err.find(fragment) == junk.err.rfind(fragment));
+    CHECK_THAT(junk.err, !Catch::Contains("starting 2 ranks"));
+  }
+  // A master that does not resolve is said so (exit 5), not taken for a port in use. (An empty
+  // label: the resolver refuses it without asking a name server, so the test needs no network.)
+  const RunResult nowhere = with({"--budget", "100%", "--rank", "0", "--nproc", "2", "--master",
+                                  "no..such:9", "--timeout", "2"});
+  INFO(describe(nowhere));
+  CHECK(nowhere.exit_code == 5);
+  CHECK_THAT(nowhere.err,
+             Catch::Contains("rank 0: the master address 'no..such' does not resolve"));
+  CHECK_THAT(nowhere.err, !Catch::Contains("port in use"));
   // Rank 1 of a job whose rank 0 never starts: exit 5 after the timeout, saying so.
   const RunResult alone = with({"--budget", "100%", "--rank", "1", "--nproc", "2", "--master",
                                 "127.0.0.1:9", "--timeout", "2"});

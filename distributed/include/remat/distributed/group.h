@@ -98,6 +98,9 @@ enum class BackendKind { kAuto, kGloo, kNccl };
 BackendKind parse_backend(const std::string& name);
 /// Gloo for the CPU, NCCL for CUDA, unless `kind` names one.
 BackendKind resolve_backend(BackendKind kind, c10::Device device);
+/// Throws InputError unless backend `kind` (resolved) can serve `device`: NCCL needs a CUDA
+/// device and a build with NCCL.
+void check_backend(BackendKind kind, c10::Device device);
 const char* backend_name(BackendKind kind);
 /// Whether this build can use NCCL (a LibTorch with CUDA and NCCL's headers).
 bool has_nccl();
