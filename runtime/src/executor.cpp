@@ -43,6 +43,7 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
   cpu_rng_.resize(n);
   cuda_rng_.resize(n);
   buffer_snapshot_.resize(n);
+  entry_buffers_.resize(n);
   restore_after_backward_.assign(n, false);
   recomputed_.assign(n, false);
   std::vector<int> forwards(n, 0);
@@ -102,6 +103,8 @@ void Executor::before_forward(int i) {
     if (!recomputed_[ui]) return;
     cpu_rng_[ui] = host_generator_state(c10::Device(c10::kCPU));
     if (device_.is_cuda()) cuda_rng_[ui] = host_generator_state(device_);
+    torch::NoGradGuard no_grad;
+    for (const auto& b : stages_[ui].module->buffers()) entry_buffers_[ui].emplace_back(b);
     return;
   }
   if (!cpu_rng_[ui].empty()) {
@@ -112,10 +115,14 @@ void Executor::before_forward(int i) {
     caller_cuda_rng_ = host_generator_state(device_);
     set_generator_state(device_, cuda_rng_[ui].tensor());
   }
-  if (buffer_snapshot_[ui].empty()) {
-    torch::NoGradGuard no_grad;
-    for (const auto& b : stages_[ui].module->buffers()) buffer_snapshot_[ui].emplace_back(b);
-  }
+  torch::NoGradGuard no_grad;
+  const auto buffers = stages_[ui].module->buffers();
+  if (buffer_snapshot_[ui].empty())
+    for (const auto& b : buffers) buffer_snapshot_[ui].emplace_back(b);
+  // The recomputation reads the buffers the first forward read; restore_buffers puts back
+  // what that forward left.
+  for (std::size_t k = 0; k < entry_buffers_[ui].size(); ++k)
+    buffers[k].copy_(entry_buffers_[ui][k].tensor());
 }
 
 void Executor::after_forward(int i, bool keeps_graph) {
@@ -127,6 +134,12 @@ void Executor::after_forward(int i, bool keeps_graph) {
     if (!recomputed_[ui]) return;
     if (cpu_rng_[ui] == host_generator_state(c10::Device(c10::kCPU))) cpu_rng_[ui] = HostCopy();
     if (!cuda_rng_[ui].empty() && cuda_rng_[ui] == host_generator_state(device_)) cuda_rng_[ui] = HostCopy();
+    // Buffers the forward left as they were need no restoring before a recomputation.
+    const auto buffers = stages_[ui].module->buffers();
+    bool changed = false;
+    for (std::size_t k = 0; k < entry_buffers_[ui].size() && !changed; ++k)
+      changed = !(entry_buffers_[ui][k] == HostCopy(buffers[k]));
+    if (!changed) entry_buffers_[ui].clear();
     return;
   }
   if (!caller_cpu_rng_.empty()) set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_.tensor());
@@ -296,6 +309,7 @@ void Executor::abandon() noexcept {
     for (Tensors& t : *tensors) t.clear();
   for (auto& edges : fe_edge_) edges.clear();
   for (auto& sinks : fe_sink_) sinks.clear();
+  for (auto& entry : entry_buffers_) entry.clear();
   context_.clear();
   output_.clear();
 }

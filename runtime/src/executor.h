@@ -100,6 +100,10 @@ class Executor {
   std::vector<HostCopy> cpu_rng_, cuda_rng_;
   HostCopy caller_cpu_rng_, caller_cuda_rng_;
   std::vector<std::vector<HostCopy>> buffer_snapshot_;
+  // A recomputed stage's buffers before its first forward of the step, kept only if that
+  // forward changed them: each recomputation starts from them, as the first forward did (a
+  // stage that reads a buffer it updates: an average, spectral norm's power iteration).
+  std::vector<std::vector<HostCopy>> entry_buffers_;
   std::vector<bool> restore_after_backward_;
   // Whether the sequence forwards stage i more than once: only then are its generator
   // states recorded at its first forward.
