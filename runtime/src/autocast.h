@@ -21,6 +21,9 @@ class AutocastState {
   }
 
   bool any() const { return cpu_ || cuda_; }
+  /// Whether autocast is on for device type `d` (the CPU or CUDA), and its dtype.
+  bool on(at::DeviceType d) const { return d == at::kCUDA ? cuda_ : cpu_; }
+  at::ScalarType type(at::DeviceType d) const { return d == at::kCUDA ? cuda_dtype_ : cpu_dtype_; }
 
  private:
   friend class AutocastGuard;

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "executor.h"
@@ -172,8 +173,79 @@ const Chain& CheckpointableImpl::measure(const Tensors& inputs, const Tensors& c
   for (const torch::Tensor& t : context)
     measured_context_.push_back({t.sizes().vec(), t.scalar_type(), t.device()});
   measured_device_ = inputs.front().device();
+  measured_parameters_ = describe_parameters();
+  const detail::AutocastState autocast = detail::AutocastState::capture();
+  const auto type = inputs.front().device().is_cuda() ? at::kCUDA : at::kCPU;
+  measured_autocast_.reset();
+  if (autocast.on(type)) measured_autocast_ = autocast.type(type);
   solution_.reset();
   return *chain_;
+}
+
+std::vector<std::string> CheckpointableImpl::describe_parameters() const {
+  std::vector<std::string> out;
+  for (const NamedStage& stage : stages_) {
+    std::string lines;
+    const std::vector<torch::Tensor> parameters = stage.module->parameters();
+    for (std::size_t k = 0; k < parameters.size(); ++k) {
+      const torch::Tensor& p = parameters[k];
+      lines += "parameter " + std::to_string(k) + " is " + c10::toString(p.scalar_type()) + " " +
+               shape_string(p.sizes()) + " on " + p.device().str() +
+               (p.requires_grad() ? ", trained" : ", frozen") + "\n";
+    }
+    out.push_back(std::move(lines));
+  }
+  return out;
+}
+
+void CheckpointableImpl::check_unchanged(const Tensors& inputs) const {
+  if (!measured_parameters_.empty()) {
+    const std::vector<std::string> now = describe_parameters();
+    // The same line, or a parameter frozen since (less to compute and keep than planned:
+    // fine-tuning freezes layers as it goes).
+    const auto same = [](const std::string& now_line, const std::string& then) {
+      const std::string frozen = ", frozen", trained = ", trained";
+      const auto ends = [](const std::string& text, const std::string& end) {
+        return text.size() >= end.size() &&
+               text.compare(text.size() - end.size(), end.size(), end) == 0;
+      };
+      return now_line == then || (ends(now_line, frozen) && ends(then, trained) &&
+                                  now_line.substr(0, now_line.size() - frozen.size()) ==
+                                      then.substr(0, then.size() - trained.size()));
+    };
+    const auto lines = [](const std::string& text) {
+      std::vector<std::string> out;
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);) out.push_back(line);
+      return out;
+    };
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      if (now[i] == measured_parameters_[i]) continue;
+      const std::vector<std::string> a = lines(now[i]), b = lines(measured_parameters_[i]);
+      TORCH_CHECK_VALUE(a.size() == b.size(), "Checkpointable::forward: stage ", i, " (",
+                        stages_[i].name, ") has ", a.size(), " parameters, but ", b.size(),
+                        " when the chain was measured: measure() (or set_chain) again");
+      for (std::size_t k = 0; k < a.size(); ++k)
+        TORCH_CHECK_VALUE(same(a[k], b[k]), "Checkpointable::forward: stage ", i, " (",
+                          stages_[i].name, ")'s ", a[k], ", but ",
+                          b[k].substr(b[k].find(" is ") + 4),
+                          " when the chain was measured: its activations, gradients or memory "
+                          "would not be the schedule's; measure() (or set_chain) again");
+    }
+  }
+  if (measured_autocast_) {
+    const detail::AutocastState autocast = detail::AutocastState::capture();
+    const auto type = inputs.front().device().is_cuda() ? at::kCUDA : at::kCPU;
+    const bool narrower = autocast.on(type) && c10::elementSize(autocast.type(type)) <=
+                                                   c10::elementSize(*measured_autocast_);
+    TORCH_CHECK_VALUE(narrower, "Checkpointable::forward: the chain was measured under autocast (",
+                      c10::toString(*measured_autocast_), ") but this step runs ",
+                      autocast.on(type) ? std::string("under autocast (") +
+                                              c10::toString(autocast.type(type)) + ")"
+                                        : std::string("without autocast"),
+                      ": its activations are larger than the schedule's; measure() again as the "
+                      "steps run");
+  }
 }
 
 void CheckpointableImpl::set_chain(Chain chain) {
@@ -191,6 +263,8 @@ void CheckpointableImpl::set_chain(Chain chain) {
   measured_inputs_.clear();
   measured_context_.clear();
   measured_device_.reset();
+  measured_parameters_ = describe_parameters();
+  measured_autocast_.reset();
   solution_.reset();
 }
 
@@ -278,7 +352,12 @@ void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& cont
                           " on ", t.device().str(), " but the chain was measured with ",
                           c10::toString(sig.dtype), " on ", sig.device.str(),
                           ": its bytes would not be the schedule's; measure() again");
-        bool fits = t.dim() == static_cast<std::int64_t>(sig.sizes.size());
+        TORCH_CHECK_VALUE(t.dim() == static_cast<std::int64_t>(sig.sizes.size()),
+                          "Checkpointable::forward: ", what, " is ", shape_string(t.sizes()), " (",
+                          t.dim(), " dimensions) but the chain was measured with ",
+                          shape_string(sig.sizes), " (", sig.sizes.size(),
+                          " dimensions): measure() an input of this shape");
+        bool fits = true;
         for (std::size_t d = 0; fits && d < sig.sizes.size(); ++d)
           fits = t.size(static_cast<std::int64_t>(d)) <= sig.sizes[d];
         TORCH_CHECK_VALUE(fits, "Checkpointable::forward: ", what, " is ", shape_string(t.sizes()),
@@ -315,6 +394,7 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
               " needs at least ", solution_->min_feasible_budget_bytes,
               " bytes; call compute_sequence with a budget that works");
   check_inputs(inputs, context);
+  check_unchanged(inputs);
   auto executor = std::make_shared<detail::Executor>(stages_, *chain_, solution_->sequence,
                                                      inputs.front().device());
   Tensors outputs;

@@ -240,6 +240,30 @@ TEST_CASE("under autocast, recomputations run as the forward did: bfloat16 on th
   check_autocast_training(torch::kCPU, c10::kBFloat16);
 }
 
+TEST_CASE("a chain measured under autocast is refused for steps without it", "[runtime]") {
+  // Measured in bfloat16, run in float32: twice the activations the schedule planned for.
+  const torch::Tensor sample = torch::randn({2, 3, 8, 8});
+  nn::Sequential net = remat::test::conv_chain(4, 5, false);
+  remat::Checkpointable chk(net);
+  {
+    const AutocastScope scope(c10::kCPU, c10::kBFloat16);
+    chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  }
+  REQUIRE(chk->compute_sequence(chk->store_all_peak()).ok());
+  CHECK_THROWS_WITH(chk->forward(sample.clone()),
+                    Catch::Contains("the chain was measured under autocast (BFloat16) but this "
+                                    "step runs without autocast"));
+  {
+    const AutocastScope scope(c10::kCPU, c10::kBFloat16);
+    CHECK_NOTHROW(chk->forward(sample.clone()).to(torch::kFloat).sum().backward());
+  }
+  // Measured in float32 and run under autocast: smaller than planned, allowed.
+  chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  REQUIRE(chk->compute_sequence(chk->store_all_peak()).ok());
+  const AutocastScope scope(c10::kCPU, c10::kBFloat16);
+  CHECK_NOTHROW(chk->forward(sample.clone()).to(torch::kFloat).sum().backward());
+}
+
 TEST_CASE("the input may or may not require grad; eval and no-grad run the plain network",
           "[runtime]") {
   torch::set_num_threads(1);
@@ -309,7 +333,31 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
   CHECK_THROWS_WITH(
       chk->forward(torch::randn({2, 3, 8, 8}, torch::kDouble)),
       Catch::Contains("the input is Double on cpu but the chain was measured with Float on cpu"));
+  // With a float32 input: the parameters themselves differ from the chain's.
+  CHECK_THROWS_WITH(
+      chk->forward(torch::randn({2, 3, 8, 8})),
+      Catch::Contains("stage 0 (0:Block)'s parameter 0 is Double 4x3x3x3 on cpu, trained, "
+                      "but Float 4x3x3x3 on cpu, trained when the chain was measured"));
   net->to(torch::kFloat);
+  CHECK_NOTHROW(chk->forward(torch::randn({2, 3, 8, 8})).sum().backward());
+  // A parameter unfrozen since it was measured (its stage's output had a gradient already:
+  // nothing else tells) is refused; one frozen since runs (fine-tuning freezes as it goes).
+  net[1]->parameters()[0].requires_grad_(false);
+  chk->measure(torch::randn({2, 3, 8, 8}), remat::ProfileOptions().measure_time(false));
+  REQUIRE(chk->compute_sequence(chk->store_all_peak()).ok());
+  net[1]->parameters()[0].requires_grad_(true);
+  CHECK_THROWS_WITH(chk->forward(torch::randn({2, 3, 8, 8})),
+                    Catch::Contains("stage 1 (") && Catch::Contains("trained, but") &&
+                        Catch::Contains("frozen when the chain was measured"));
+  net[1]->parameters()[0].requires_grad_(false);
+  net[0]->parameters()[0].requires_grad_(false);
+  CHECK_NOTHROW(chk->forward(torch::randn({2, 3, 8, 8})).sum().backward());
+  net[0]->parameters()[0].requires_grad_(true);
+  net[1]->parameters()[0].requires_grad_(true);
+  // An input with fewer dimensions is said so, not called larger.
+  CHECK_THROWS_WITH(chk->forward(torch::randn({3, 8, 8})),
+                    Catch::Contains("the input is 3x8x8 (3 dimensions) but the chain was measured "
+                                    "with 2x3x8x8 (4 dimensions)"));
   CHECK_THROWS_WITH(chk->forward(remat::Tensors{torch::randn({2, 3, 8, 8}), torch::randn({2})}),
                     Catch::Contains("2 input tensors, but the chain's input has 1 member"));
   CHECK_THROWS_WITH(
@@ -362,6 +410,16 @@ TEST_CASE("backward calls the schedule cannot serve exactly are refused, not ans
   chk->measure(detached, remat::ProfileOptions().measure_time(false));
   REQUIRE(chk->compute_sequence(chk->store_all_peak()).ok());
   for (auto& p : net[0]->parameters()) p.requires_grad_(true);
+  CHECK_THROWS_WITH(chk->forward(detached),
+                    Catch::Contains("stage 0 (0:Linear)'s parameter 0 is Float 16x8 on cpu, "
+                                    "trained, but Float 16x8 on cpu, frozen when the chain was "
+                                    "measured") &&
+                        Catch::Contains("measure() (or set_chain) again"));
+  // The same chain set while the parameter is trained (set_chain cannot know what it was
+  // measured with): the runtime still finds the gradient the chain does not have.
+  const remat::Chain frozen_chain = chk->chain();
+  chk->set_chain(frozen_chain);
+  REQUIRE(chk->compute_sequence(chk->store_all_peak()).ok());
   CHECK_THROWS_WITH(
       chk->forward(detached),
       Catch::Contains("stage 0 (0:Linear) output member 0 requires grad, but it did not "

@@ -138,6 +138,10 @@ class CheckpointableImpl : public torch::nn::Module {
     c10::Device device;
   };
   void check_inputs(const Tensors& inputs, const Tensors& context) const;
+  // What each stage's parameters are: dtype, device, shape and requires_grad, one line each.
+  std::vector<std::string> describe_parameters() const;
+  // Refuses a step whose parameters or autocast differ from what the chain was measured with.
+  void check_unchanged(const Tensors& inputs) const;
 
   torch::nn::Sequential net_;
   std::vector<NamedStage> stages_;
@@ -145,6 +149,11 @@ class CheckpointableImpl : public torch::nn::Module {
   // The sample's input members and context; empty after set_chain.
   std::vector<Signature> measured_inputs_, measured_context_;
   std::optional<c10::Device> measured_device_;  // the sample's device; none after set_chain
+  // Each stage's parameters when the chain was measured or set: a parameter made float64,
+  // moved, or unfrozen since would take the step over the budget, or lose its gradient.
+  std::vector<std::string> measured_parameters_;
+  // measure()'s autocast for the sample's device type (none after set_chain, which cannot know).
+  std::optional<c10::ScalarType> measured_autocast_;
   std::optional<Solution> solution_;
 };
 TORCH_MODULE(Checkpointable);
