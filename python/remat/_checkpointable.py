@@ -222,8 +222,9 @@ class Checkpointable(nn.Module):
                          slots: int = 0, segments: int = 0, threads: int = 0,
                          custom_mem_limit: Optional[Budget] = None,
                          mem_slots: Optional[int] = None) -> Solution:
-        """Solves for ``budget`` (default: the one given to the constructor, else the default
-        budget). Returns the solution; an infeasible budget is not an exception here (``ok``
+        """Solves for ``budget`` (default: the last one given, to the constructor or to an
+        earlier ``compute_sequence``, which keeps it in ``budget``; else the default budget,
+        worked out at each solve). Returns the solution; an infeasible budget is not an exception here (``ok``
         is False, and the least budget is given), but training then raises ValueError naming
         it. Training steps solve again, when they must (after ``measure``), with the same
         algorithm and options. ``custom_mem_limit`` and ``mem_slots`` are rotor's names for
@@ -247,10 +248,13 @@ class Checkpointable(nn.Module):
 
     @property
     def solution(self) -> Optional[Solution]:
-        """The last ``compute_sequence``'s solution; None before the first."""
-        if not self._impl.has_sequence():
+        """The last ``compute_sequence``'s solution, feasible or not (``ok``); None before the
+        first, and after a new ``measure``."""
+        try:
+            solution = self._impl.solution
+        except RuntimeError:  # none yet
             return None
-        return Solution(self._impl.solution, self._measured_chain())
+        return Solution(solution, self._measured_chain())
 
     def _default_budget(self) -> int:
         device = torch.device(self._impl.device)

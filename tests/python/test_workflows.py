@@ -360,3 +360,13 @@ def test_a_recomputation_reads_the_buffer_its_stage_updates():
         plain(x).sum().backward()
     assert same(grads(model), grads(plain))
     assert all(torch.equal(a, b) for a, b in zip(model.buffers(), plain.buffers()))
+
+
+def test_an_infeasible_budget_is_a_solution_that_says_so():
+    model = net()
+    x = torch.randn(16, 8)
+    chk = remat.Checkpointable(model, x, 10, progress=False)  # 10 bytes: nothing fits
+    assert chk.solution is not None and not chk.solution.ok
+    assert chk.solution.budget_bytes == 10 and chk.solution.min_feasible_budget_bytes > 10
+    with pytest.raises(ValueError, match="no schedule fits the budget"):
+        chk(x)
