@@ -294,6 +294,16 @@ void Executor::backward(int i) {
   if (restore_after_backward_[ui]) restore_buffers(i);
 }
 
+void Executor::check_versions() const {
+  for (const Watched& w : watched_)
+    TORCH_CHECK(w.tensor._version() == w.version, "remat runtime: ", w.name,
+                " was modified by an inplace operation between the forward and the backward (it "
+                "is at version ",
+                w.tensor._version(), "; expected version ", w.version,
+                "): the recomputations would read its new values; plain autograd refuses this "
+                "backward too");
+}
+
 void Executor::abandon() noexcept {
   try {
     if (!caller_cpu_rng_.empty()) set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_.tensor());
@@ -312,6 +322,7 @@ void Executor::abandon() noexcept {
   for (auto& entry : entry_buffers_) entry.clear();
   context_.clear();
   output_.clear();
+  watched_.clear();
 }
 
 Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
@@ -327,6 +338,22 @@ Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
     x_[0] = std::move(values);
     context_ = context;
     autocast_ = AutocastState::capture();
+    watched_.clear();
+    const auto watch = [&](const torch::Tensor& t, std::string name) {
+      watched_.push_back({t, t._version(), std::move(name)});
+    };
+    // x_[0]'s values are detached from the inputs: they share their version counters.
+    for (std::size_t k = 0; k < x_[0].size(); ++k)
+      watch(x_[0][k], x_[0].size() == 1 ? "the input" : "input member " + std::to_string(k));
+    for (std::size_t k = 0; k < context.size(); ++k)
+      watch(context[k], "context tensor " + std::to_string(k));
+    for (int i = 0; i < length_; ++i) {
+      const auto parameters = stages_[static_cast<std::size_t>(i)].module->parameters();
+      for (std::size_t k = 0; k < parameters.size(); ++k)
+        watch(parameters[k], "stage " + std::to_string(i) + " (" +
+                                 stages_[static_cast<std::size_t>(i)].name + ")'s parameter " +
+                                 std::to_string(k));
+    }
     for (std::size_t k = 0; k <= loss_index_; ++k) run(k);
   } catch (...) {
     abandon();
@@ -340,6 +367,7 @@ Tensors Executor::run_backward(Tensors grad_outputs) {
   if (device_.is_cuda()) device_guard.reset_device(device_);
   Tensors y0;
   try {
+    check_versions();
     y_[static_cast<std::size_t>(length_)] = std::move(grad_outputs);
     for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(k);
     y0 = std::move(y_[0]);
@@ -350,6 +378,7 @@ Tensors Executor::run_backward(Tensors grad_outputs) {
   y_[0].clear();
   x_[0].clear();
   context_.clear();
+  watched_.clear();
   return y0;
 }
 

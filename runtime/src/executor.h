@@ -82,6 +82,17 @@ class Executor {
   // Which members of x_0 the caller wants gradients of.
   std::vector<bool> input_requires_grad_;
   Tensors context_;
+  // What the recomputations read besides the activations (the input's members, the context,
+  // every stage's parameters), with their version counters at the forward: one changed in
+  // place before the backward would be recomputed from other values, where plain autograd
+  // refuses the backward.
+  struct Watched {
+    torch::Tensor tensor;
+    std::int64_t version;
+    std::string name;
+  };
+  std::vector<Watched> watched_;
+  void check_versions() const;
   // The autocast state of the step's forward, in which the backward recomputes.
   AutocastState autocast_;
   // When to drop the handles on activation values (the simulator's rule).

@@ -370,3 +370,16 @@ def test_an_infeasible_budget_is_a_solution_that_says_so():
     assert chk.solution.budget_bytes == 10 and chk.solution.min_feasible_budget_bytes > 10
     with pytest.raises(ValueError, match="no schedule fits the budget"):
         chk(x)
+
+
+def test_an_input_changed_in_place_before_the_backward_is_refused_as_plain_autograd_does():
+    model = net()
+    x = torch.randn(16, 8)
+    chk = remat.Checkpointable(model, x, progress=False)
+    chk.compute_sequence(chk.min_budget())
+    xx = x.clone()
+    loss = chk(xx).sum()
+    xx.fill_(0.5)
+    with pytest.raises(RuntimeError, match="the input was modified by an inplace operation"):
+        loss.backward()
+    chk(x).sum().backward()  # the next step runs

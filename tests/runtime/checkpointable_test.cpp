@@ -435,6 +435,40 @@ TEST_CASE("backward calls the schedule cannot serve exactly are refused, not ans
 // Whose fault an error is shows in its type, as in LibTorch: c10::ValueError for bad input
 // (Python's ValueError, `remat`'s exit 2), a plain c10::Error for a call out of order, and the
 // solver's std::invalid_argument arrives as a c10::ValueError too.
+TEST_CASE(
+    "an input or parameter changed in place before the backward is refused, as plain "
+    "autograd refuses it",
+    "[runtime]") {
+  // The recomputations would read the new values: gradients silently wrong (a user's trial:
+  // 2.4 off), where plain autograd raises.
+  nn::Sequential net = remat::test::conv_chain(4, 5, false);
+  remat::Checkpointable chk(net);
+  const torch::Tensor sample = torch::randn({2, 3, 8, 8});
+  chk->measure(sample, remat::ProfileOptions().measure_time(false));
+  REQUIRE(chk->compute_sequence(chk->min_budget()).ok());
+  {
+    torch::Tensor x = sample.clone();
+    torch::Tensor loss = chk->forward(x).sum();
+    x.fill_(0.5);
+    CHECK_THROWS_WITH(loss.backward(),
+                      Catch::Contains("remat runtime: the input was modified by an inplace "
+                                      "operation between the forward and the backward (it is at "
+                                      "version 1; expected version 0)"));
+  }
+  {
+    torch::Tensor loss = chk->forward(sample).sum();
+    {
+      torch::NoGradGuard no_grad;
+      net[1]->parameters()[0].add_(1);
+    }
+    CHECK_THROWS_WITH(loss.backward(),
+                      Catch::Contains("stage 1 (") &&
+                          Catch::Contains("'s parameter 0 was modified by an inplace operation"));
+  }
+  // Untouched, the next step runs.
+  CHECK_NOTHROW(chk->forward(sample).sum().backward());
+}
+
 TEST_CASE("Checkpointable's errors are LibTorch's, typed by whose fault they are", "[runtime]") {
   nn::Sequential net = remat::test::conv_chain(4, 5, false);
   remat::Checkpointable chk(net);
