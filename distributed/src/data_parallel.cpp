@@ -162,7 +162,11 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
     std::int64_t offset = 0;
     for (std::size_t k : groups[g]) {
       const torch::Tensor& p = parameters_[k];
-      views_[k] = bucket->flat.narrow(0, offset, p.numel()).view(p.sizes());
+      // The parameter's place in the bucket, as a tensor of its own on the bucket's storage
+      // rather than an autograd view: an optimizer's zero_grad detaches the gradient in place
+      // (Optimizer::zero_grad), which LibTorch refuses for a view.
+      views_[k] = torch::empty({0}, bucket->flat.options());
+      views_[k].set_(bucket->flat.storage(), bucket->flat.storage_offset() + offset, p.sizes());
       offset += p.numel();
       bucket_of_[k] = g;
       adopt_gradient(k);
@@ -352,14 +356,16 @@ void DataParallel::backward(const torch::Tensor& loss) {
       group_->report_failure(failure_);
       throw InputError("DataParallel: " + failure_);
     }
-    if (!learned_) {
+    const bool first = !learned_;
+    if (first) {
       expected_ = received_;
       learned_ = true;
     }
     // Parameters that got fewer contributions than in the first step (or none) are ready now,
-    // and so is every bucket.
+    // and so is every bucket. In the first step no gradient was adopted during the backward:
+    // each is now (one that zero_grad set to None went elsewhere, and would not be averaged).
     for (std::size_t k = 0; k < parameters_.size(); ++k)
-      if (received_[k] < expected_[k] || expected_[k] == 0) adopt_gradient(k);
+      if (first || received_[k] < expected_[k] || expected_[k] == 0) adopt_gradient(k);
     for (auto& bucket : buckets_) bucket->pending = 0;
     launch_ready();
     if (!failure_.empty()) throw group_->failure("the gradients' all-reduce", std::runtime_error(failure_));

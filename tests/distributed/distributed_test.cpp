@@ -210,6 +210,29 @@ TEST_CASE("data-parallel training on Gloo equals one process averaging the ranks
   remove_tree(job.dir);
 }
 
+TEST_CASE("gradients cleared by zero_grad, to None or by an optimizer, are still averaged",
+          "[distributed]") {
+  // A user's trial: Module::zero_grad() (None) before the first step left each rank its own
+  // gradient, without a word; an optimizer's zero_grad() threw (it detaches the gradient in
+  // place, which LibTorch refuses for a view of the bucket).
+  const std::string mode = GENERATE(std::string("none"), std::string("optimizer"));
+  CAPTURE(mode);
+  const int steps = 3;
+  const Job job =
+      run_job(2, {"--steps", std::to_string(steps), "--zero-grad", mode}, "zero-" + mode);
+  for (const RankExit& e : job.exits) {
+    INFO("rank " << e.rank << ": " << job.error(e.rank));
+    REQUIRE(e.code == 0);
+  }
+  const std::vector<torch::Tensor> expected = reference(2, steps);
+  for (int r : {0, 1})
+    for (const char* kind : {"plain", "checkpointed"}) {
+      CAPTURE(r, kind);
+      CHECK(all_equal(job.parameters(r, kind), expected));
+    }
+  remove_tree(job.dir);
+}
+
 TEST_CASE("DataParallel launches a bucket's all-reduce once all its gradients are complete",
           "[distributed]") {
   // One rank, on a stand-in process group whose all-reduce records what the bucket held when it

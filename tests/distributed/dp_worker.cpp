@@ -12,7 +12,9 @@
 // it believes the job has --odd-world N ranks.
 //   remat_dp_worker --out DIR --steps K [--fail kill|hang|throw --victim R --at S]
 //                   [--odd-rank R --odd-hidden H | --odd-world N] [--timeout-ms T]
-//                   [--bucket-bytes B]
+//                   [--bucket-bytes B] [--zero-grad zero|none|optimizer]
+// --zero-grad: how each step clears the gradients (zero_() on each, the default; set to None
+// by Module::zero_grad(true); the optimizer's zero_grad()).
 #include <signal.h>
 #include <unistd.h>
 
@@ -35,6 +37,7 @@ struct Args {
   std::string fail;
   int victim = -1, at = -1;
   int odd_rank = -1, odd_hidden = 32, odd_world = 0;
+  std::string zero_grad = "zero";  // how each step clears the gradients: zero, none, optimizer
   int timeout_ms = 20000;
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
 };
@@ -66,6 +69,8 @@ int main(int argc, char** argv) {
     else if (flag == "--odd-hidden") a.odd_hidden = std::stoi(value);
     else if (flag == "--odd-world")
       a.odd_world = std::stoi(value);
+    else if (flag == "--zero-grad")
+      a.zero_grad = value;
     else if (flag == "--timeout-ms") a.timeout_ms = std::stoi(value);
     else if (flag == "--bucket-bytes")
       a.bucket_bytes = std::stoll(value);
@@ -88,7 +93,8 @@ int main(int argc, char** argv) {
     std::string overlap;
     for (const bool checkpointed : {false, true}) {
       torch::nn::Sequential net = test::dp_network(1234 + static_cast<std::uint64_t>(rank), hidden);
-      for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+      if (a.zero_grad == "zero")
+        for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
       Checkpointable chk(net);
       std::shared_ptr<torch::nn::Module> module = net.ptr();
       if (checkpointed) {
@@ -114,7 +120,12 @@ int main(int argc, char** argv) {
           }
           if (a.fail == "throw") throw std::runtime_error("the victim's step failed on purpose");
         }
-        for (auto& p : net->parameters()) p.mutable_grad().zero_();
+        if (a.zero_grad == "none")
+          net->zero_grad(true);  // every gradient None, as LibTorch 2.x's default does
+        else if (a.zero_grad == "optimizer")
+          sgd.zero_grad();  // detaches each gradient in place first
+        else
+          for (auto& p : net->parameters()) p.mutable_grad().zero_();
         const auto [x, y] = test::dp_batch(rank, step);
         const PeakScope scope(tracker);
         torch::Tensor out = checkpointed ? chk->forward(x) : net->forward(x);
