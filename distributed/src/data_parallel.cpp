@@ -423,7 +423,7 @@ const Chain& share_chain(CheckpointableImpl& chk, Group& group, const Tensors& i
                          const Tensors& context, const ProfileOptions& profile_options) {
   std::string stages;
   for (const NamedStage& stage : chk.stages()) stages += stage.name + '\n';
-  group.check_same("the chain's stages", stages);
+  group.check_same("the list of the chain's stages", stages);
   std::string message;
   if (group.rank() == 0) {
     try {
