@@ -576,8 +576,9 @@ Action add_train_command(CLI::App& app) {
                 ") must be at least 0");
     REMAT_CHECK(cmd->count("--nproc") == 0 || args->nproc >= 1, "--nproc (", args->nproc,
                 ") must be at least 1");
-    REMAT_CHECK(args->timeout_s > 0 && args->timeout_s <= 1e6,
-                "--timeout must be a positive number of seconds (at most 1e6)");
+    REMAT_CHECK(args->timeout_s >= 0.2 && args->timeout_s <= 1e6,
+                "--timeout must be a number of seconds from 0.2 to 1e6 (ranks beat every 50 ms "
+                "at least)");
     distributed::parse_backend(args->backend);  // a bad name before any work
     // Which part of a job this process is: torchrun's variables, --rank, or the launcher.
     std::optional<distributed::Environment> env;

@@ -205,8 +205,13 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
                                      const GroupOptions& options) {
   env.check("the job's environment");
   die_with_launcher();
-  if (options.timeout().count() <= 0)
-    throw InputError(fmt::format("the timeout must be positive, not {} ms", options.timeout().count()));
+  // A rank is alive while its heartbeat (every tenth of the timeout, 50 ms at least) moves:
+  // a shorter timeout would take a healthy rank for a dead one.
+  if (options.timeout() < std::chrono::milliseconds(200))
+    throw InputError(
+        fmt::format("the timeout must be at least 200 ms (ranks beat every 50 ms "
+                    "at least), not {} ms",
+                    options.timeout().count()));
   const BackendKind kind = resolve_backend(options.backend(), device);
   check_backend(kind, device);
   const std::string where = host_port(env.master_addr, env.master_port);

@@ -473,6 +473,16 @@ TEST_CASE(
   CHECK(store->raced);
 }
 
+TEST_CASE("a timeout shorter than a few heartbeats is refused", "[distributed]") {
+  // Ranks beat every 50 ms at least: with 30 ms a healthy rank 0 was reported dead (a user's
+  // trial).
+  remat::distributed::Environment env;  // rank 0 of 1
+  CHECK_THROWS_WITH(remat::distributed::Group::create(
+                        env, torch::kCPU,
+                        remat::distributed::GroupOptions().timeout(std::chrono::milliseconds(30))),
+                    Catch::Contains("the timeout must be at least 200 ms"));
+}
+
 TEST_CASE("torchrun's environment is read, and bad values are refused", "[distributed]") {
   using remat::distributed::Environment;
   struct Saved {
