@@ -167,12 +167,6 @@ std::pair<std::string, int> parse_master(const std::string& text) {
   return {host, port};
 }
 
-// HOST:PORT as written in a URL: an IPv6 address in brackets.
-std::string host_port(const std::string& host, int port) {
-  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
-                                             : fmt::format("[{}]:{}", host, port);
-}
-
 // remat train --nproc N without a rank: N local ranks, each this same command with torchrun's
 // variables. Returns what the job's exit code should be.
 int launch_ranks(const TrainArgs& args) {
@@ -184,7 +178,7 @@ int launch_ranks(const TrainArgs& args) {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error) argv[0] = self.string();
   fmt::print(stderr, "remat: starting {} ranks here, rendezvous at {}\n", args.nproc,
-             host_port(master.first, master.second));
+             distributed::host_port(master.first, master.second));
   const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000)) +
                      std::chrono::seconds(30);
   const std::vector<distributed::RankExit> exits = distributed::launch_local(
@@ -602,8 +596,9 @@ Action add_train_command(CLI::App& app) {
       env->check("--rank/--nproc/--master");
     } else if (args->nproc > 1) {
       if (!args->master.empty()) parse_master(args->master);
-      (void)prepare(*args);
-      if (!args->chain_file.empty()) (void)load_chain(args->chain_file);
+      const TrainSetup setup = prepare(*args);
+      if (!args->chain_file.empty())
+        check_chain_model(load_chain(args->chain_file), setup.in, args->chain_file);
       return launch_ranks(*args);
     }
     try {

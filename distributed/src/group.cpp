@@ -84,12 +84,6 @@ std::string stopped_answering(int rank) {
   return fmt::format("rank {} stopped answering (its heartbeat stopped: killed, or hung)", rank);
 }
 
-// HOST:PORT as in a URL: an IPv6 address in brackets.
-std::string host_port(const std::string& host, int port) {
-  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
-                                             : fmt::format("[{}]:{}", host, port);
-}
-
 // Why `host` does not resolve (getaddrinfo's words), or nothing when it does.
 std::optional<std::string> unresolvable(const std::string& host) {
   addrinfo hints{};
@@ -192,6 +186,11 @@ void check_backend(BackendKind kind, c10::Device device) {
         "CUDA and NCCL's headers); use --backend gloo");
 }
 
+std::string host_port(const std::string& host, int port) {
+  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
+                                             : fmt::format("[{}]:{}", host, port);
+}
+
 const char* backend_name(BackendKind kind) {
   switch (kind) {
     case BackendKind::kAuto: return "auto";
@@ -243,6 +242,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
     // (WORLD_SIZE) are refused, naming them, rather than one waiting for a rank that never comes.
     ours->set(fmt::format("joined/{}", env.rank), bytes_of(std::to_string(env.world_size)));
     std::map<int, std::string> sizes;  // the ranks that joined: the size each was started for
+    const std::string own = std::to_string(env.world_size);
     const auto deadline = Clock::now() + options.startup_timeout();
     for (;;) {
       std::vector<int> missing;
@@ -253,7 +253,6 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
         else
           missing.push_back(r);
       }
-      const std::string own = std::to_string(env.world_size);
       if (std::any_of(sizes.begin(), sizes.end(), [&](const auto& s) { return s.second != own; })) {
         std::string said;
         for (const auto& [r, size] : sizes)
@@ -262,10 +261,11 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
         // say why, rather than that rank 0 is gone.
         ours->set(fmt::format("seen/{}", env.rank), bytes_of("1"));
         const auto until = Clock::now() + std::chrono::seconds(3);
-        for (const auto& entry : sizes)
-          while (env.rank == 0 && entry.first != 0 && Clock::now() < until &&
-                 !ours->check({fmt::format("seen/{}", entry.first)}))
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (env.rank == 0)
+          for (const auto& entry : sizes)
+            while (entry.first != 0 && Clock::now() < until &&
+                   !ours->check({fmt::format("seen/{}", entry.first)}))
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
         throw InputError(fmt::format(
             "rank {}: the ranks were started for jobs of different sizes ({} ranks); every rank "
             "must be started with the same --nproc (WORLD_SIZE)",

@@ -224,9 +224,9 @@ class Checkpointable(nn.Module):
                          mem_slots: Optional[int] = None) -> Solution:
         """Solves for ``budget`` (default: the last one given, to the constructor or to an
         earlier ``compute_sequence``, which keeps it in ``budget``; else the default budget,
-        worked out at each solve). Returns the solution; an infeasible budget is not an exception here (``ok``
-        is False, and the least budget is given), but training then raises ValueError naming
-        it. Training steps solve again, when they must (after ``measure``), with the same
+        worked out at each solve). Returns the solution; an infeasible budget is not an
+        exception here (``ok`` is False, and the least budget is given), but training then
+        raises ValueError naming it. Training steps solve again, when they must (after ``measure``), with the same
         algorithm and options. ``custom_mem_limit`` and ``mem_slots`` are rotor's names for
         ``budget`` and ``slots``."""
         budget = _one_of("budget", budget, "custom_mem_limit", custom_mem_limit)

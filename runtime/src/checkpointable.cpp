@@ -7,7 +7,6 @@
 #include <cctype>
 #include <ostream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "executor.h"
@@ -17,6 +16,14 @@ namespace remat {
 namespace {
 
 using torch::autograd::variable_list;
+
+// The dtype autocast gives `device`'s type on this thread now, if it is on.
+std::optional<c10::ScalarType> autocast_dtype(const c10::Device& device) {
+  const detail::AutocastState autocast = detail::AutocastState::capture();
+  const auto type = device.is_cuda() ? at::kCUDA : at::kCPU;
+  if (!autocast.on(type)) return std::nullopt;
+  return autocast.type(type);
+}
 
 // The backward of the whole schedule, as one node of the caller's graph: the chain's output
 // has it as grad_fn, the input is its next edge. A node of our own (not a custom Function):
@@ -173,76 +180,56 @@ const Chain& CheckpointableImpl::measure(const Tensors& inputs, const Tensors& c
   for (const torch::Tensor& t : context)
     measured_context_.push_back({t.sizes().vec(), t.scalar_type(), t.device()});
   measured_device_ = inputs.front().device();
-  measured_parameters_ = describe_parameters();
-  const detail::AutocastState autocast = detail::AutocastState::capture();
-  const auto type = inputs.front().device().is_cuda() ? at::kCUDA : at::kCPU;
-  measured_autocast_.reset();
-  if (autocast.on(type)) measured_autocast_ = autocast.type(type);
+  measured_parameters_ = parameter_signatures();
+  measured_autocast_ = autocast_dtype(inputs.front().device());
   solution_.reset();
   return *chain_;
 }
 
-std::vector<std::string> CheckpointableImpl::describe_parameters() const {
-  std::vector<std::string> out;
+std::vector<std::vector<CheckpointableImpl::ParameterSignature>>
+CheckpointableImpl::parameter_signatures() const {
+  std::vector<std::vector<ParameterSignature>> out;
   for (const NamedStage& stage : stages_) {
-    std::string lines;
-    const std::vector<torch::Tensor> parameters = stage.module->parameters();
-    for (std::size_t k = 0; k < parameters.size(); ++k) {
-      const torch::Tensor& p = parameters[k];
-      lines += "parameter " + std::to_string(k) + " is " + c10::toString(p.scalar_type()) + " " +
-               shape_string(p.sizes()) + " on " + p.device().str() +
-               (p.requires_grad() ? ", trained" : ", frozen") + "\n";
-    }
-    out.push_back(std::move(lines));
+    std::vector<ParameterSignature> signatures;
+    for (const torch::Tensor& p : stage.module->parameters())
+      signatures.push_back({{p.sizes().vec(), p.scalar_type(), p.device()}, p.requires_grad()});
+    out.push_back(std::move(signatures));
   }
   return out;
 }
 
 void CheckpointableImpl::check_unchanged(const Tensors& inputs) const {
   if (!measured_parameters_.empty()) {
-    const std::vector<std::string> now = describe_parameters();
-    // The same line, or a parameter frozen since (less to compute and keep than planned:
-    // fine-tuning freezes layers as it goes).
-    const auto same = [](const std::string& now_line, const std::string& then) {
-      const std::string frozen = ", frozen", trained = ", trained";
-      const auto ends = [](const std::string& text, const std::string& end) {
-        return text.size() >= end.size() &&
-               text.compare(text.size() - end.size(), end.size(), end) == 0;
-      };
-      return now_line == then || (ends(now_line, frozen) && ends(then, trained) &&
-                                  now_line.substr(0, now_line.size() - frozen.size()) ==
-                                      then.substr(0, then.size() - trained.size()));
+    const auto describe = [](const ParameterSignature& p) {
+      return std::string(c10::toString(p.tensor.dtype)) + " " + shape_string(p.tensor.sizes) +
+             " on " + p.tensor.device.str() + (p.trained ? ", trained" : ", frozen");
     };
-    const auto lines = [](const std::string& text) {
-      std::vector<std::string> out;
-      std::istringstream in(text);
-      for (std::string line; std::getline(in, line);) out.push_back(line);
-      return out;
-    };
+    const std::vector<std::vector<ParameterSignature>> now = parameter_signatures();
     for (std::size_t i = 0; i < now.size(); ++i) {
-      if (now[i] == measured_parameters_[i]) continue;
-      const std::vector<std::string> a = lines(now[i]), b = lines(measured_parameters_[i]);
+      const std::vector<ParameterSignature>& a = now[i];
+      const std::vector<ParameterSignature>& b = measured_parameters_[i];
       TORCH_CHECK_VALUE(a.size() == b.size(), "Checkpointable::forward: stage ", i, " (",
                         stages_[i].name, ") has ", a.size(), " parameters, but ", b.size(),
                         " when the chain was measured: measure() (or set_chain) again");
       for (std::size_t k = 0; k < a.size(); ++k)
-        TORCH_CHECK_VALUE(same(a[k], b[k]), "Checkpointable::forward: stage ", i, " (",
-                          stages_[i].name, ")'s ", a[k], ", but ",
-                          b[k].substr(b[k].find(" is ") + 4),
-                          " when the chain was measured: its activations, gradients or memory "
-                          "would not be the schedule's; measure() (or set_chain) again");
+        // The same, or frozen since (less to compute and keep than planned: fine-tuning
+        // freezes layers as it goes).
+        TORCH_CHECK_VALUE(
+            a[k].tensor.sizes == b[k].tensor.sizes && a[k].tensor.dtype == b[k].tensor.dtype &&
+                a[k].tensor.device == b[k].tensor.device && (!a[k].trained || b[k].trained),
+            "Checkpointable::forward: stage ", i, " (", stages_[i].name, ")'s parameter ", k,
+            " is ", describe(a[k]), ", but ", describe(b[k]),
+            " when the chain was measured: its activations, gradients or memory "
+            "would not be the schedule's; measure() (or set_chain) again");
     }
   }
   if (measured_autocast_) {
-    const detail::AutocastState autocast = detail::AutocastState::capture();
-    const auto type = inputs.front().device().is_cuda() ? at::kCUDA : at::kCPU;
-    const bool narrower = autocast.on(type) && c10::elementSize(autocast.type(type)) <=
-                                                   c10::elementSize(*measured_autocast_);
-    TORCH_CHECK_VALUE(narrower, "Checkpointable::forward: the chain was measured under autocast (",
+    const std::optional<c10::ScalarType> now = autocast_dtype(inputs.front().device());
+    TORCH_CHECK_VALUE(now && c10::elementSize(*now) <= c10::elementSize(*measured_autocast_),
+                      "Checkpointable::forward: the chain was measured under autocast (",
                       c10::toString(*measured_autocast_), ") but this step runs ",
-                      autocast.on(type) ? std::string("under autocast (") +
-                                              c10::toString(autocast.type(type)) + ")"
-                                        : std::string("without autocast"),
+                      now ? std::string("under autocast (") + c10::toString(*now) + ")"
+                          : std::string("without autocast"),
                       ": its activations are larger than the schedule's; measure() again as the "
                       "steps run");
   }
@@ -263,7 +250,7 @@ void CheckpointableImpl::set_chain(Chain chain) {
   measured_inputs_.clear();
   measured_context_.clear();
   measured_device_.reset();
-  measured_parameters_ = describe_parameters();
+  measured_parameters_ = parameter_signatures();
   measured_autocast_.reset();
   solution_.reset();
 }

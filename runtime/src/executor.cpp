@@ -295,13 +295,24 @@ void Executor::backward(int i) {
 }
 
 void Executor::check_versions() const {
-  for (const Watched& w : watched_)
-    TORCH_CHECK(w.tensor._version() == w.version, "remat runtime: ", w.name,
+  for (const Watched& w : watched_) {
+    if (w.tensor._version() == w.version) continue;
+    std::string name;
+    if (w.stage == -1)
+      name = x_[0].size() == 1 ? "the input" : "input member " + std::to_string(w.index);
+    else if (w.stage == -2)
+      name = "context tensor " + std::to_string(w.index);
+    else
+      name = "stage " + std::to_string(w.stage) + " (" +
+             stages_[static_cast<std::size_t>(w.stage)].name + ")'s parameter " +
+             std::to_string(w.index);
+    TORCH_CHECK(false, "remat runtime: ", name,
                 " was modified by an inplace operation between the forward and the backward (it "
                 "is at version ",
                 w.tensor._version(), "; expected version ", w.version,
                 "): the recomputations would read its new values; plain autograd refuses this "
                 "backward too");
+  }
 }
 
 void Executor::abandon() noexcept {
@@ -339,21 +350,14 @@ Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
     context_ = context;
     autocast_ = AutocastState::capture();
     watched_.clear();
-    const auto watch = [&](const torch::Tensor& t, std::string name) {
-      watched_.push_back({t, t._version(), std::move(name)});
+    const auto watch = [&](const Tensors& tensors, int stage) {
+      for (std::size_t k = 0; k < tensors.size(); ++k)
+        watched_.push_back({tensors[k], tensors[k]._version(), stage, static_cast<int>(k)});
     };
-    // x_[0]'s values are detached from the inputs: they share their version counters.
-    for (std::size_t k = 0; k < x_[0].size(); ++k)
-      watch(x_[0][k], x_[0].size() == 1 ? "the input" : "input member " + std::to_string(k));
-    for (std::size_t k = 0; k < context.size(); ++k)
-      watch(context[k], "context tensor " + std::to_string(k));
-    for (int i = 0; i < length_; ++i) {
-      const auto parameters = stages_[static_cast<std::size_t>(i)].module->parameters();
-      for (std::size_t k = 0; k < parameters.size(); ++k)
-        watch(parameters[k], "stage " + std::to_string(i) + " (" +
-                                 stages_[static_cast<std::size_t>(i)].name + ")'s parameter " +
-                                 std::to_string(k));
-    }
+    watch(x_[0], -1);  // detached from the inputs: they share their version counters
+    watch(context, -2);
+    for (int i = 0; i < length_; ++i)
+      watch(stages_[static_cast<std::size_t>(i)].module->parameters(), i);
     for (std::size_t k = 0; k <= loss_index_; ++k) run(k);
   } catch (...) {
     abandon();

@@ -86,10 +86,11 @@ class Executor {
   // every stage's parameters), with their version counters at the forward: one changed in
   // place before the backward would be recomputed from other values, where plain autograd
   // refuses the backward.
+  // Named only when one changed: stage -1 is the input, -2 the context; else a parameter.
   struct Watched {
     torch::Tensor tensor;
     std::int64_t version;
-    std::string name;
+    int stage, index;
   };
   std::vector<Watched> watched_;
   void check_versions() const;

@@ -104,6 +104,8 @@ void check_backend(BackendKind kind, c10::Device device);
 const char* backend_name(BackendKind kind);
 /// Whether this build can use NCCL (a LibTorch with CUDA and NCCL's headers).
 bool has_nccl();
+/// "HOST:PORT" as in a URL: an IPv6 address in brackets ("[::1]:29500").
+std::string host_port(const std::string& host, int port);
 
 struct GroupOptions {
   /// Which c10d backend; kAuto chooses by device.

@@ -137,9 +137,14 @@ class CheckpointableImpl : public torch::nn::Module {
     c10::ScalarType dtype;
     c10::Device device;
   };
+  // What measure() (or set_chain) saw of one parameter.
+  struct ParameterSignature {
+    Signature tensor;
+    bool trained;
+  };
   void check_inputs(const Tensors& inputs, const Tensors& context) const;
-  // What each stage's parameters are: dtype, device, shape and requires_grad, one line each.
-  std::vector<std::string> describe_parameters() const;
+  // Each stage's parameters, as they are now.
+  std::vector<std::vector<ParameterSignature>> parameter_signatures() const;
   // Refuses a step whose parameters or autocast differ from what the chain was measured with.
   void check_unchanged(const Tensors& inputs) const;
 
@@ -151,7 +156,7 @@ class CheckpointableImpl : public torch::nn::Module {
   std::optional<c10::Device> measured_device_;  // the sample's device; none after set_chain
   // Each stage's parameters when the chain was measured or set: a parameter made float64,
   // moved, or unfrozen since would take the step over the budget, or lose its gradient.
-  std::vector<std::string> measured_parameters_;
+  std::vector<std::vector<ParameterSignature>> measured_parameters_;
   // measure()'s autocast for the sample's device type (none after set_chain, which cannot know).
   std::optional<c10::ScalarType> measured_autocast_;
   std::optional<Solution> solution_;
