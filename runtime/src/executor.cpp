@@ -24,6 +24,24 @@ HostCopy host_generator_state(c10::Device device) {
 
 }  // namespace
 
+BufferCopy::BufferCopy(const torch::Tensor& t) {
+  if (!t.is_cuda()) {
+    host_ = HostCopy(t);
+    return;
+  }
+  pinned_ = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
+  pinned_.copy_(t, /*non_blocking=*/true);
+}
+
+void BufferCopy::restore_to(const torch::Tensor& t) const {
+  // A pinned block freed while a copy from it is in flight is not reused before the copy ends
+  // (LibTorch's host allocator records the copy's stream).
+  if (pinned_.defined())
+    t.copy_(pinned_, /*non_blocking=*/true);
+  else
+    t.copy_(host_.tensor());
+}
+
 Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
                    const Sequence& sequence, c10::Device device)
     : stages_(stages),
@@ -122,7 +140,7 @@ void Executor::before_forward(int i) {
   // The recomputation reads the buffers the first forward read; restore_buffers puts back
   // what that forward left.
   for (std::size_t k = 0; k < entry_buffers_[ui].size(); ++k)
-    buffers[k].copy_(entry_buffers_[ui][k].tensor());
+    entry_buffers_[ui][k].restore_to(buffers[k]);
 }
 
 void Executor::after_forward(int i, bool keeps_graph) {
@@ -134,11 +152,13 @@ void Executor::after_forward(int i, bool keeps_graph) {
     if (!recomputed_[ui]) return;
     if (cpu_rng_[ui] == host_generator_state(c10::Device(c10::kCPU))) cpu_rng_[ui] = HostCopy();
     if (!cuda_rng_[ui].empty() && cuda_rng_[ui] == host_generator_state(device_)) cuda_rng_[ui] = HostCopy();
-    // Buffers the forward left as they were need no restoring before a recomputation.
+    // Buffers the forward left as they were need no restoring before a recomputation (found
+    // out on the CPU only: on a GPU, reading them would wait for it).
+    if (device_.is_cuda()) return;
     const auto buffers = stages_[ui].module->buffers();
     bool changed = false;
     for (std::size_t k = 0; k < entry_buffers_[ui].size() && !changed; ++k)
-      changed = !(entry_buffers_[ui][k] == HostCopy(buffers[k]));
+      changed = !entry_buffers_[ui][k].same_as_on_cpu(buffers[k]);
     if (!changed) entry_buffers_[ui].clear();
     return;
   }
@@ -157,7 +177,7 @@ void Executor::restore_buffers(int i) {
   if (buffer_snapshot_[ui].empty()) return;
   torch::NoGradGuard no_grad;
   const auto buffers = stages_[ui].module->buffers();
-  for (std::size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(buffer_snapshot_[ui][k].tensor());
+  for (std::size_t k = 0; k < buffers.size(); ++k) buffer_snapshot_[ui][k].restore_to(buffers[k]);
   buffer_snapshot_[ui].clear();
   restore_after_backward_[ui] = false;
 }

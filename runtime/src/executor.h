@@ -46,6 +46,22 @@ class HostCopy {
   bool present_ = false;
 };
 
+/// A buffer's values, kept outside the device's memory so that they do not count against the
+/// budget, and put back with restore_to. On the CPU, a HostCopy. On a GPU, pinned host memory
+/// and copies in stream order, so that neither taking nor putting back waits for the GPU (a
+/// copy to pageable memory would stop the host at every recomputed BatchNorm).
+class BufferCopy {
+ public:
+  explicit BufferCopy(const torch::Tensor& t);
+  void restore_to(const torch::Tensor& t) const;
+  /// Whether `t` holds the values kept here. On the CPU only: on a GPU it would wait for it.
+  bool same_as_on_cpu(const torch::Tensor& t) const { return host_ == HostCopy(t); }
+
+ private:
+  HostCopy host_;
+  torch::Tensor pinned_;
+};
+
 class Executor {
  public:
   /// `chain` says which members have gradients and which are carried; the stages must return
@@ -111,11 +127,12 @@ class Executor {
   std::vector<bool> ran_;
   std::vector<HostCopy> cpu_rng_, cuda_rng_;
   HostCopy caller_cpu_rng_, caller_cuda_rng_;
-  std::vector<std::vector<HostCopy>> buffer_snapshot_;
-  // A recomputed stage's buffers before its first forward of the step, kept only if that
-  // forward changed them: each recomputation starts from them, as the first forward did (a
-  // stage that reads a buffer it updates: an average, spectral norm's power iteration).
-  std::vector<std::vector<HostCopy>> entry_buffers_;
+  std::vector<std::vector<BufferCopy>> buffer_snapshot_;
+  // A recomputed stage's buffers before its first forward of the step: each recomputation
+  // starts from them, as the first forward did (a stage that reads a buffer it updates: an
+  // average, spectral norm's power iteration). On the CPU, kept only if that forward changed
+  // them; on a GPU always (comparing would wait for it; putting back equal values is harmless).
+  std::vector<std::vector<BufferCopy>> entry_buffers_;
   std::vector<bool> restore_after_backward_;
   // Whether the sequence forwards stage i more than once: only then are its generator
   // states recorded at its first forward.
