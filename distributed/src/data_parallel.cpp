@@ -13,8 +13,10 @@
 #include <limits>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
+#include "remat/core/profiling_scope.h"
 #include "remat/solver/check.h"
 
 namespace remat::distributed {
@@ -77,6 +79,11 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
  public:
   GradientReadyHook(std::shared_ptr<HookTarget> target, std::function<void(DataParallel&)> call)
       : target_(std::move(target)), call_(std::move(call)) {}
+  // Whether its DataParallel is alive.
+  bool live() const {
+    std::lock_guard<std::mutex> lock(target_->mutex);
+    return target_->owner != nullptr;
+  }
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list& /*inputs*/) override {
     std::lock_guard<std::mutex> lock(target_->mutex);
@@ -124,6 +131,32 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
     if (!p.value().requires_grad()) continue;
     names_.push_back(p.key());
     parameters_.push_back(p.value());
+  }
+  // Another DataParallel on these parameters: each backward would fill only one's buckets
+  // (the last made), and the other's all-reduce would average stale gradients. The hooks of
+  // DataParallels gone are dropped here.
+  for (std::size_t k = 0; k < parameters_.size(); ++k) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[k]);
+    if (accumulator == nullptr) continue;
+    auto& hooks = accumulator->post_hooks();
+    bool taken = false;
+    hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
+                               [&](const std::unique_ptr<torch::autograd::FunctionPostHook>& hook) {
+                                 const auto* ours =
+                                     dynamic_cast<const GradientReadyHook*>(hook.get());
+                                 if (ours == nullptr) return false;
+                                 if (ours->live()) taken = true;
+                                 return !ours->live();
+                               }),
+                hooks.end());
+    if (taken) {
+      const std::string message = fmt::format(
+          "DataParallel: parameter {} is already trained by another DataParallel, which still "
+          "exists: make one DataParallel per module (destroy the first before making another)",
+          names_[k]);
+      group_->report_failure(message);
+      throw InputError(message);
+    }
   }
   // Rank 0's values everywhere.
   std::vector<torch::Tensor> state = module_->parameters(true);
@@ -264,9 +297,26 @@ void DataParallel::adopt_gradient(std::size_t k) {
   grad = view;
 }
 
+DataParallel::NoSync::NoSync(DataParallel& dp) : dp_(dp) { ++dp_.no_sync_; }
+
+DataParallel::NoSync::~NoSync() { --dp_.no_sync_; }
+
 void DataParallel::on_gradient(std::size_t k) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!armed_) return;
+  if (!armed_) {
+    // Accumulated on this rank only: allowed under no_sync(), and for remat's profiler, which
+    // puts the gradients back as they were.
+    if (no_sync_.load() > 0 || detail::profiling()) return;
+    const std::string message = fmt::format(
+        "DataParallel: parameter {} received a gradient from a backward outside "
+        "DataParallel::backward() (loss.backward()?), which would not be averaged over the "
+        "ranks: each would train a model of its own. Call dp.backward(loss); to accumulate "
+        "gradients over several backwards before averaging them, run the others under "
+        "dp.no_sync()",
+        names_[k]);
+    group_->report_failure(message);
+    throw InputError(message);
+  }
   const int received = ++received_[k];
   if (!learned_) return;
   if (received > expected_[k]) {
@@ -306,8 +356,25 @@ void DataParallel::launch(std::size_t b) {
   }
 }
 
+void DataParallel::check_trainable() const {
+  std::unordered_set<const c10::TensorImpl*> ours;
+  for (const torch::Tensor& p : parameters_) ours.insert(p.unsafeGetTensorImpl());
+  for (const auto& p : module_->named_parameters(true)) {
+    if (!p.value().requires_grad() || ours.count(p.value().unsafeGetTensorImpl()) > 0) continue;
+    const std::string message = fmt::format(
+        "DataParallel: parameter {} requires grad but did not when the DataParallel was made "
+        "(unfrozen since, or new): its gradient would not be averaged over the ranks. Choose "
+        "which parameters train before making the DataParallel, or make a new one (after "
+        "destroying this one)",
+        p.key());
+    group_->report_failure(message);
+    throw InputError(message);
+  }
+}
+
 void DataParallel::backward(const torch::Tensor& loss) {
   const auto start = Clock::now();
+  check_trainable();
   try {
     group_->mark_progress(steps_);
   } catch (const std::exception& error) {

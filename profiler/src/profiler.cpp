@@ -39,6 +39,7 @@
 #include <unordered_set>
 
 #include "remat/core/generator_state.h"
+#include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
 
 namespace remat {
@@ -323,6 +324,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   using detail::stage_input;
   using detail::StageInput;
   const auto started = Clock::now();
+  const detail::ProfilingScope profiling;
   if (stages.empty()) throw ProfileError("the chain has no stages: nothing to profile");
   if (inputs.empty()) throw ProfileError("the sample has no input tensors");
   for (std::size_t k = 0; k < inputs.size(); ++k) {

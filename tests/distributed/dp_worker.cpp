@@ -12,7 +12,15 @@
 // it believes the job has --odd-world N ranks.
 //   remat_dp_worker --out DIR --steps K [--fail kill|hang|throw --victim R --at S]
 //                   [--odd-rank R --odd-hidden H | --odd-world N] [--timeout-ms T]
-//                   [--bucket-bytes B] [--zero-grad zero|none|optimizer]
+//                   [--bucket-bytes B] [--zero-grad zero|none|optimizer] [--dp-first yes]
+//                   [--backward dp|plain|no-sync] [--misuse second-dp|unfreeze]
+// --dp-first yes: DataParallel is made before share_chain and solve (rank 0 then measures the
+// chain with DataParallel's hooks on its parameters).
+// --backward: how each step runs its backward: dp.backward(loss), the default; a plain
+// loss.backward(), which DataParallel refuses; no-sync, the first half of the batch with
+// loss.backward() under dp.no_sync(), then the second half with dp.backward().
+// --misuse: makes a second DataParallel on the module (refused), or one on a frozen module
+// whose parameter is then unfrozen (refused at its backward).
 // --zero-grad: how each step clears the gradients (zero_() on each, the default; set to None
 // by Module::zero_grad(true); the optimizer's zero_grad()).
 #include <signal.h>
@@ -38,6 +46,9 @@ struct Args {
   int victim = -1, at = -1;
   int odd_rank = -1, odd_hidden = 32, odd_world = 0;
   std::string zero_grad = "zero";  // how each step clears the gradients: zero, none, optimizer
+  bool dp_first = false;           // DataParallel made before share_chain and solve
+  std::string backward = "dp";     // dp; plain (loss.backward()); no-sync (see above)
+  std::string misuse;              // second-dp, unfreeze (see above)
   int timeout_ms = 20000;
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
 };
@@ -72,6 +83,12 @@ int main(int argc, char** argv) {
     else if (flag == "--zero-grad")
       a.zero_grad = value;
     else if (flag == "--timeout-ms") a.timeout_ms = std::stoi(value);
+    else if (flag == "--dp-first")
+      a.dp_first = value == "yes";
+    else if (flag == "--backward")
+      a.backward = value;
+    else if (flag == "--misuse")
+      a.misuse = value;
     else if (flag == "--bucket-bytes")
       a.bucket_bytes = std::stoll(value);
   }
@@ -97,6 +114,11 @@ int main(int argc, char** argv) {
         for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
       Checkpointable chk(net);
       std::shared_ptr<torch::nn::Module> module = net.ptr();
+      if (checkpointed) module = chk.ptr();
+      std::unique_ptr<DataParallel> early;
+      if (a.dp_first)
+        early = std::make_unique<DataParallel>(module, group,
+                                               DataParallelOptions().bucket_bytes(a.bucket_bytes));
       if (checkpointed) {
         const auto [sample, target] = test::dp_batch(rank, 0);
         if (rank == a.victim && a.fail == "before-chain")
@@ -106,9 +128,20 @@ int main(int argc, char** argv) {
         budget = chk->min_budget() + (chk->store_all_peak() - chk->min_budget()) / 3;
         const Solution& s = solve(*chk, *group, SolveOptions(budget));
         if (!s.ok()) throw std::runtime_error("infeasible budget");
-        module = chk.ptr();
       }
-      DataParallel dp(module, group, DataParallelOptions().bucket_bytes(a.bucket_bytes));
+      std::unique_ptr<DataParallel> late;
+      if (!early)
+        late = std::make_unique<DataParallel>(module, group,
+                                              DataParallelOptions().bucket_bytes(a.bucket_bytes));
+      DataParallel& dp = early ? *early : *late;
+      if (a.misuse == "second-dp") DataParallel second(module, group);
+      if (a.misuse == "unfreeze") {
+        for (auto& p : net->parameters()) p.requires_grad_(false);
+        DataParallel frozen(module, group);  // trains nothing
+        net->parameters().front().requires_grad_(true);
+        const auto [x, y] = test::dp_batch(rank, 0);
+        frozen.backward(test::dp_loss(net->forward(x), y));
+      }
       if (!checkpointed) torch::save(test::dp_state(*net), prefix + ".initial.pt");
       torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(test::kDpLearningRate));
       for (int step = 0; step < a.steps; ++step) {
@@ -128,8 +161,21 @@ int main(int argc, char** argv) {
           for (auto& p : net->parameters()) p.mutable_grad().zero_();
         const auto [x, y] = test::dp_batch(rank, step);
         const PeakScope scope(tracker);
-        torch::Tensor out = checkpointed ? chk->forward(x) : net->forward(x);
-        dp.backward(test::dp_loss(out, y));
+        const auto loss_of = [&](const torch::Tensor& input, const torch::Tensor& target) {
+          return test::dp_loss(checkpointed ? chk->forward(input) : net->forward(input), target);
+        };
+        if (a.backward == "plain") {
+          loss_of(x, y).backward();
+        } else if (a.backward == "no-sync") {
+          const std::int64_t half = x.size(0) / 2;
+          {
+            auto local = dp.no_sync();
+            loss_of(x.narrow(0, 0, half), y.narrow(0, 0, half)).backward();
+          }
+          dp.backward(loss_of(x.narrow(0, half, half), y.narrow(0, half, half)));
+        } else {
+          dp.backward(loss_of(x, y));
+        }
         if (checkpointed) worst_peak = std::max(worst_peak, scope.peak_above_start());
         sgd.step();
       }

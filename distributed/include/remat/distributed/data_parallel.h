@@ -27,6 +27,7 @@
 
 #include <torch/nn/module.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -82,9 +83,23 @@ struct StepTimes {
 
 class DataParallel {
  public:
+  /// See no_sync().
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& dp);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DataParallel& dp_;
+  };
+
   /// Checks that every rank has the same parameters and buffers (names, shapes, dtypes: an
   /// InputError naming the ranks that differ), copies rank 0's values to the others, and sets
-  /// every parameter's gradient to a zeroed view of its bucket.
+  /// every parameter's gradient to a zeroed view of its bucket. The parameters that train are
+  /// those that require grad now. A module that another DataParallel still trains is refused
+  /// (an InputError naming a parameter): the gradients would go to one's buckets only.
   DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Group> group,
                const DataParallelOptions& options = DataParallelOptions());
   ~DataParallel();
@@ -94,8 +109,19 @@ class DataParallel {
   /// loss.backward(), with the gradients' all-reduce overlapping it; returns when every
   /// parameter's .grad is the mean over the ranks of their gradients (accumulated into what
   /// .grad held, as backward() does; zero it between steps). A failure of another rank, or a
-  /// collective that times out, is a DistributedError naming the rank.
+  /// collective that times out, is a DistributedError naming the rank. A parameter that
+  /// requires grad but did not when the DataParallel was made (unfrozen, or new) is refused
+  /// before the backward: its gradient would not be averaged.
   void backward(const torch::Tensor& loss);
+
+  /// While the returned guard lives, a backward outside backward() (loss.backward())
+  /// accumulates gradients on this rank without averaging them, as DDP's no_sync(); the next
+  /// backward() averages everything accumulated. Outside such a guard, a gradient from a
+  /// backward outside backward() is refused (an InputError thrown by that backward, naming the
+  /// parameter): the ranks would go on training different models, without a word.
+  ///   { auto local = dp.no_sync(); loss_of(micro_batch_1).backward(); }
+  ///   dp.backward(loss_of(micro_batch_2));  // the mean over ranks of both micro-batches' sum
+  [[nodiscard]] std::unique_ptr<NoSync> no_sync() { return std::make_unique<NoSync>(*this); }
 
   /// Bytes of each bucket, in launch order.
   std::vector<std::int64_t> bucket_bytes() const;
@@ -127,6 +153,8 @@ class DataParallel {
   std::vector<int> expected_, received_;    // gradient accumulations per parameter
   bool learned_ = false;
   bool armed_ = false;        // in backward(): the hooks count
+  std::atomic<int> no_sync_{0};  // NoSync guards alive
+  void check_trainable() const;
   bool in_backward_ = false;  // the local backward has not returned
   std::shared_ptr<struct HookTarget> target_;  // what the hooks, which may outlive *this, call
   std::mutex mutex_;
