@@ -377,6 +377,8 @@ void DataParallel::backward(const torch::Tensor& loss) {
   check_trainable();
   try {
     group_->mark_progress(steps_);
+  } catch (const DistributedError&) {
+    throw;  // the group failed before
   } catch (const std::exception& error) {
     throw group_->failure("starting step " + std::to_string(steps_ + 1), error);
   }

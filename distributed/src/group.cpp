@@ -409,7 +409,17 @@ void Group::report_failure(const std::string& message) noexcept {
   }
 }
 
+void Group::check_usable(const std::string& during) const {
+  if (!failed_) return;
+  throw DistributedError(
+      fmt::format("rank {}: {}: this group failed before (see the first error), and a failed "
+                  "group cannot be used again: start a new job",
+                  rank_, during),
+      failed_ranks_);
+}
+
 void Group::mark_progress(std::int64_t step) {
+  check_usable(fmt::format("starting step {}", step + 1));
   step_ = step;
   store_->set(fmt::format("progress/{}", rank_), bytes_of(std::to_string(step)));
 }
@@ -528,6 +538,7 @@ void Group::publish(const std::string& key, const std::string& value, const std:
 std::string Group::broadcast(const std::string& what, const std::string& value) {
   const std::string name = fmt::format("broadcast/{}", calls_++);
   const std::string during = "waiting for " + what + " from rank 0";
+  check_usable(during);
   if (rank_ == 0) {
     publish(name, value, during);
     return value;
@@ -538,6 +549,7 @@ std::string Group::broadcast(const std::string& what, const std::string& value) 
 void Group::check_same(const std::string& what, const std::string& value) {
   const std::int64_t call = calls_++;
   const std::string during = "comparing " + what + " between ranks";
+  check_usable(during);
   publish(fmt::format("check/{}/{}", call, rank_), value, during);
   std::vector<std::string> values(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r)
@@ -559,6 +571,7 @@ void Group::check_same(const std::string& what, const std::string& value) {
 void Group::barrier() {
   // Through the store, not the backend: a rank that reported a failure instead of arriving
   // stops the others at once, naming it, where a collective would wait out the timeout.
+  check_usable("a barrier");
   const std::int64_t call = calls_++;
   publish(fmt::format("barrier/{}/{}", call, rank_), "1", "a barrier");
   for (int r = 0; r < size_; ++r)

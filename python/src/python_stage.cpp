@@ -77,6 +77,21 @@ bool PythonStage::interrupts(const std::exception_ptr& error) const {
   return false;
 }
 
+void PythonStage::add_note(const std::exception_ptr& error, const std::string& note) const {
+  try {
+    std::rethrow_exception(error);
+  } catch (const py::error_already_set& python_error) {
+    py::gil_scoped_acquire gil;
+    try {
+      const py::object& value = python_error.value();
+      if (py::hasattr(value, "add_note")) value.attr("add_note")(note);  // Python 3.11 on
+    } catch (const py::error_already_set&) {
+      // A note is a courtesy: the error itself goes on as it was.
+    }
+  } catch (...) {
+  }
+}
+
 std::vector<torch::Tensor> PythonStage::tensors_of(const char* method) const {
   if (!is_module_) return {};
   py::gil_scoped_acquire gil;

@@ -34,6 +34,7 @@ class PythonStage : public StageModule {
   std::string type_name() const override { return type_name_; }
   bool owned_elsewhere() const override { return true; }
   bool interrupts(const std::exception_ptr& error) const override;
+  void add_note(const std::exception_ptr& error, const std::string& note) const override;
   /// The Python callable (for the garbage collector's traversal; needs the GIL).
   pybind11::handle function() const { return function_; }
   /// Drops the callable (the garbage collector breaking a cycle; needs the GIL).

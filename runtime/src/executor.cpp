@@ -89,10 +89,25 @@ void Executor::drop_values(std::size_t index) {
   if (op.is_forward() && !lifetimes_.keep_output[index]) x_[input + 1].clear();
 }
 
+std::string Executor::failed_in(int i) const {
+  const auto ui = static_cast<std::size_t>(i);
+  return "in stage " + std::to_string(i) + " (" + stages_[ui].name + ") of remat's chain, " +
+         (ran_[ui] ? "recomputed during the backward" : "in the forward");
+}
+
 Tensors Executor::call(int i, const Tensors& x) {
   const auto ui = static_cast<std::size_t>(i);
   const NamedStage& stage = stages_[ui];
-  Tensors out = stage.module->forward(x, context_);
+  Tensors out;
+  try {
+    out = stage.module->forward(x, context_);
+  } catch (c10::Error& error) {
+    error.add_context(failed_in(i));
+    throw;
+  } catch (...) {
+    stage.module->add_note(std::current_exception(), failed_in(i));
+    throw;
+  }
   // The schedule was computed for the members the chain describes: a stage that returns
   // others would run outside the budget (or lose a gradient).
   const std::vector<Member>& members = members_[ui + 1];

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "autocast.h"
@@ -74,6 +75,8 @@ class Executor {
  private:
   const Tensors& input_of(int i) const;
   Tensors call(int i, const Tensors& x);
+  // Where an error of stage i's forward happened, for its message.
+  std::string failed_in(int i) const;
   // Runs operation `index` of the sequence, then drops the values no later forward reads.
   void run(std::size_t index);
   void drop_values(std::size_t index);

@@ -540,6 +540,36 @@ TEST_CASE(
   CHECK(store->raced);
 }
 
+TEST_CASE("a failed group is not used again", "[distributed]") {
+  // A user's trial: after a failure, the group's calls went on as if nothing had happened (a
+  // barrier that rank 0 completed could then fail on rank 1).
+  remat::distributed::Collectives stand_in;
+  stand_in.allreduce = [](std::vector<at::Tensor>&) -> c10::intrusive_ptr<c10d::Work> {
+    return c10::make_intrusive<DoneWork>();
+  };
+  stand_in.broadcast = [](std::vector<at::Tensor>&, int) -> c10::intrusive_ptr<c10d::Work> {
+    return c10::make_intrusive<DoneWork>();
+  };
+  auto group = std::make_shared<remat::distributed::Group>(c10::make_intrusive<c10d::HashStore>(),
+                                                           stand_in, std::chrono::seconds(10));
+  torch::nn::Sequential net = remat::test::dp_network(1234);
+  remat::distributed::DataParallel dp(net.ptr(), group);
+  const auto [x, y] = remat::test::dp_batch(0, 0);
+  dp.backward(remat::test::dp_loss(net->forward(x), y));  // a healthy step
+  group->barrier();
+  group->report_failure("this rank's data loader failed");
+  const auto refused = Catch::Contains(
+      "this group failed before (see the first error), and a "
+      "failed group cannot be used again: start a new job");
+  using remat::distributed::DistributedError;
+  CHECK_THROWS_AS(group->barrier(), DistributedError);
+  CHECK_THROWS_WITH(group->barrier(), refused);
+  CHECK_THROWS_WITH(group->broadcast("the chain", "x"), refused);
+  CHECK_THROWS_WITH(group->check_same("the model", "x"), refused);
+  CHECK_THROWS_WITH(dp.backward(remat::test::dp_loss(net->forward(x), y)),
+                    refused && Catch::Contains("starting step 2"));
+}
+
 TEST_CASE("a timeout shorter than a few heartbeats is refused", "[distributed]") {
   // Ranks beat every 50 ms at least: with 30 ms a healthy rank 0 was reported dead (a user's
   // trial).

@@ -277,6 +277,35 @@ def test_errors_name_the_stage_and_the_minimum_without_a_cpp_backtrace():
     chk(torch.randn(16, 64)).sum().backward()
 
 
+def test_a_stage_error_at_train_time_names_the_stage_and_keeps_its_type():
+    # A user's trial: a stage's own error in a recomputation inside backward() said nothing of
+    # which stage, or that it was a recomputation.
+    class FailsAt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fail_at = -1
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls - 1 == self.fail_at:
+                raise KeyError("the stage's own error")
+            return torch.tanh(x)
+
+    torch.manual_seed(0)
+    failing = FailsAt()
+    chk = remat.Checkpointable([nn.Linear(6, 6), nn.Tanh(), ("odd", failing), nn.Linear(6, 6)],
+                               torch.randn(3, 6), progress=False)
+    chk.compute_sequence("100%", "recompute-all")
+    for fail_at, when in ((0, "in the forward"), (1, "recomputed during the backward")):
+        failing.calls, failing.fail_at = 0, fail_at
+        with pytest.raises(KeyError, match="the stage's own error") as info:
+            chk(torch.randn(3, 6)).sum().backward()
+        assert f"in stage 2 (odd) of remat's chain, {when}" in getattr(info.value, "__notes__", [])
+    failing.fail_at = -1
+    chk(torch.randn(3, 6)).sum().backward()  # usable again
+
+
 def test_budget_forms():
     torch.manual_seed(0)
     chk = remat.Checkpointable(mlp(), torch.randn(16, 64), progress=False)

@@ -528,6 +528,54 @@ TEST_CASE("Checkpointable's errors are LibTorch's, typed by whose fault they are
   }
 }
 
+namespace {
+
+// Tanh, until told to fail: then its next forward throws a c10::Error, as a LibTorch operation
+// given something it cannot take would.
+struct FailingTanhImpl : nn::Module {
+  int fail_at = -1;  // the forward (counted from 0 since set) that throws; -1: none
+  int calls = 0;
+  torch::Tensor forward(const torch::Tensor& x) {
+    TORCH_CHECK(calls++ != fail_at, "the stage's own error");
+    return torch::tanh(x);
+  }
+};
+TORCH_MODULE(FailingTanh);
+
+}  // namespace
+
+TEST_CASE("an error inside a stage names the stage, and whether it was a recomputation",
+          "[runtime]") {
+  // A user's trial: an error of a stage's own code at train time, in a recomputation inside
+  // loss.backward(), said nothing of where it came from.
+  FailingTanh failing;
+  nn::Sequential net(nn::Linear(6, 6), nn::Tanh(), nn::Linear(6, 6), failing, nn::Linear(6, 6));
+  remat::Checkpointable chk(net);
+  const torch::Tensor x = torch::randn({3, 6});
+  chk->measure(x, remat::ProfileOptions().measure_time(false));
+  chk->compute_sequence(chk->store_all_peak(), Algorithm::kRecomputeAll);
+  const auto message_of = [&](int fail_at) {
+    failing->calls = 0;
+    failing->fail_at = fail_at;
+    try {
+      chk->forward(x).sum().backward();
+    } catch (const c10::Error& error) {
+      return std::string(error.what_without_backtrace());
+    }
+    return std::string("no exception");
+  };
+  CHECK_THAT(message_of(0),
+             Catch::StartsWith("the stage's own error") &&
+                 Catch::Contains("in stage 3 (3:FailingTanh) of remat's chain, in the forward"));
+  CHECK_THAT(
+      message_of(1),
+      Catch::StartsWith("the stage's own error") &&
+          Catch::Contains(
+              "in stage 3 (3:FailingTanh) of remat's chain, recomputed during the backward"));
+  failing->fail_at = -1;
+  CHECK_NOTHROW(chk->forward(x).sum().backward());  // the module is usable again
+}
+
 TEST_CASE("an input larger than the measured sample is refused, a smaller one runs", "[runtime]") {
   torch::manual_seed(4);
   nn::Sequential net = remat::test::conv_chain(4, 5, false);

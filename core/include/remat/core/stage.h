@@ -70,6 +70,10 @@ class StageModule {
   /// failure but an interruption to pass on untouched (Python's KeyboardInterrupt and
   /// SystemExit, and out of memory): the profiler then does not report it as the stage's.
   virtual bool interrupts(const std::exception_ptr& /*error*/) const { return false; }
+  /// Adds `note` to an exception that forward() threw, of a kind the runtime cannot amend
+  /// without changing its type, so that the caller learns which stage failed (a Python
+  /// exception: its add_note). The runtime adds a c10::Error's context itself.
+  virtual void add_note(const std::exception_ptr& /*error*/, const std::string& /*note*/) const {}
 };
 
 /// A C++ module as a stage. Its forward() is called with the input members and then, when

@@ -200,6 +200,10 @@ class Group {
   /// Whether this rank found a failure (failure()) or reported its own (report_failure()): the
   /// group's collectives are then not to be used or waited for again.
   bool failed() const { return failed_; }
+  /// Throws a DistributedError if the group failed(): broadcast, check_same, barrier,
+  /// mark_progress and DataParallel's backward call it first, so that a failed group is not
+  /// used again (as with torch.distributed: start a new job).
+  void check_usable(const std::string& during) const;
 
  private:
   void start_heartbeat();
@@ -217,8 +221,8 @@ class Group {
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
   std::optional<Environment> env_;
-  std::int64_t calls_ = 0;
-  std::int64_t step_ = -1;  // the last mark_progress  // broadcasts and checks so far: each one's keys are its own
+  std::int64_t calls_ = 0;  // broadcasts and checks so far: each one's keys are its own
+  std::int64_t step_ = -1;  // the last mark_progress
   std::chrono::milliseconds heartbeat_interval_;
   std::atomic<bool> stop_{false};
   bool left_ = false;
