@@ -485,6 +485,12 @@ std::string Group::await(const std::string& key, int from, const std::string& du
   auto last_progress = started;
   bool beating = false;  // `from`'s heartbeat moved while this rank waited
   std::int64_t last_beat = -1;
+  // A rank whose heartbeat, once started, has not moved for 10 beats (at least 2 s) is gone:
+  // its heartbeat thread runs whatever its main thread does, so silence means the process was
+  // killed or stopped (with the default timeout of 5 minutes, a killed rank is named after 10
+  // s, not 5 minutes). A rank not yet beating gets the whole timeout.
+  const auto silence_limit = std::min<Clock::duration>(
+      timeout_, std::max<Clock::duration>(heartbeat_interval_ * 10, std::chrono::seconds(2)));
   try {
     while (!store_->check({key})) {
       if (env_) {
@@ -502,8 +508,19 @@ std::string Group::await(const std::string& key, int from, const std::string& du
         if (store_->check({key})) break;
         throw std::runtime_error("another rank reported a failure");
       }
+      // The same for a rank that left the job (its heartbeat stopped with it).
+      if (store_->check({fmt::format("left/{}", from)})) {
+        if (store_->check({key})) break;
+        failed_ = true;
+        throw DistributedError(
+            fmt::format("rank {}: {}: rank {} left the job without getting here (it ended, or "
+                        "gave up on an error it did not report)",
+                        rank_, during, from),
+            {from});
+      }
       const bool late = !while_alive && Clock::now() - started > timeout_;
-      if (late || Clock::now() - last_progress > timeout_) {
+      const auto silent_for = Clock::now() - last_progress;
+      if (late || silent_for > timeout_ || (last_beat > 0 && silent_for > silence_limit)) {
         failed_ = true;
         std::string why;
         if (late)

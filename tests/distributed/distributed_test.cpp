@@ -458,6 +458,32 @@ TEST_CASE("a rank that fails outside a collective stops the others at once, quot
   }
 }
 
+TEST_CASE("a rank killed or gone outside a collective is named long before the timeout",
+          "[distributed]") {
+  // Rank 1 is killed after its steps (the kernel's OOM killer), or leaves without the final
+  // barrier (a program that returns early): rank 0 waits in the store, where no connection
+  // closes. Killed: its heartbeat stops, and 10 beats (10 s with this timeout) name it; it
+  // waited the whole timeout (60 s, 5 minutes by default) before. Gone: named at once.
+  const int timeout_ms = 60000;
+  for (const std::string when : {"kill-before-barrier", "leave-before-barrier"}) {
+    DYNAMIC_SECTION(when) {
+      const Job job = run_job(2,
+                              {"--steps", "1", "--fail", when, "--victim", "1", "--timeout-ms",
+                               std::to_string(timeout_ms)},
+                              when, std::chrono::milliseconds(timeout_ms + 30000));
+      CAPTURE(job.error(0), job.seconds);
+      CHECK(job.exits[0].code == 5);
+      CHECK_FALSE(job.exits[0].killed_by_launcher);
+      CHECK(job.error(0).find(when == "kill-before-barrier"
+                                  ? "a barrier: rank 1 stopped answering (its heartbeat stopped"
+                                  : "a barrier: rank 1 left the job without getting here") !=
+            std::string::npos);
+      CHECK(job.seconds < timeout_ms / 1000.0 * 0.75);
+      remove_tree(job.dir);
+    }
+  }
+}
+
 TEST_CASE("a rank alive but elsewhere does not hold the others past the timeout", "[distributed]") {
   // Rank 1 hangs after its steps, its heartbeat still going: rank 0 waits at the final barrier
   // for the timeout, not for as long as rank 1 lives.

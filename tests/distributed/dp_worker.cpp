@@ -19,6 +19,8 @@
 // --backward: how each step runs its backward: dp.backward(loss), the default; a plain
 // loss.backward(), which DataParallel refuses; no-sync, the first half of the batch with
 // loss.backward() under dp.no_sync(), then the second half with dp.backward().
+// --fail before-chain|before-barrier (throws), hang-before-barrier (alive, never at the
+// barrier), kill-before-barrier (SIGKILL), leave-before-barrier (returns 0, leaving the job).
 // --misuse: makes a second DataParallel on the module (refused), or one on a frozen module
 // whose parameter is then unfrozen (refused at its backward).
 // --zero-grad: how each step clears the gradients (zero_() on each, the default; set to None
@@ -190,6 +192,8 @@ int main(int argc, char** argv) {
       throw std::runtime_error("the victim failed on purpose after its steps");
     if (rank == a.victim && a.fail == "hang-before-barrier")
       for (;;) ::pause();  // alive (its heartbeat goes on), never at the barrier
+    if (rank == a.victim && a.fail == "kill-before-barrier") ::raise(SIGKILL);
+    if (rank == a.victim && a.fail == "leave-before-barrier") return 0;  // leaves the job
     group->barrier();  // rank 0 hosts the store: it stays until every rank is done
     return 0;
   } catch (const std::exception& error) {

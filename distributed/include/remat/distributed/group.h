@@ -114,8 +114,10 @@ struct GroupOptions {
     return *this;
   }
   /// How long a rank waits for the others, in the rendezvous and in every collective, before it
-  /// gives up with a DistributedError; a rank that dies is noticed sooner, as soon as its
-  /// connections close.
+  /// gives up with a DistributedError; a rank that dies is noticed sooner: in a collective as
+  /// soon as its connections close, in the store's waits (broadcast, check_same, barrier) when
+  /// its heartbeat has been still for 10 beats (a beat is a tenth of the timeout, from 50 ms
+  /// to 1 s; 10 beats are at least 2 s, at most the timeout).
   GroupOptions& timeout(std::chrono::milliseconds value) {
     timeout_ = value;
     return *this;
