@@ -353,6 +353,32 @@ TORCH_MUTATIONS = [
      "          {}\n",
      "rank 0's leave() waits for a rank it named as hung (whose heartbeat still beats)"),
     # Same test, same bound.
+
+    ("dist-stray-backward-averaged-never", "distributed/src/data_parallel.cpp",
+     "    if (no_sync_.load() > 0 || detail::profiling()) return;\n", "    return;\n",
+     "a plain loss.backward() beside DataParallel is accepted: its gradients are never averaged "
+     "and the ranks drift apart"),
+    # "what would make the ranks train different models without a word is refused": the plain
+    # backward must exit 2 with the message.
+
+    ("dist-profiling-is-a-stray-backward", "distributed/src/data_parallel.cpp",
+     "    if (no_sync_.load() > 0 || detail::profiling()) return;\n",
+     "    if (no_sync_.load() > 0) return;\n",
+     "the profiler's backwards on rank 0 are refused as a user's: a chain cannot be measured "
+     "after DataParallel is made"),
+    # "gradients cleared by zero_grad, to None or by an optimizer, are still averaged" with
+    # --dp-first yes: rank 0 measures the chain with DataParallel's hooks on its parameters.
+
+    ("dist-silent-rank-waited-for", "distributed/src/group.cpp",
+     "(last_beat > 0 && silent_for > silence_limit)", "false",
+     "a rank killed while the others wait in the store is named only after the whole timeout"),
+    # "a rank killed or gone outside a collective is named long before the timeout": 60 s.
+
+    ("rt-stage-error-unnamed", "runtime/src/executor.cpp",
+     "    error.add_context(failed_in(i));\n", "",
+     "a stage's own error at train time does not say which stage, or that it was a "
+     "recomputation"),
+    # "an error inside a stage names the stage, and whether it was a recomputation".
 ]
 
 # The test program, and its Catch arguments, that checks each component's mutations.
