@@ -532,6 +532,7 @@ std::string Group::await(const std::string& key, int from, const std::string& du
           why = stopped_answering(from);
         else
           why = fmt::format("nothing came from rank {} within {} ms", from, timeout_.count());
+        failed_ranks_.push_back(from);  // leave() does not wait for it
         throw DistributedError(fmt::format("rank {}: {}: {}", rank_, during, why), {from});
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

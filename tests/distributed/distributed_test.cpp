@@ -497,6 +497,12 @@ TEST_CASE("a rank alive but elsewhere does not hold the others past the timeout"
   CHECK(job.error(0).find("a barrier: rank 1 did not get there within 3000 ms (it is running") !=
         std::string::npos);
   CHECK(job.exits[1].killed_by_launcher);
+  // Rank 0 does not wait again, as it leaves, for the rank it named (it waited a second
+  // timeout for it, whose heartbeat goes on).
+  std::int64_t caught = 0, gone = 0;
+  std::ifstream(job.dir / "rank0.times") >> caught >> gone;
+  CHECK(caught > 0);
+  CHECK(gone - caught < 1500);
   remove_tree(job.dir);
 }
 

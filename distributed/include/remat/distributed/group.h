@@ -229,7 +229,7 @@ class Group {
   std::atomic<bool> stop_{false};
   bool left_ = false;
   std::atomic<bool> failed_{false};
-  std::vector<int> failed_ranks_;  // named by failure() (the caller's thread only)
+  std::vector<int> failed_ranks_;  // named by failure() or a wait (the caller's thread only)
   std::thread heartbeat_;
 };
 
