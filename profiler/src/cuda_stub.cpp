@@ -19,5 +19,13 @@ void limit_cuda_memory(int /*device_index*/, std::int64_t /*bytes*/) { no_cuda()
 CudaAllocatorStats cuda_allocator_stats(int /*device_index*/) { no_cuda(); }
 bool exact_cuda_blocks() { return false; }
 
+struct CudaIntervals::Impl {};
+CudaIntervals::CudaIntervals(int /*device_index*/) { no_cuda(); }
+CudaIntervals::~CudaIntervals() = default;
+void CudaIntervals::reserve(int /*count*/) { no_cuda(); }
+void CudaIntervals::begin() { no_cuda(); }
+void CudaIntervals::end() { no_cuda(); }
+double CudaIntervals::total_ms() { no_cuda(); }
+
 }  // namespace detail
 }  // namespace remat

@@ -41,6 +41,7 @@
 #include "remat/core/generator_state.h"
 #include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
+#include "detail.h"
 
 namespace remat {
 namespace {
@@ -163,11 +164,26 @@ double median(std::vector<double> values) {
 }
 
 // Median over repetitions of the time of `timed`, each preceded by an untimed `setup`; a
-// repetition runs both `inner` times, `inner` chosen so that it lasts min_repetition_ms.
+// repetition runs both `inner` times, `inner` chosen so that it lasts min_repetition_ms. On
+// the CPU, each run of `timed` is timed by the host's clock between synchronizations; on a GPU,
+// by events on the stream, the runs back to back with the host never waiting
+// (detail::CudaIntervals): what a stage costs within a step, where the host queues work ahead
+// of the GPU, the cost of launching its kernels counted only where the GPU waits for it.
 template <class Setup, class Timed>
 double time_ms(const ProfileOptions& options, c10::Device device, const Setup& setup,
                const Timed& timed) {
   auto run = [&](int count) {
+    if (device.is_cuda()) {
+      detail::CudaIntervals intervals(device.has_index() ? device.index() : -1);
+      intervals.reserve(count);
+      for (int k = 0; k < count; ++k) {
+        setup();
+        intervals.begin();
+        timed();
+        intervals.end();
+      }
+      return intervals.total_ms();
+    }
     double total = 0;
     for (int k = 0; k < count; ++k) {
       setup();
