@@ -1566,8 +1566,10 @@ TEST_CASE("train on CUDA runs within its budget, and out of memory is exit 4", "
   }
   INFO(describe(probe));
   REQUIRE(probe.exit_code == 0);
+  // 75%: on a GPU the first stage's backward (its 7x7 convolution's, with cuDNN's workspace)
+  // needs 58% of resnet18's store-all peak at this size (an H200).
   const RunResult run = run_remat({"train", "--model", "resnet18", "--batch", "32", "--image",
-                                   "224", "--budget", "50%", "--steps", "3", "--device", "cuda"});
+                                   "224", "--budget", "75%", "--steps", "3", "--device", "cuda"});
   INFO(describe(run));
   CHECK(run.exit_code == 0);
   CHECK_THAT(run.out, Catch::Contains("model      resnet18 b32 224x224 cuda"));

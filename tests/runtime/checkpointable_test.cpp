@@ -760,12 +760,32 @@ TEST_CASE("out of memory abandons the step cleanly; a smaller budget then trains
 // checkpointed and plain training cannot hide behind nondeterministic cuDNN or cuBLAS kernels.
 namespace {
 
-void use_deterministic_cuda() {
-  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/1);  // before cuBLAS starts
-  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-  at::globalContext().setDeterministicCuDNN(true);
-  at::globalContext().setBenchmarkCuDNN(false);
-}
+// Deterministic algorithms while alive; the settings before it afterwards, so that the tests
+// after it in the same process (Catch runs them in one) are not held to them: adaptive average
+// pooling to 2x2 has no deterministic CUDA backward.
+class DeterministicCuda {
+ public:
+  DeterministicCuda()
+      : algorithms_(at::globalContext().deterministicAlgorithms()),
+        warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()),
+        cudnn_(at::globalContext().deterministicCuDNN()),
+        benchmark_(at::globalContext().benchmarkCuDNN()) {
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/1);  // before cuBLAS starts
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
+  ~DeterministicCuda() {
+    at::globalContext().setDeterministicAlgorithms(algorithms_, warn_only_);
+    at::globalContext().setDeterministicCuDNN(cudnn_);
+    at::globalContext().setBenchmarkCuDNN(benchmark_);
+  }
+  DeterministicCuda(const DeterministicCuda&) = delete;
+  DeterministicCuda& operator=(const DeterministicCuda&) = delete;
+
+ private:
+  bool algorithms_, warn_only_, cudnn_, benchmark_;
+};
 
 struct OnCuda {
   nn::Sequential net;
@@ -773,11 +793,10 @@ struct OnCuda {
   torch::Tensor sample;
 };
 
-// A conv chain of `channels` on the first GPU, measured on a batch of `batch` 64x64 images,
-// its parameter gradients allocated.
-OnCuda measured_on_cuda(int channels, int batch) {
+// `net` on the first GPU, measured on a batch of `batch` 64x64 images, its parameter gradients
+// allocated.
+OnCuda measured_on_cuda(nn::Sequential net, int batch) {
   const torch::Device cuda(torch::kCUDA, 0);
-  nn::Sequential net = remat::test::conv_chain(channels, 10, false);
   net->to(cuda);
   const torch::Tensor sample = torch::randn({batch, 3, 64, 64}).to(cuda);
   remat::Checkpointable chk(net);
@@ -791,7 +810,7 @@ OnCuda measured_on_cuda(int channels, int batch) {
 TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, BatchNorm, dropout",
           "[runtime][cuda]") {
   REMAT_REQUIRE_CUDA();
-  use_deterministic_cuda();
+  DeterministicCuda deterministic;
   const torch::Device cuda(torch::kCUDA, 0);
   const torch::Tensor sample = torch::randn({8, 3, 32, 32}).to(cuda);
   auto make = [&] {
@@ -803,7 +822,10 @@ TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, Batc
   const StepResult plain = train(*reference_net, [&](const torch::Tensor& x) { return reference_net->forward(x); },
                                  sample, 2, 5);
   nn::Sequential probe = fresh(make);
-  const remat::Chain chain = remat::profile(probe, sample, remat::ProfileOptions().measure_time(false)).chain;
+  // The steps train the input's gradient too (train() makes it require one), as measured.
+  const remat::Chain chain = remat::profile(probe, sample.clone().requires_grad_(true),
+                                            remat::ProfileOptions().measure_time(false))
+                                 .chain;
   CHECK(chain.input_bytes() % 512 == 0);
   for (const remat::Stage& stage : chain.stages) CHECK(stage.out_bytes() % 512 == 0);
   const std::int64_t kR = remat::runtime_reserve_bytes(cuda);
@@ -829,7 +851,7 @@ TEST_CASE("on CUDA, checkpointed training equals plain training: gradients, Batc
 TEST_CASE("on CUDA under autocast, recomputations run as the forward did: float16",
           "[runtime][cuda]") {
   REMAT_REQUIRE_CUDA();
-  use_deterministic_cuda();
+  DeterministicCuda deterministic;
   check_autocast_training(torch::Device(torch::kCUDA, 0), c10::kHalf);
 }
 
@@ -837,7 +859,7 @@ TEST_CASE("on CUDA, a recomputation reads the buffers the stage's first forward 
           "[runtime][cuda]") {
   // On a GPU the buffers are kept in pinned memory, copied without waiting for the GPU.
   REMAT_REQUIRE_CUDA();
-  use_deterministic_cuda();
+  DeterministicCuda deterministic;
   check_buffers_read_after_update(torch::Device(torch::kCUDA, 0));
 }
 
@@ -846,7 +868,7 @@ TEST_CASE("on CUDA, the measured peak stays within the budget and close to the p
   REMAT_REQUIRE_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   torch::manual_seed(21);
-  auto [net, chk, sample] = measured_on_cuda(32, 32);
+  auto [net, chk, sample] = measured_on_cuda(remat::test::conv_chain(32, 10, false), 32);
   torch::Tensor weight;
   {
     torch::NoGradGuard no_grad;
@@ -884,7 +906,16 @@ TEST_CASE("on CUDA, out of memory abandons the step and a smaller budget then ru
   REMAT_REQUIRE_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   torch::manual_seed(22);
-  auto [net, chk, sample] = measured_on_cuda(64, 64);  // 64 MiB a layer
+  // 32 Conv+BatchNorm+ReLU stages of 32 MiB tensors: the least budget is a few stages' worth
+  // (on an H200, conv_chain's 5 stages of 64 MiB needed 75% of store-all: cuDNN's backward
+  // workspaces), far below store-all.
+  nn::Sequential deep;
+  deep->push_back(remat::Block(nn::Conv2d(nn::Conv2dOptions(3, 32, 3).padding(1).bias(false)),
+                               nn::BatchNorm2d(32), nn::ReLU()));
+  for (int k = 0; k < 31; ++k)
+    deep->push_back(remat::Block(nn::Conv2d(nn::Conv2dOptions(32, 32, 3).padding(1).bias(false)),
+                                 nn::BatchNorm2d(32), nn::ReLU()));
+  auto [net, chk, sample] = measured_on_cuda(deep, 64);
   const std::int64_t kR = remat::runtime_reserve_bytes(cuda);
   const std::int64_t full = remat::store_all_peak(chk->chain()) + kR;
   const std::int64_t least = remat::min_feasible_budget(chk->chain(), remat::SolveOptions(0)) + kR;
