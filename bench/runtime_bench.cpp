@@ -7,7 +7,12 @@
 // overhead); and optimal schedules at 75%, 50% and the least feasible budget. Plain and
 // runtime steps alternate, so that drifts of the machine affect both alike.
 //
-// Usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults]
+// With --overhead, instead: the runtime's own host time per stage, on a chain of tiny stages
+// (Linear(16, 16) and ReLU at batch 1) whose kernels cost next to nothing, so that a step is
+// the host's work alone: what a GPU waits for when its step is bound by the host launching
+// kernels (docs/performance.md). Store-all through the runtime against plain autograd.
+//
+// Usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults] [--overhead]
 
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -50,10 +55,51 @@ double step_ms(Forward forward, const torch::Tensor& sample, std::vector<double>
   return ms;
 }
 
+// --overhead: microseconds a step and per stage, plain autograd against store-all through the
+// runtime, for chains of `lengths` tiny stages.
+int overhead(int steps) {
+  std::printf("Host time of a step of tiny stages (Linear(16, 16), ReLU; batch 1): %d LibTorch "
+              "threads; median of %d steps after a warm-up, plain and runtime alternating.\n\n",
+              torch::get_num_threads(), steps);
+  std::printf("| stages | plain us | store-all us | runtime's own us per stage | optimal 50%% us |\n");
+  std::printf("|---:|---:|---:|---:|---:|\n");
+  for (const int length : {16, 64, 256}) {
+    torch::manual_seed(0);
+    torch::nn::Sequential net;
+    for (int k = 0; k < length; ++k) {
+      if (k % 2 == 0)
+        net->push_back(torch::nn::Linear(16, 16));
+      else
+        net->push_back(torch::nn::ReLU());
+    }
+    for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+    const torch::Tensor sample = torch::randn({1, 16});
+    remat::Checkpointable chk(net);
+    chk->measure(sample);
+    auto ours = [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); };
+    auto plain = [&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); };
+    std::vector<double> t_plain, t_all, t_half;
+    chk->compute_sequence(chk->store_all_peak(), remat::Algorithm::kStoreAll);
+    step_ms(ours, sample);
+    step_ms(plain, sample);
+    for (int k = 0; k < steps; ++k) {
+      t_all.push_back(step_ms(ours, sample));
+      t_plain.push_back(step_ms(plain, sample));
+    }
+    chk->compute_sequence(std::max(chk->min_budget(), chk->store_all_peak() / 2));
+    step_ms(ours, sample);
+    for (int k = 0; k < steps; ++k) t_half.push_back(step_ms(ours, sample));
+    const double p = median(t_plain) * 1e3, a = median(t_all) * 1e3, h = median(t_half) * 1e3;
+    std::printf("| %d | %.0f | %.0f | %.2f | %.0f |\n", length, p, a, (a - p) / length, h);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, malloc_defaults = false;
+  bool quick = false, malloc_defaults = false, host_overhead = false;
   int steps = 9;
   for (int k = 1; k < argc; ++k) {
     const std::string flag = argv[k];
@@ -61,12 +107,18 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (flag == "--malloc-defaults") {
       malloc_defaults = true;
+    } else if (flag == "--overhead") {
+      host_overhead = true;
     } else if (flag == "--steps" && k + 1 < argc) {
       steps = std::max(1, std::stoi(argv[++k]));
     } else {
-      std::fprintf(stderr, "usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults]\n");
+      std::fprintf(stderr, "usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults] [--overhead]\n");
       return 2;
     }
+  }
+  if (host_overhead) {
+    if (!malloc_defaults) remat::keep_freed_memory();
+    return overhead(steps);
   }
   struct Case {
     std::string model;
