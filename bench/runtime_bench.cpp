@@ -58,10 +58,12 @@ double step_ms(Forward forward, const torch::Tensor& sample, std::vector<double>
 // --overhead: microseconds a step and per stage, plain autograd against store-all through the
 // runtime, for chains of `lengths` tiny stages.
 int overhead(int steps) {
-  std::printf("Host time of a step of tiny stages (Linear(16, 16), ReLU; batch 1): %d LibTorch "
-              "threads; median of %d steps after a warm-up, plain and runtime alternating.\n\n",
-              torch::get_num_threads(), steps);
-  std::printf("| stages | plain us | store-all us | runtime's own us per stage | optimal 50%% us |\n");
+  std::printf(
+      "Host time of a step of tiny stages (Linear(16, 16), ReLU; batch 1): %d LibTorch "
+      "threads; median of %d steps after a warm-up, plain and runtime alternating.\n\n",
+      torch::get_num_threads(), steps);
+  std::printf(
+      "| stages | plain us | store-all us | runtime's own us per stage | optimal 50%% us |\n");
   std::printf("|---:|---:|---:|---:|---:|\n");
   for (const int length : {16, 64, 256}) {
     torch::manual_seed(0);
@@ -112,7 +114,9 @@ int main(int argc, char** argv) {
     } else if (flag == "--steps" && k + 1 < argc) {
       steps = std::max(1, std::stoi(argv[++k]));
     } else {
-      std::fprintf(stderr, "usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults] [--overhead]\n");
+      std::fprintf(
+          stderr,
+          "usage: remat_runtime_bench [--quick] [--steps N] [--malloc-defaults] [--overhead]\n");
       return 2;
     }
   }

@@ -38,10 +38,10 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "detail.h"
 #include "remat/core/generator_state.h"
 #include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
-#include "detail.h"
 
 namespace remat {
 namespace {
