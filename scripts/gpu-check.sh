@@ -142,7 +142,8 @@ if has build; then
     has distributed && targets+=(remat)
   fi
   say "building remat in $build against this machine's PyTorch${targets[*]:+ (${targets[*]})}"
-  [ -f .devdeps/env.sh ] && source .devdeps/env.sh
+  # (GPU mode sourced .devdeps/env.sh at the start.)
+  if [ "$mode" = cpu ] && [ -f .devdeps/env.sh ]; then source .devdeps/env.sh; fi
   torch_prefix=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
   export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   cuda_flag=-DREMAT_REQUIRE_CUDA=ON
@@ -260,7 +261,6 @@ if has python; then
     # off: no network here, and scikit-build-core and pybind11 are installed), into a folder
     # of its own; then the Python tests, CUDA ones included.
     say "the Python package: pip install (no build isolation), then its tests"
-    [ -f .devdeps/env.sh ] && source .devdeps/env.sh
     export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
     export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
     site=$build/python-site
