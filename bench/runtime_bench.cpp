@@ -55,6 +55,25 @@ double step_ms(Forward forward, const torch::Tensor& sample, std::vector<double>
   return ms;
 }
 
+// Steps of the runtime under its current schedule and of plain autograd through the same
+// stages, alternating after a warm-up step of each, so that drifts of the machine affect both
+// alike: their times in ms, and their minor page faults per step.
+struct Alternated {
+  std::vector<double> ours, plain, ours_faults, plain_faults;
+};
+Alternated alternate(remat::Checkpointable& chk, const torch::Tensor& sample, int steps) {
+  auto ours = [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); };
+  auto plain = [&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); };
+  Alternated r;
+  step_ms(ours, sample);
+  step_ms(plain, sample);
+  for (int k = 0; k < steps; ++k) {
+    r.ours.push_back(step_ms(ours, sample, &r.ours_faults));
+    r.plain.push_back(step_ms(plain, sample, &r.plain_faults));
+  }
+  return r;
+}
+
 // --overhead: microseconds a step and per stage, plain autograd against store-all through the
 // runtime, for chains of `lengths` tiny stages.
 int overhead(int steps) {
@@ -79,21 +98,13 @@ int overhead(int steps) {
     const torch::Tensor sample = torch::randn({1, 16});
     remat::Checkpointable chk(net);
     chk->measure(sample);
-    auto ours = [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); };
-    auto plain = [&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); };
-    std::vector<double> t_plain, t_all, t_half;
     const double predicted =
         chk->compute_sequence(chk->store_all_peak(), remat::Algorithm::kStoreAll).makespan_ms;
-    step_ms(ours, sample);
-    step_ms(plain, sample);
-    for (int k = 0; k < steps; ++k) {
-      t_all.push_back(step_ms(ours, sample));
-      t_plain.push_back(step_ms(plain, sample));
-    }
+    const Alternated all = alternate(chk, sample, steps);
     chk->compute_sequence(std::max(chk->min_budget(), chk->store_all_peak() / 2));
-    step_ms(ours, sample);
-    for (int k = 0; k < steps; ++k) t_half.push_back(step_ms(ours, sample));
-    const double p = median(t_plain) * 1e3, a = median(t_all) * 1e3, h = median(t_half) * 1e3;
+    const Alternated half = alternate(chk, sample, steps);
+    const double p = median(all.plain) * 1e3, a = median(all.ours) * 1e3,
+                 h = median(half.ours) * 1e3;
     std::printf("| %d | %.0f | %.0f | %.2f | %.0f | %.0f |\n", length, p, a, (a - p) / length,
                 predicted * 1e3, h);
     std::fflush(stdout);
@@ -164,25 +175,13 @@ int main(int argc, char** argv) {
                              std::to_string(c.image) + "x" + std::to_string(c.image);
     for (const Schedule& s : schedules) {
       const remat::Solution& solution = chk->compute_sequence(s.budget, s.algorithm);
-      std::vector<double> ours, plain, ours_faults, plain_faults;
-      step_ms([&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); },
-              sample);  // warm-up
-      step_ms([&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); },
-              sample);
-      for (int k = 0; k < steps; ++k) {
-        ours.push_back(
-            step_ms([&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, sample,
-                    &ours_faults));
-        plain.push_back(
-            step_ms([&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); },
-                    sample, &plain_faults));
-      }
-      const double measured = median(ours), base = median(plain);
+      const Alternated steps_of = alternate(chk, sample, steps);
+      const double measured = median(steps_of.ours), base = median(steps_of.plain);
       std::printf("| %s | %s | %.2f MiB | %.2f MiB | %.1f | %.1f | %.3f | %.3f | %.0f (%.0f) |\n",
                   name.c_str(), s.name.c_str(), static_cast<double>(s.budget) / (1 << 20),
                   static_cast<double>(solution.peak_bytes) / (1 << 20), solution.makespan_ms,
                   measured, measured / solution.makespan_ms, measured / base,
-                  median(ours_faults), median(plain_faults));
+                  median(steps_of.ours_faults), median(steps_of.plain_faults));
       std::fflush(stdout);
     }
   }
