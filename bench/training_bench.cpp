@@ -42,6 +42,9 @@
 
 namespace {
 
+// How the profiles take their times (--timing); the same for every model of a run.
+remat::Timing profile_timing = remat::Timing::kAuto;
+
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
@@ -88,6 +91,7 @@ struct Setup {
     chain = remat::profile(net, sample,
                            remat::ProfileOptions()
                                .repeat(repeat)
+                               .timing(profile_timing)
                                .name(label())
                                .loss([this](const remat::Tensors& out) { return loss(out); })
                                .output_held(false))
@@ -468,7 +472,7 @@ int main(int argc, char** argv) {
   CLI::App app{"remat_training_bench: fidelity and throughput of training under remat's schedules"};
   app.require_subcommand(1);
   std::string device_text = "cpu", json_path, markdown_path, svg_path, pytorch_json, models_text = "resnet18",
-              budgets_text = "100,75,50,30";
+              budgets_text = "100,75,50,30", timing_text = "auto";
   int batch = 32, image = 0, steps = 20, warmup = 3, repeat = 5, threads = 0;
   bool malloc_defaults = false;
   for (CLI::App* cmd : {app.add_subcommand("fidelity", "Peak and step time against the prediction"),
@@ -484,6 +488,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--json", json_path, "Write the results as JSON");
     cmd->add_option("--markdown", markdown_path, "Write the tables as Markdown");
     cmd->add_flag("--malloc-defaults", malloc_defaults, "Leave glibc's malloc settings");
+    cmd->add_option("--timing", timing_text,
+                    "How the profiles take times: auto, stages or passes (remat profile --timing)")
+        ->capture_default_str();
   }
   app.get_subcommand("fidelity")->add_option("--models", models_text, "Comma-separated")->capture_default_str();
   CLI::App* tp = app.get_subcommand("throughput");
@@ -494,6 +501,7 @@ int main(int argc, char** argv) {
   try {
     if (steps < 1 || warmup < 0 || batch < 1 || repeat < 1)
       throw std::invalid_argument("--steps, --batch and --repeat must be at least 1, --warmup at least 0");
+    profile_timing = remat::parse_timing(timing_text);
     const torch::Device device(device_text);
     if (device.is_cuda()) remat::exact_cuda_blocks();  // plain training measured alike
     if (threads > 0) torch::set_num_threads(threads);

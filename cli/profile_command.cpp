@@ -31,12 +31,15 @@ struct ProfileArgs {
   int threads = 0;
   std::string plot;
   bool release_output = false;
+  std::string timing = "auto";
 };
 
 void print_table(const Profile& p, std::FILE* out) {
   const Chain& chain = p.chain;
   fmt::print(out, "chain      {}\n", printable(chain.name));
-  fmt::print(out, "profiled   in {:.1f} s\n\n", p.seconds);
+  fmt::print(out, "profiled   in {:.1f} s, {}\n\n", p.seconds,
+             p.timing == Timing::kPasses ? "times within whole passes (--timing passes)"
+                                         : "each stage timed alone (--timing stages)");
   fmt::print(out, "{:>4}  {:<18} {:<16} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "#",
              "stage", "output", "fwd ms", "nograd ms", "bwd ms", "out", "keeps", "state", "fwd tmp",
              "bwd tmp");
@@ -74,6 +77,10 @@ Action add_profile_command(CLI::App& app) {
   cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");
   cmd->add_option("--device", args->device, "cpu or cuda (cuda:N)");
   cmd->add_option("--repeat", args->repeat, "Timed repetitions per quantity (median)");
+  cmd->add_option("--timing", args->timing,
+                  "How times are taken: stages (each alone), passes (within whole passes, as in "
+                  "a step; needs the store-all memory) or auto (passes on a GPU where it fits; "
+                  "the default)");
   cmd->add_option("--classes", args->classes, "Number of classes of the classifier");
   cmd->add_option("--seq", args->sequence,
                   "Sequence length of a language model (default: its longest)");
@@ -109,6 +116,13 @@ Action add_profile_command(CLI::App& app) {
     const models::ModelInfo& info = *in.info;
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");
     if (args->repeat < 1) throw std::invalid_argument("--repeat must be at least 1");
+    Timing timing = Timing::kAuto;
+    try {
+      timing = parse_timing(args->timing);
+    } catch (const c10::ValueError&) {
+      throw std::invalid_argument("--timing must be auto, stages or passes, not '" +
+                                  printable(args->timing) + "'");
+    }
     if (args->classes < 1) throw std::invalid_argument("--classes must be at least 1");
     check_torch_threads(args->threads);
     if (args->threads > 0) torch::set_num_threads(args->threads);
@@ -121,6 +135,7 @@ Action add_profile_command(CLI::App& app) {
     const ProfileOptions options =
         with_progress(ProfileOptions()
                           .repeat(args->repeat)
+                          .timing(timing)
                           .name(in.label(args->batch))
                           .loss(training_loss_of(in, random_target(in, args->batch, args->classes)))
                           .output_held(!args->release_output),

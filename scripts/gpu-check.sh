@@ -186,6 +186,13 @@ if has fidelity; then
   say "fidelity: measured peak and step time against the prediction, at 100/75/50/30% of store-all"
   run "$build/bin/remat_training_bench" fidelity --device "$device" --budgets 100,75,50,30 \
     "${fidelity_args[@]}" --json "$out/fidelity.json" --markdown "$out/fidelity.md" || status=1
+  # The same with each stage timed alone (--timing stages), on the same machine: what timing
+  # within whole passes (the default on a GPU) changes (docs/cost-model.md, "How times are taken").
+  if [ "$mode" = gpu ]; then
+    say "fidelity again, each stage timed alone (--timing stages)"
+    run "$build/bin/remat_training_bench" fidelity --device "$device" --budgets 100,75,50,30 --timing stages \
+      "${fidelity_args[@]}" --json "$out/fidelity-stages.json" --markdown "$out/fidelity-stages.md" || status=1
+  fi
 fi
 
 # throughput_runs NAME SPECS BUDGETS: for each MODEL:BATCH:IMAGE of SPECS, PyTorch's side

@@ -12,7 +12,8 @@
 # log so far), console.txt (what the check printed that is not in its log: its own errors) and
 # results.tar.gz (every file the check has written: tables, JSON, plots). Printed: the parts'
 # progress lines, then the log's lines since the last call (its last 150).
-# Environment: REMAT_SESSION_DIR, where the check writes (default /tmp/remat-gpu-session).
+# Environment: REMAT_SESSION_DIR, where the check writes (default /tmp/remat-gpu-session);
+# REMAT_SESSION_WAIT, how long `start` waits (default 560 s).
 # Exit status: 0 the check has ended and passed; 1 it has ended and failed (a test, a peak
 # above its budget, a failed part); 2 bad arguments, or `start` while a check runs; 3 it is
 # still running: call `wait` again; 4 no check was started on this machine (the machine was
@@ -38,7 +39,7 @@ case "$command" in
       "$dir" "$@" > "$dir/console.txt" 2>&1 < /dev/null &
     echo $! > "$dir/pid"
     echo "gpu-session: started scripts/gpu-check.sh $* (pid $!), writing to $dir/out"
-    limit=560
+    limit=${REMAT_SESSION_WAIT:-560}
     ;;
   wait)
     limit=${1:-560}

@@ -116,6 +116,17 @@ void limit_cuda_memory(int device_index, std::int64_t bytes) {
   alloc::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
 }
 
+std::int64_t cuda_free_bytes(int device_index) {
+  const int index = device_or_current(device_index);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  }
+  const CudaAllocatorStats stats = cuda_allocator_stats(index);
+  return static_cast<std::int64_t>(free_bytes) + std::max<std::int64_t>(0, stats.reserved - stats.allocated);
+}
+
 bool exact_cuda_blocks() {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   static std::mutex mutex;
@@ -184,6 +195,20 @@ double CudaIntervals::total_ms() {
   }
   impl_->marked = 0;
   return total;
+}
+
+std::vector<double> CudaIntervals::gaps_ms() {
+  std::vector<double> gaps;
+  if (impl_->marked > 1) {
+    C10_CUDA_CHECK(cudaEventSynchronize(impl_->events[impl_->marked - 1]));
+    for (std::size_t k = 1; k < impl_->marked; ++k) {
+      float ms = 0;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->events[k - 1], impl_->events[k]));
+      gaps.push_back(ms);
+    }
+  }
+  impl_->marked = 0;
+  return gaps;
 }
 
 }  // namespace detail

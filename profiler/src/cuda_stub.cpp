@@ -16,6 +16,7 @@ namespace {
 
 MemoryTracker& cuda_memory_tracker(int /*device_index*/) { no_cuda(); }
 void limit_cuda_memory(int /*device_index*/, std::int64_t /*bytes*/) { no_cuda(); }
+std::int64_t cuda_free_bytes(int /*device_index*/) { no_cuda(); }
 CudaAllocatorStats cuda_allocator_stats(int /*device_index*/) { no_cuda(); }
 bool exact_cuda_blocks() { return false; }
 
@@ -26,6 +27,7 @@ void CudaIntervals::reserve(int /*count*/) { no_cuda(); }
 void CudaIntervals::begin() { no_cuda(); }
 void CudaIntervals::end() { no_cuda(); }
 double CudaIntervals::total_ms() { no_cuda(); }
+std::vector<double> CudaIntervals::gaps_ms() { no_cuda(); }
 
 }  // namespace detail
 }  // namespace remat

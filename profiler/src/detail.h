@@ -4,6 +4,7 @@
 // build includes no CUDA header.
 
 #include <memory>
+#include <vector>
 
 #include "remat/profiler/memory_tracker.h"
 
@@ -21,6 +22,9 @@ void limit_cuda_memory(int device_index, std::int64_t bytes);
 CudaAllocatorStats cuda_allocator_stats(int device_index);
 /// remat::exact_cuda_blocks.
 bool exact_cuda_blocks();
+/// Bytes a CUDA device (-1: the current one) can still hand out: free on the device, plus
+/// what the caching allocator holds unallocated.
+std::int64_t cuda_free_bytes(int device_index);
 
 /// GPU time on a CUDA device's current stream between marks that do not stop the host (CUDA
 /// events): a stage timed back to back, the host queueing the next repetition while the GPU
@@ -43,6 +47,9 @@ class CudaIntervals {
   void end();
   /// Waits for the last mark; the sum of the intervals marked since the last call, in ms.
   double total_ms();
+  /// Waits for the last mark; the times between consecutive marks (begin and end alike) made
+  /// since the last call, in ms: the GPU's timeline cut at each mark.
+  std::vector<double> gaps_ms();
 
  private:
   struct Impl;

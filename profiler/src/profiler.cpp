@@ -42,6 +42,7 @@
 #include "remat/core/generator_state.h"
 #include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
+#include "remat/solver/solver.h"
 
 namespace remat {
 namespace {
@@ -321,7 +322,186 @@ void check_device(const NamedStage& stage, int index, c10::Device device) {
                          " but the sample is on " + device.str());
 }
 
+// Timing::kStages for stage `stage` (its outputs already described): each quantity timed
+// alone, its runs back to back (time_ms), on copies of the stage's input x handed over as
+// leaves; `next` is the stage's output without autograd, for the gradients' shapes.
+void time_stage(const Runner& run, const Tensors& x, const Tensors& next,
+                const std::vector<Member>& in_members, const ProfileOptions& options,
+                c10::Device device, Stage& stage) {
+  Tensors timing;
+  for (std::size_t k = 0; k < x.size(); ++k)
+    timing.push_back(x[k].detach().requires_grad_(in_members[k].grad));
+  Tensors kept_out;
+  stage.fwd_ms = time_ms(
+      options, device, [] {}, [&] { kept_out = run(timing); });
+  kept_out.clear();
+  {
+    torch::NoGradGuard no_grad;
+    stage.fwd_nograd_ms = time_ms(
+        options, device, [] {}, [&] { kept_out = run(timing); });
+    kept_out.clear();
+  }
+  // The new members with a gradient are the backward's roots.
+  std::vector<std::size_t> graded;
+  Tensors grads_out;
+  for (std::size_t o = 0; o < next.size(); ++o) {
+    if (stage.outputs[o].carried() || !stage.outputs[o].grad) continue;
+    graded.push_back(o);
+    grads_out.push_back(torch::ones_like(next[o], at::MemoryFormat::Contiguous));
+  }
+  if (!graded.empty()) {
+    stage.bwd_ms = time_ms(
+        options, device, [&] { kept_out = run(timing); },
+        [&] {
+          Tensors roots_out;
+          for (const std::size_t o : graded) roots_out.push_back(kept_out[o]);
+          torch::autograd::backward(roots_out, grads_out);
+        });
+    kept_out.clear();
+  }
+}
+
+// Marks on a device's timeline: CUDA events on the current stream (the host never waits for
+// them), or the host's clock on the CPU, where a stage's work is done when its call returns.
+class Marks {
+ public:
+  Marks(c10::Device device, std::size_t count) {
+    if (device.is_cuda()) {
+      events_.emplace(device.has_index() ? device.index() : -1);
+      events_->reserve(static_cast<int>((count + 1) / 2));
+    } else {
+      times_.reserve(count);
+    }
+  }
+  void mark() {
+    if (events_)
+      events_->begin();
+    else
+      times_.push_back(Clock::now());
+  }
+  // The times between consecutive marks, in ms (waiting for the GPU).
+  std::vector<double> gaps_ms() {
+    if (events_) return events_->gaps_ms();
+    std::vector<double> gaps;
+    for (std::size_t k = 1; k < times_.size(); ++k)
+      gaps.push_back(std::chrono::duration<double, std::milli>(times_[k] - times_[k - 1]).count());
+    return gaps;
+  }
+
+ private:
+  std::optional<detail::CudaIntervals> events_;
+  std::vector<Clock::time_point> times_;
+};
+
+// Timing::kPasses: each stage's times within whole passes over the chain, as in a training
+// step (docs/cost-model.md, "How times are taken"). A pass runs the forward with autograd
+// through every stage, keeping their graphs; then the backward, stage by stage in reverse, one
+// engine call each (as the runtime runs it), from gradients of ones; then the forward without
+// autograd. One mark at each stage's boundary, and no synchronization within a pass: the host
+// runs ahead of the GPU as in a step, and a stage costs its share of the GPU's timeline, the
+// launches of its kernels counted only where the GPU waits for them. Timed alone, a stage
+// costs the slower of its launches and its kernels; within a pass, the host's lead gained over
+// GPU-bound stages hides the launches of the host-bound stages after them. Returns false, the
+// chain's times unchanged, out of memory: a pass keeps every stage's graph at once.
+bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                    const Tensors& context, const ProfileOptions& options, c10::Device device,
+                    Chain& chain) {
+  const std::size_t length = stages.size();
+  const int warmup = std::max(1, options.warmup()), repeat = std::max(1, options.repeat());
+  const std::size_t per_pass = 3 * length + 2;  // marks: start, L forwards, L backwards,
+                                                // start, L forwards without autograd
+  std::vector<Runner> runs;
+  for (std::size_t i = 0; i < length; ++i)
+    runs.push_back(Runner{stages[i], static_cast<int>(i), context});
+  std::vector<std::vector<double>> fwd(length), bwd(length), nograd(length);
+  try {
+    Tensors ones;  // gradients of ones, one per shape and type, made in the first pass
+    const auto ones_like = [&](const torch::Tensor& t) {
+      for (const torch::Tensor& g : ones)
+        if (g.sizes() == t.sizes() && g.dtype() == t.dtype()) return g;
+      ones.push_back(torch::ones(t.sizes(), t.options().requires_grad(false)));
+      return ones.back();
+    };
+    for (int pass = 0; pass < warmup + repeat; ++pass) {
+      Marks marks(device, per_pass);
+      std::vector<Tensors> outs(length);
+      marks.mark();
+      {
+        Tensors x = inputs;
+        for (std::size_t i = 0; i < length; ++i) {
+          const std::vector<Member> members = chain.members(static_cast<int>(i));
+          Tensors handed;
+          for (std::size_t k = 0; k < x.size(); ++k)
+            handed.push_back(detail::stage_input(x[k], members[k].grad).tensor);
+          outs[i] = runs[i](handed);
+          marks.mark();
+          x = outs[i];
+        }
+      }
+      for (std::size_t j = 0; j < length; ++j) {
+        const std::size_t i = length - 1 - j;
+        Tensors roots, grads;
+        for (std::size_t o = 0; o < outs[i].size(); ++o) {
+          const Member& member = chain.stages[i].outputs[o];
+          if (member.carried() || !member.grad || !outs[i][o].requires_grad()) continue;
+          roots.push_back(outs[i][o]);
+          grads.push_back(ones_like(outs[i][o]));
+        }
+        if (!roots.empty()) torch::autograd::backward(roots, grads);
+        outs[i].clear();
+        marks.mark();
+      }
+      {
+        torch::NoGradGuard no_grad;
+        marks.mark();
+        Tensors x = inputs;
+        for (std::size_t i = 0; i < length; ++i) {
+          Tensors detached;
+          for (const torch::Tensor& t : x) detached.push_back(t.detach());
+          x = runs[i](detached);
+          marks.mark();
+        }
+      }
+      // The warm-up passes are queued and waited for like the timed ones; their marks go.
+      const std::vector<double> gaps = marks.gaps_ms();
+      if (pass < warmup) continue;
+      for (std::size_t i = 0; i < length; ++i) {
+        fwd[i].push_back(gaps[i]);
+        bwd[length - 1 - i].push_back(gaps[length + i]);
+        nograd[i].push_back(gaps[2 * length + 1 + i]);
+      }
+    }
+  } catch (const c10::OutOfMemoryError&) {
+    return false;
+  }
+  for (std::size_t i = 0; i < length; ++i) {
+    Stage& stage = chain.stages[i];
+    stage.fwd_ms = median(fwd[i]);
+    stage.fwd_nograd_ms = median(nograd[i]);
+    bool graded = false;
+    for (const Member& m : stage.outputs) graded = graded || (!m.carried() && m.grad);
+    stage.bwd_ms = graded ? median(bwd[i]) : 0.0;
+  }
+  return true;
+}
+
 }  // namespace
+
+Timing parse_timing(const std::string& text) {
+  if (text == "auto") return Timing::kAuto;
+  if (text == "stages") return Timing::kStages;
+  if (text == "passes") return Timing::kPasses;
+  TORCH_CHECK_VALUE(false, "unknown timing '", text, "': expected auto, stages or passes");
+}
+
+const char* timing_name(Timing timing) {
+  switch (timing) {
+    case Timing::kAuto: return "auto";
+    case Timing::kStages: return "stages";
+    case Timing::kPasses: return "passes";
+  }
+  return "?";
+}
 
 std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   std::unordered_set<const void*> seen;
@@ -416,6 +596,12 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     result.chain.inputs.push_back(Member{storage_bytes({x.back()}), input.requires_grad()});
   }
   result.chain.context_bytes = storage_bytes(context);
+  // How the times are taken: kPasses after every stage is measured; kStages in the loop.
+  const Timing timing = !options.measure_time() ? Timing::kStages
+                        : options.timing() != Timing::kAuto ? options.timing()
+                        : device.is_cuda()                  ? Timing::kPasses
+                                                            : Timing::kStages;
+  const bool per_stage_times = options.measure_time() && timing == Timing::kStages;
 
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
@@ -564,39 +750,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       stage.bwd_tmp_bytes = std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
     }
     sinks.clear();
-    if (options.measure_time()) {
-      Tensors timing;
-      for (std::size_t k = 0; k < n_in; ++k)
-        timing.push_back(x[k].detach().requires_grad_(in_members[k].grad));
-      Tensors kept_out;
-      stage.fwd_ms = time_ms(
-          options, device, [] {}, [&] { kept_out = run(timing); });
-      kept_out.clear();
-      {
-        torch::NoGradGuard no_grad;
-        stage.fwd_nograd_ms = time_ms(
-            options, device, [] {}, [&] { kept_out = run(timing); });
-        kept_out.clear();
-      }
-      // The new members with a gradient are the backward's roots.
-      std::vector<std::size_t> graded;
-      Tensors grads_out;
-      for (std::size_t o = 0; o < n_out; ++o) {
-        if (carried[o] >= 0 || !stage.outputs[o].grad) continue;
-        graded.push_back(o);
-        grads_out.push_back(torch::ones_like(next[o], at::MemoryFormat::Contiguous));
-      }
-      if (!graded.empty()) {
-        stage.bwd_ms = time_ms(
-            options, device, [&] { kept_out = run(timing); },
-            [&] {
-              Tensors roots_out;
-              for (const std::size_t o : graded) roots_out.push_back(kept_out[o]);
-              torch::autograd::backward(roots_out, grads_out);
-            });
-        kept_out.clear();
-      }
-    }
+    if (per_stage_times) time_stage(run, x, next, in_members, options, device, stage);
     result.chain.stages.push_back(stage);
     x = std::move(next);
   }
@@ -640,6 +794,31 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
     result.chain.loss_tmp_bytes =
         std::max<std::int64_t>(0, scope.peak_above_start() - gradient_bytes);
+  }
+  if (timing == Timing::kPasses) {
+    // Automatic on a GPU only where the passes' store-all memory fits with room to spare
+    // beside what is allocated; else, or out of memory, each stage alone.
+    bool fits = true;
+    if (options.timing() == Timing::kAuto && device.is_cuda())
+      fits = static_cast<double>(store_all_peak(result.chain)) <=
+             0.8 * static_cast<double>(detail::cuda_free_bytes(device.has_index() ? device.index() : -1));
+    if (fits && time_in_passes(stages, inputs, context, options, device, result.chain)) {
+      result.timing = Timing::kPasses;
+    } else {
+      Tensors y;
+      for (const torch::Tensor& input : inputs) y.push_back(input.detach());
+      for (int i = 0; i < length; ++i) {
+        const Runner run{stages[static_cast<std::size_t>(i)], i, context};
+        Tensors next;
+        {
+          torch::NoGradGuard no_grad;
+          next = run(y);
+        }
+        time_stage(run, y, next, result.chain.members(i), options, device,
+                   result.chain.stages[static_cast<std::size_t>(i)]);
+        y = std::move(next);
+      }
+    }
   }
   result.chain.output_held = options.output_held();
   if (options.progress()) options.progress()(length, length, "");

@@ -347,29 +347,37 @@ def _as_list(x: Any, what: str = "sample") -> list:
     return list(x)
 
 
+_TIMINGS = ("auto", "stages", "passes")
+
+
 def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
-                       loss: Optional[Callable], output_held: bool, progress: bool) -> tuple:
+                       loss: Optional[Callable], output_held: bool, progress: bool,
+                       timing: str = "auto") -> tuple:
     """The profiler's options, as remat._C's profile and Checkpointable.measure take them."""
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be callable, not {type(loss).__name__}")
+    if timing not in _TIMINGS:
+        raise ValueError(f"timing must be one of {', '.join(map(repr, _TIMINGS))}, not {timing!r}")
     return (_whole("repeat", repeat, 1, _INT32_MAX), _whole("warmup", warmup, 0, _INT32_MAX),
             bool(measure_time), str(name),
             None if loss is None else (lambda outs: loss(*outs)), bool(output_held),
-            _progress(name or "chain") if progress else None)
+            _progress(name or "chain") if progress else None, timing)
 
 
 def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Callable] = None,
             output_held: bool = True, repeat: int = 5, warmup: int = 1, measure_time: bool = True,
-            name: str = "", progress: bool = True) -> Chain:
+            name: str = "", progress: bool = True, timing: str = "auto") -> Chain:
     """Measures each stage of ``module`` (an ``nn.Sequential``, a list of modules or of
     (name, module) pairs) on ``sample`` (a tensor or a tuple of them): times, and what each
     keeps for its backward, in bytes. On the CPU this installs remat's tracking CPU allocator
     in the process (docs/python.md). ``loss`` and ``output_held``: as for
-    ``Checkpointable``."""
+    ``Checkpointable``. ``timing``: ``"stages"`` times each stage alone, ``"passes"`` within
+    whole forward and backward passes as in a step (it needs the store-all memory), ``"auto"``
+    the latter on a GPU where it fits (docs/cost-model.md, "How times are taken")."""
     from ._checkpointable import _stage_specs
 
     specs, _ = _stage_specs(module, takes_context=context is not None)
     inputs = _as_list(sample)
     return Chain(_C.profile(specs, inputs, _as_list(context, "context"),
                             *_profile_arguments(repeat, warmup, measure_time, name, loss,
-                                                output_held, progress)))
+                                                output_held, progress, timing)))

@@ -53,9 +53,11 @@ std::shared_ptr<py::object> hold(py::object object) {
 }
 
 ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const std::string& name,
-                               py::object loss, bool output_held, py::object progress) {
+                               py::object loss, bool output_held, py::object progress,
+                               const std::string& timing) {
   ProfileOptions options;
   options.repeat(repeat).warmup(warmup).measure_time(measure_time).name(name);
+  options.timing(parse_timing(timing));
   options.output_held(output_held);
   if (!loss.is_none()) {
     // Called by the profiler on the caller's thread, which holds the GIL.
@@ -280,17 +282,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("profile", [](const std::vector<StageSpec>& stages, const Tensors& inputs,
                       const Tensors& context, int repeat, int warmup, bool measure_time,
                       const std::string& name, py::object loss, bool output_held,
-                      py::object progress) {
+                      py::object progress, const std::string& timing) {
     std::vector<NamedStage> named = to_stages(stages);
+    const ProfileOptions options = profile_options(repeat, warmup, measure_time, name,
+                                                   std::move(loss), output_held,
+                                                   std::move(progress), timing);
     py::gil_scoped_release release;
-    return profile(named, inputs, context,
-                   profile_options(repeat, warmup, measure_time, name, std::move(loss),
-                                   output_held, std::move(progress)))
-        .chain;
+    return profile(named, inputs, context, options).chain;
   }, py::arg("stages"), py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5,
         py::arg("warmup") = 1, py::arg("measure_time") = true, py::arg("name") = "",
         py::arg("loss") = py::none(), py::arg("output_held") = true,
-        py::arg("progress") = py::none());
+        py::arg("progress") = py::none(), py::arg("timing") = "auto");
 
   // The runtime: a CheckpointableImpl over Python stages. The Python class owns the modules
   // (registered there, for parameters(), state_dict() and DDP); this one runs them.
@@ -320,18 +322,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "measure",
           [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context, int repeat,
              int warmup, bool measure_time, const std::string& name, py::object loss,
-             bool output_held, py::object progress) {
+             bool output_held, py::object progress, const std::string& timing) {
+            const ProfileOptions options =
+                profile_options(repeat, warmup, measure_time, name, std::move(loss),
+                                output_held, std::move(progress), timing);
             // The profiler runs autograd's engine, which must not be entered holding the GIL;
             // the stages take it back to call Python.
             py::gil_scoped_release release;
-            return Chain(
-                self.measure(inputs, context,
-                             profile_options(repeat, warmup, measure_time, name, std::move(loss),
-                                             output_held, std::move(progress))));
+            return Chain(self.measure(inputs, context, options));
           },
           py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5, py::arg("warmup") = 1,
           py::arg("measure_time") = true, py::arg("name") = "", py::arg("loss") = py::none(),
-          py::arg("output_held") = true, py::arg("progress") = py::none())
+          py::arg("output_held") = true, py::arg("progress") = py::none(),
+          py::arg("timing") = "auto")
       .def("set_chain", &CheckpointableImpl::set_chain, py::arg("chain"))
       .def(
           "compute_sequence",

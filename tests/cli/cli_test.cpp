@@ -765,6 +765,14 @@ TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
   REQUIRE(released_table.exit_code == 0);
   CHECK_THAT(released_table.out,
              Catch::Contains("output           let go once the loss has its value"));
+  // --timing passes: the table says how the times were taken.
+  const RunResult in_passes =
+      run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat", "1",
+                 "--timing", "passes"});
+  INFO(describe(in_passes));
+  REQUIRE(in_passes.exit_code == 0);
+  CHECK_THAT(in_passes.out, Catch::Contains("times within whole passes (--timing passes)"));
+  CHECK_THAT(released_table.out, Catch::Contains("each stage timed alone (--timing stages)"));
 }
 
 TEST_CASE("profile -o - writes the chain alone to standard output, the table to stderr", "[cli]") {
@@ -794,6 +802,8 @@ TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli
       {{"--model", "convnet", "--batch", "2", "--image", "32y32"}, "bad --image '32y32'"},
       {{"--model", "convnet", "--batch", "2", "--device", "tpu"}, "bad --device 'tpu'"},
       {{"--model", "convnet", "--batch", "2", "--repeat", "0"}, "--repeat must be at least 1"},
+      {{"--model", "convnet", "--batch", "2", "--timing", "fast"},
+       "--timing must be auto, stages or passes, not 'fast'"},
       {{"--model", "convnet", "--batch", "2", "--format", "xml"}, "xml"},
       {{"--batch", "2"}, "--model is required"},
   };

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "remat/solver.h"
+#include "skip.h"
 #include "test_nets.h"
 
 namespace nn = torch::nn;
@@ -363,5 +364,98 @@ TEST_CASE("bad stages are errors naming the stage, and the model is left unchang
       CHECK_THAT(error.what(),
                  Catch::Contains("stage 0 (0:BatchNorm2d) has parameters on cpu but the sample is on meta"));
     }
+  }
+}
+
+TEST_CASE("timing within whole passes: every stage timed, memory as measured alone, the model "
+          "restored; out of memory, each stage alone",
+          "[profiler]") {
+  torch::manual_seed(3);
+  nn::Sequential net = remat::test::conv_chain(8, 10, true);
+  const torch::Tensor sample = torch::randn({4, 3, 16, 16});
+  const auto state = remat::test::state_of(*net);
+  const remat::Profile alone = remat::profile(net, sample, quick().timing(remat::Timing::kStages));
+  CHECK(alone.timing == remat::Timing::kStages);
+  // On the CPU the automatic choice is each stage alone; with no times, no method.
+  CHECK(remat::profile(net, sample, quick()).timing == remat::Timing::kStages);
+  CHECK(remat::profile(net, sample, quick().measure_time(false).timing(remat::Timing::kPasses))
+            .timing == remat::Timing::kStages);
+
+  torch::manual_seed(77);
+  const torch::Tensor expected_random = torch::rand({8});
+  torch::manual_seed(77);
+  const remat::Profile passes = remat::profile(net, sample, quick().timing(remat::Timing::kPasses));
+  CHECK(torch::equal(torch::rand({8}), expected_random));
+  CHECK(remat::test::same_tensors(state, remat::test::state_of(*net)));
+  for (const auto& p : net->parameters()) CHECK_FALSE(p.grad().defined());
+  CHECK(passes.timing == remat::Timing::kPasses);
+  REQUIRE(passes.chain.length() == alone.chain.length());
+  for (int i = 0; i < passes.chain.length(); ++i) {
+    INFO("stage " << i);
+    const remat::Stage& s = passes.chain.stages[static_cast<std::size_t>(i)];
+    const remat::Stage& a = alone.chain.stages[static_cast<std::size_t>(i)];
+    CHECK(s.fwd_ms > 0);
+    CHECK(s.bwd_ms > 0);
+    REQUIRE(s.fwd_nograd_ms.has_value());
+    CHECK(*s.fwd_nograd_ms > 0);
+    CHECK(s.out_bytes() == a.out_bytes());
+    CHECK(s.state_bytes == a.state_bytes);
+    CHECK(s.fwd_tmp_bytes == a.fwd_tmp_bytes);
+    CHECK(s.bwd_tmp_bytes == a.bwd_tmp_bytes);
+    CHECK(s.saved_inputs == a.saved_inputs);
+  }
+
+  // A limit that a stage alone fits in but the passes' store-all does not: each stage alone,
+  // every time still measured.
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+  nn::Sequential deep;
+  for (int k = 0; k < 12; ++k) {
+    deep->push_back(nn::Linear(64, 64));
+    deep->push_back(nn::Functional(torch::tanh));
+  }
+  const torch::Tensor rows = torch::randn({1024, 64});
+  const remat::Profile unlimited = remat::profile(deep, rows, quick().timing(remat::Timing::kPasses));
+  CHECK(unlimited.timing == remat::Timing::kPasses);
+  const std::int64_t store_all = remat::store_all_peak(unlimited.chain);
+  remat::limit_device_memory(torch::kCPU, tracker.live() + store_all * 3 / 4);
+  remat::Profile limited;
+  try {
+    limited = remat::profile(deep, rows, quick().timing(remat::Timing::kPasses));
+  } catch (...) {
+    remat::limit_device_memory(torch::kCPU, 0);
+    throw;
+  }
+  remat::limit_device_memory(torch::kCPU, 0);
+  CHECK(limited.timing == remat::Timing::kStages);
+  for (const remat::Stage& s : limited.chain.stages) {
+    CHECK(s.fwd_ms > 0);
+    CHECK(s.bwd_ms > 0);
+  }
+  CHECK(remat::store_all_peak(limited.chain) == store_all);
+}
+
+TEST_CASE("on CUDA, times are taken within whole passes by default; memory as each stage alone",
+          "[profiler][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  torch::manual_seed(4);
+  nn::Sequential net = remat::test::conv_chain(16, 10, true);
+  net->to(cuda);
+  const torch::Tensor sample = torch::randn({8, 3, 32, 32}).to(cuda);
+  const auto state = remat::test::state_of(*net);
+  const remat::Profile passes = remat::profile(net, sample, quick());
+  CHECK(remat::test::same_tensors(state, remat::test::state_of(*net)));
+  const remat::Profile alone = remat::profile(net, sample, quick().timing(remat::Timing::kStages));
+  CHECK(passes.timing == remat::Timing::kPasses);
+  CHECK(alone.timing == remat::Timing::kStages);
+  REQUIRE(passes.chain.length() == alone.chain.length());
+  for (std::size_t i = 0; i < passes.chain.stages.size(); ++i) {
+    INFO("stage " << i);
+    const remat::Stage& s = passes.chain.stages[i];
+    CHECK(s.fwd_ms > 0);
+    CHECK(s.bwd_ms > 0);
+    CHECK(s.fwd_nograd_ms.value_or(0) > 0);
+    CHECK(s.state_bytes == alone.chain.stages[i].state_bytes);
+    CHECK(s.out_bytes() == alone.chain.stages[i].out_bytes());
   }
 }

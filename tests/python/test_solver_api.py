@@ -30,6 +30,21 @@ def test_profile_gives_a_chain_in_the_cli_format(chain, tmp_path):
     assert remat.Chain.from_json(chain.to_json()).store_all_peak() == chain.store_all_peak()
 
 
+def test_profile_times_within_whole_passes_on_request():
+    # The C++ profiler's Timing::kPasses through Python stages: every stage timed, the sizes
+    # those of each stage timed alone (tests/profiler has the rest).
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 8))
+    x = torch.randn(16, 64)
+    passes = remat.profile(net, x, repeat=1, progress=False, timing="passes")
+    alone = remat.profile(net, x, repeat=1, progress=False, timing="stages")
+    doc, ref = json.loads(passes.to_json()), json.loads(alone.to_json())
+    for stage, other in zip(doc["stages"], ref["stages"]):
+        assert stage["fwd_ms"] > 0 and stage["bwd_ms"] > 0
+        assert {k: v for k, v in stage.items() if not k.endswith("_ms")} == \
+            {k: v for k, v in other.items() if not k.endswith("_ms")}
+
+
 def test_bad_chain_files_name_the_field(chain, tmp_path):
     doc = json.loads(chain.to_json())
     doc["stages"][0]["fwd_ms"] = -1
@@ -119,6 +134,8 @@ def test_bad_arguments_are_named_before_they_reach_cpp(chain, tmp_path):
         remat.profile(net, x, repeat=0, progress=False)
     with pytest.raises(ValueError, match=r"warmup \(-1\) must be at least 0"):
         remat.profile(net, x, warmup=-1, progress=False)
+    with pytest.raises(ValueError, match=r"timing must be one of 'auto', 'stages', 'passes', not 'fast'"):
+        remat.profile(net, x, timing="fast", progress=False)
     with pytest.raises(ValueError, match=r"repeat \(0\) must be at least 1"):
         remat.Checkpointable(net, repeat=0)
     with pytest.raises(ValueError, match="lots"):

@@ -64,6 +64,23 @@ class LossFunction {
   std::function<torch::Tensor(const Tensors&)> function_;
 };
 
+/// How a stage's times are taken (docs/cost-model.md, "How times are taken").
+enum class Timing {
+  /// kPasses on a GPU where the chain's store-all memory fits in 80% of what the device can
+  /// still hand out; else kStages.
+  kAuto,
+  /// Each quantity of each stage alone, its runs back to back.
+  kStages,
+  /// Within whole forward and backward passes over the chain, as in a training step: a stage
+  /// costs its share of the device's timeline. Needs the store-all memory; out of memory,
+  /// kStages.
+  kPasses,
+};
+/// "auto", "stages" or "passes" (what `remat profile --timing` takes); throws c10::ValueError
+/// for anything else.
+Timing parse_timing(const std::string& text);
+const char* timing_name(Timing timing);
+
 struct ProfileOptions {
   /// Timed repetitions per quantity; the median is kept.
   REMAT_ARG(int, repeat) = 5;
@@ -73,6 +90,8 @@ struct ProfileOptions {
   REMAT_ARG(double, min_repetition_ms) = 2.0;
   /// Measure times (false: memory only, all times 0).
   REMAT_ARG(bool, measure_time) = true;
+  /// How times are taken.
+  REMAT_ARG(Timing, timing) = Timing::kAuto;
   /// The chain's name in its file; empty: "<L> stages, input <shape> <dtype> <device>".
   REMAT_ARG(std::string, name) = "";
   REMAT_ARG(ProgressCallback, progress) = nullptr;
@@ -97,6 +116,8 @@ struct Profile {
   std::vector<std::vector<std::vector<std::int64_t>>> output_shapes;
   /// Wall time of the whole profile.
   double seconds = 0;
+  /// How the times were taken: kStages or kPasses (kStages when none were).
+  Timing timing = Timing::kStages;
 };
 
 /// Bad input: a stage that returns no tensors or undefined ones, modifies its input or the
