@@ -37,9 +37,9 @@ struct ProfileArgs {
 void print_table(const Profile& p, std::FILE* out) {
   const Chain& chain = p.chain;
   fmt::print(out, "chain      {}\n", printable(chain.name));
-  fmt::print(out, "profiled   in {:.1f} s, {}\n\n", p.seconds,
-             p.timing == Timing::kPasses ? "times within whole passes (--timing passes)"
-                                         : "each stage timed alone (--timing stages)");
+  fmt::print(out, "profiled   in {:.1f} s, {} (--timing {})\n\n", p.seconds,
+             p.timing == Timing::kPasses ? "times within whole passes" : "each stage timed alone",
+             timing_name(p.timing));
   fmt::print(out, "{:>4}  {:<18} {:<16} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "#",
              "stage", "output", "fwd ms", "nograd ms", "bwd ms", "out", "keeps", "state", "fwd tmp",
              "bwd tmp");
