@@ -60,8 +60,10 @@ double step_ms(Forward forward, const torch::Tensor& sample, std::vector<double>
 // alike: their times in ms, and their minor page faults per step.
 struct Alternated {
   std::vector<double> ours, plain, ours_faults, plain_faults;
+  std::vector<double> unfused;  // with `unfused`: the runtime making one backward call per stage
 };
-Alternated alternate(remat::Checkpointable& chk, const torch::Tensor& sample, int steps) {
+Alternated alternate(remat::Checkpointable& chk, const torch::Tensor& sample, int steps,
+                     bool unfused = false) {
   auto ours = [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); };
   auto plain = [&](const torch::Tensor& x) { return remat::run_stages(chk->stages(), {x}); };
   Alternated r;
@@ -70,6 +72,11 @@ Alternated alternate(remat::Checkpointable& chk, const torch::Tensor& sample, in
   for (int k = 0; k < steps; ++k) {
     r.ours.push_back(step_ms(ours, sample, &r.ours_faults));
     r.plain.push_back(step_ms(plain, sample, &r.plain_faults));
+    if (unfused) {
+      remat::detail::fuse_backward_calls(false);
+      r.unfused.push_back(step_ms(ours, sample));
+      remat::detail::fuse_backward_calls(true);
+    }
   }
   return r;
 }
@@ -82,9 +89,9 @@ int overhead(int steps) {
       "threads; median of %d steps after a warm-up, plain and runtime alternating.\n\n",
       torch::get_num_threads(), steps);
   std::printf(
-      "| stages | plain us | store-all us | runtime's own us per stage | store-all predicted us "
-      "| optimal 50%% us |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|\n");
+      "| stages | plain us | store-all us | runtime's own us per stage | store-all, a backward call "
+      "per stage, us | store-all predicted us | optimal 50%% us |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const int length : {16, 64, 256}) {
     torch::manual_seed(0);
     torch::nn::Sequential net;
@@ -100,13 +107,13 @@ int overhead(int steps) {
     chk->measure(sample);
     const double predicted =
         chk->compute_sequence(chk->store_all_peak(), remat::Algorithm::kStoreAll).makespan_ms;
-    const Alternated all = alternate(chk, sample, steps);
+    const Alternated all = alternate(chk, sample, steps, /*unfused=*/true);
     chk->compute_sequence(std::max(chk->min_budget(), chk->store_all_peak() / 2));
     const Alternated half = alternate(chk, sample, steps);
     const double p = median(all.plain) * 1e3, a = median(all.ours) * 1e3,
                  h = median(half.ours) * 1e3;
-    std::printf("| %d | %.0f | %.0f | %.2f | %.0f | %.0f |\n", length, p, a, (a - p) / length,
-                predicted * 1e3, h);
+    std::printf("| %d | %.0f | %.0f | %.2f | %.0f | %.0f | %.0f |\n", length, p, a,
+                (a - p) / length, median(all.unfused) * 1e3, predicted * 1e3, h);
     std::fflush(stdout);
   }
   return 0;

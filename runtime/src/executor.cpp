@@ -4,6 +4,8 @@
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
+#include <atomic>
 #include <optional>
 #include <string>
 
@@ -14,6 +16,8 @@
 namespace remat::detail {
 namespace {
 
+std::atomic<bool> fuse_backward{true};
+
 // Generator states and buffer snapshots are kept in host memory outside LibTorch's
 // allocators: they are bookkeeping, not activations, and must not count against the budget
 // (a CPU generator state is 5 KB per stage that draws random numbers).
@@ -23,6 +27,8 @@ HostCopy host_generator_state(c10::Device device) {
 }
 
 }  // namespace
+
+bool fuse_backward_calls(bool on) { return fuse_backward.exchange(on); }
 
 BufferCopy::BufferCopy(const torch::Tensor& t) {
   if (!t.is_cuda()) {
@@ -74,6 +80,25 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
     if (sequence[k].kind == OpKind::kLoss) loss_index_ = k;
   REMAT_INTERNAL_ASSERT(loss_index_ != sequence.size(),
                         "the runtime's sequence has no loss operation");
+  // Whether a gradient of x_k is, for some member, the sum the runtime makes of what two
+  // stages give: x_k's member is x_{k-1}'s, passed on by stage k-1.
+  const auto sums_gradients = [&](int k) {
+    for (const Member& m : members_[static_cast<std::size_t>(k)])
+      if (m.carried() && m.grad) return true;
+    return false;
+  };
+  const bool fuse = fuse_backward.load();
+  backward_end_.assign(sequence.size(), 0);
+  for (std::size_t k = sequence.size(); k-- > 0;) {
+    backward_end_[k] = k;
+    const Op& op = sequence[k];
+    if (!fuse || op.kind != OpKind::kBackward || op.stage == 0 || k + 1 == sequence.size())
+      continue;
+    const Op& next = sequence[k + 1];
+    if (next.kind == OpKind::kBackward && next.stage == op.stage - 1 &&
+        !sums_gradients(op.stage + 1) && !sums_gradients(op.stage))
+      backward_end_[k] = backward_end_[k + 1];
+  }
 }
 
 const Tensors& Executor::input_of(int i) const {
@@ -197,7 +222,7 @@ void Executor::restore_buffers(int i) {
   restore_after_backward_[ui] = false;
 }
 
-void Executor::run(std::size_t index) {
+std::size_t Executor::run(std::size_t index) {
   const Op& op = sequence_[index];
   const int i = op.stage;
   const auto ui = static_cast<std::size_t>(i);
@@ -273,21 +298,27 @@ void Executor::run(std::size_t index) {
       for (const torch::Tensor& t : x_[ul]) output_.push_back(t.detach());
       break;
     }
-    case OpKind::kBackward:
-      backward(i);
-      break;
+    case OpKind::kBackward: {
+      const std::size_t last = backward_end_[index];
+      backward(index, last);
+      for (std::size_t k = index; k <= last; ++k) drop_values(k);
+      return last;
+    }
   }
   drop_values(index);
+  return index;
 }
 
-void Executor::backward(int i) {
-  const auto ui = static_cast<std::size_t>(i);
+void Executor::backward(std::size_t first, std::size_t last) {
+  const int top = sequence_[first].stage;
+  const int bottom = sequence_[last].stage;
+  REMAT_INTERNAL_ASSERT(top - bottom == static_cast<int>(last - first),
+                        "the runtime's fused backward is not one of consecutive stages");
+  const auto ui = static_cast<std::size_t>(top);
   Tensors& grad_out = y_[ui + 1];
-  REMAT_INTERNAL_ASSERT(!grad_out.empty(), "B_", i, " without its output's gradient");
+  REMAT_INTERNAL_ASSERT(!grad_out.empty(), "B_", top, " without its output's gradient");
   std::vector<torch::autograd::Edge> edges = std::move(fe_edge_[ui]);
-  std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[ui]);
   fe_edge_[ui].clear();
-  fe_sink_[ui].clear();
   const std::vector<Member>& out_members = members_[ui + 1];
   // Carried members' gradients are passed on; the others go into the stage's graph, which
   // frees each once used.
@@ -305,8 +336,30 @@ void Executor::backward(int i) {
   }
   grad_out.clear();
   edges.clear();  // a graph no gradient reaches is freed here
+  // Fused: each stage's input sinks pass their gradients on to the graph of the stage below.
+  for (int k = top; k > bottom; --k) {
+    const auto uk = static_cast<std::size_t>(k);
+    REMAT_INTERNAL_ASSERT(std::none_of(carried.begin(), carried.end(),
+                                       [](const torch::Tensor& t) { return t.defined(); }),
+                          "B_", k, " fused with B_", k - 1, " has a carried gradient");
+    // The values of x_k went after its last forward (no backward reads them, only the graph):
+    // nothing of them is held until the call ends.
+    REMAT_INTERNAL_ASSERT(x_[uk].empty(), "x_", k, " is held at B_", k);
+    std::vector<torch::autograd::Edge> below = std::move(fe_edge_[uk - 1]);
+    fe_edge_[uk - 1].clear();
+    std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[uk]);
+    fe_sink_[uk].clear();
+    for (std::size_t m = 0; m < sinks.size(); ++m)
+      if (sinks[m]) sinks[m]->pass_to(m < below.size() ? std::move(below[m]) : torch::autograd::Edge());
+    // The edges of members without a sink (no gradient comes) are freed here, and a sink no
+    // node reaches.
+  }
+  const auto ub = static_cast<std::size_t>(bottom);
+  if (top != bottom) carried = Tensors(members_[ub].size());  // none, as asserted above
+  std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[ub]);
+  fe_sink_[ub].clear();
   detail::run_backward(std::move(roots), std::move(root_grads));
-  Tensors grad_in(members_[ui].size());
+  Tensors grad_in(members_[ub].size());
   for (std::size_t k = 0; k < grad_in.size(); ++k) {
     torch::Tensor own =
         k < sinks.size() && sinks[k] ? std::move(sinks[k]->gradient) : torch::Tensor();
@@ -325,8 +378,9 @@ void Executor::backward(int i) {
     grad_in[k] = passed.defined() ? std::move(passed) : compact_gradient(std::move(own));
   }
   sinks.clear();
-  y_[ui] = std::move(grad_in);
-  if (restore_after_backward_[ui]) restore_buffers(i);
+  y_[ub] = std::move(grad_in);
+  for (int k = bottom; k <= top; ++k)
+    if (restore_after_backward_[static_cast<std::size_t>(k)]) restore_buffers(k);
 }
 
 void Executor::check_versions() const {
@@ -393,7 +447,8 @@ Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
     watch(context, -2);
     for (int i = 0; i < length_; ++i)
       watch(stages_[static_cast<std::size_t>(i)].module->parameters(), i);
-    for (std::size_t k = 0; k <= loss_index_; ++k) run(k);
+    for (std::size_t k = 0; k <= loss_index_; k = run(k) + 1) {
+    }
   } catch (...) {
     abandon();
     throw;
@@ -408,7 +463,8 @@ Tensors Executor::run_backward(Tensors grad_outputs) {
   try {
     check_versions();
     y_[static_cast<std::size_t>(length_)] = std::move(grad_outputs);
-    for (std::size_t k = loss_index_ + 1; k < sequence_.size(); ++k) run(k);
+    for (std::size_t k = loss_index_ + 1; k < sequence_.size(); k = run(k) + 1) {
+    }
     y0 = std::move(y_[0]);
   } catch (...) {
     abandon();

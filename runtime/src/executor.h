@@ -14,6 +14,7 @@
 #include "autocast.h"
 #include "remat/core/stage.h"
 #include "remat/core/stage_input.h"
+#include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/simulator.h"
@@ -77,8 +78,10 @@ class Executor {
   Tensors call(int i, const Tensors& x);
   // Where an error of stage i's forward happened, for its message.
   std::string failed_in(int i) const;
-  // Runs operation `index` of the sequence, then drops the values no later forward reads.
-  void run(std::size_t index);
+  // Runs operation `index` of the sequence (with the backward operations fused with it, see
+  // backward_end_), then drops the values no later forward reads. Returns the index of the last
+  // operation it ran.
+  std::size_t run(std::size_t index);
   void drop_values(std::size_t index);
   // Before a forward of stage i: the first one saves the generator states; later ones set
   // them to the saved ones and snapshot the stage's buffers. After it: restore the caller's
@@ -86,7 +89,8 @@ class Executor {
   void before_forward(int i);
   void after_forward(int i, bool keeps_graph);
   void restore_buffers(int i);
-  void backward(int i);
+  // B_i, B_{i-1}, ..., B_j: sequence operations first..last, in one engine call.
+  void backward(std::size_t first, std::size_t last);
   // After a failure (out of memory) in either phase: restores what a recomputation in flight
   // changed (the caller's generator states, pending buffer snapshots) and frees every tensor.
   void abandon() noexcept;
@@ -140,6 +144,14 @@ class Executor {
   // Whether the sequence forwards stage i more than once: only then are its generator
   // states recorded at its first forward.
   std::vector<bool> recomputed_;
+  // backward_end_[k]: for a backward operation k, the last operation of the run of consecutive
+  // backwards B_i, B_{i-1}, ..., B_j from k that run in one engine call, as in plain autograd
+  // (one call per stage costs the engine's set-up each time, and on a GPU the hand-over to its
+  // backward thread and back, while the GPU waits). A run ends at a forward, or where an
+  // activation between two of its stages, or above its first, has a member carried through
+  // with a gradient: that gradient is the sum of two stages' contributions, which the runtime
+  // adds itself.
+  std::vector<std::size_t> backward_end_;
 };
 
 }  // namespace remat::detail

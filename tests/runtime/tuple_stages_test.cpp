@@ -5,11 +5,13 @@
 #include <torch/script.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <functional>
 #include <sstream>
 #include <string>
 
 #include "remat/core.h"
+#include "remat/core/stage_input.h"
 #include "remat/runtime.h"
 #include "remat/solver.h"
 
@@ -182,6 +184,19 @@ std::vector<NamedStage> script_and_callable() {
           {"scripted", remat::script_stage(scripted_block(features))},
           {"callable", callable_block(features)},
           {"out", nn::AnyModule(nn::Linear(features, 3))}};
+}
+
+// ---- A chain whose first activation is much wider than the others -----------------------
+
+std::vector<NamedStage> wide_then_narrow() {
+  // Padding's backward hands its input a view of the wider gradient.
+  const auto pad = [](const torch::Tensor& x) { return torch::constant_pad_nd(x, {0, 8}); };
+  return {{"widen", nn::AnyModule(nn::Linear(6, 512))},
+          {"wide tanh", nn::AnyModule(nn::Tanh())},
+          {"pad", nn::AnyModule(nn::Functional(pad))},
+          {"narrow", nn::AnyModule(nn::Linear(520, 4))},
+          {"tanh", nn::AnyModule(nn::Tanh())},
+          {"out", nn::AnyModule(nn::Linear(4, 3))}};
 }
 
 // ---- The comparison ----------------------------------------------------------------------
@@ -376,6 +391,102 @@ TEST_CASE("tuple stages: store-all peaks as plain autograd, schedules within the
         // The simulator counts each storage once: its prediction is exact, carried skips
         // included (the caller's loss holds two scalars that the chain does not count).
         CHECK(measured == s.peak_bytes - kR + kLossScalars);  // peak_bytes includes the reserve
+      }
+    }
+  }
+}
+
+namespace {
+
+// The engine calls a step's backward makes, found from the sequence: one per backward B_i,
+// less one for each B_i that directly follows B_{i+1} where neither x_{i+1} nor x_{i+2} has a
+// member carried through with a gradient (a gradient the runtime sums itself, from two
+// stages).
+int expected_backward_calls(const remat::Chain& chain, const remat::Sequence& sequence) {
+  const auto sums = [&](int k) {
+    for (const remat::Member& m : chain.members(k))
+      if (m.carried() && m.grad) return true;
+    return false;
+  };
+  int calls = 0;
+  for (std::size_t k = 0; k < sequence.size(); ++k) {
+    const remat::Op& op = sequence[k];
+    if (op.kind != remat::OpKind::kBackward) continue;
+    const bool joins = k > 0 && sequence[k - 1].kind == remat::OpKind::kBackward &&
+                       sequence[k - 1].stage == op.stage + 1 && !sums(op.stage + 1) &&
+                       !sums(op.stage + 2);
+    calls += joins ? 0 : 1;
+  }
+  return calls;
+}
+
+// Sets whether the runtime fuses consecutive backward calls, and puts the setting back.
+struct FuseBackward {
+  explicit FuseBackward(bool on) : previous(remat::detail::fuse_backward_calls(on)) {}
+  ~FuseBackward() { remat::detail::fuse_backward_calls(previous); }
+  bool previous;
+};
+
+}  // namespace
+
+TEST_CASE("consecutive backwards run in one engine call, as exact as a call per stage",
+          "[runtime]") {
+  torch::set_num_threads(1);
+  std::vector<Model> all = models();
+  // Its backward peaks at the first stage, where x_1's gradient, as wide as x_1, has been
+  // passed on within the engine call; padding's backward makes a view of a larger gradient,
+  // which is copied as a call per stage copies it.
+  all.push_back({"a wide activation, then narrow ones", wide_then_narrow, {torch::randn({8, 6})}, {}});
+  for (const Model& model : all) {
+    SECTION(model.name) {
+      torch::manual_seed(11);
+      remat::Checkpointable probe(model.make());
+      const remat::Chain chain = probe->measure(
+          inputs_for_training(model.inputs), model.context,
+          remat::ProfileOptions().measure_time(false).loss(loss_of).output_held(false));
+      bool carried_gradients = false;
+      for (int k = 0; k <= chain.length(); ++k)
+        for (const remat::Member& m : chain.members(k)) carried_gradients |= m.carried() && m.grad;
+      const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
+      const std::int64_t full = remat::store_all_peak(chain);
+      const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0));
+      std::vector<std::int64_t> budgets{full};
+      if (least < full) budgets.insert(budgets.begin(), {least, (least + full) / 2});
+      for (const std::int64_t budget : budgets) {
+        DYNAMIC_SECTION("budget " << budget) {
+          StepResult results[2];
+          std::int64_t calls[2], peaks[2];
+          remat::Sequence sequence;
+          for (const bool fused : {true, false}) {
+            const FuseBackward setting(fused);
+            torch::manual_seed(11);
+            remat::Checkpointable chk(model.make());
+            chk->set_chain(chain);
+            const remat::Solution& s =
+                chk->compute_sequence(budget + kR, budget == full ? remat::Algorithm::kStoreAll
+                                                                  : remat::Algorithm::kOptimal);
+            REQUIRE(s.ok());
+            sequence = s.sequence;
+            const std::int64_t before = remat::detail::backward_calls();
+            results[fused] = train(
+                chk, [&](const Tensors& x, const Tensors& c) { return chk->forward(x, c); },
+                model);
+            calls[fused] = remat::detail::backward_calls() - before;
+            // A third step, its parameter gradients already allocated as in the two above.
+            peaks[fused] = step_peak(
+                [&](const Tensors& x, const Tensors& c) { return chk->forward(x, c); }, model);
+          }
+          INFO(remat::collapsed_string(sequence));
+          check_equal(results[true], results[false]);
+          CHECK(peaks[true] == peaks[false]);
+          const auto backwards = std::count_if(sequence.begin(), sequence.end(), [](const auto& op) {
+            return op.kind == remat::OpKind::kBackward;
+          });
+          CHECK(calls[false] == 2 * backwards);  // two steps
+          CHECK(calls[true] == 2 * expected_backward_calls(chain, sequence));
+          if (budget == full && !carried_gradients) CHECK(calls[true] == 2);  // as plain autograd
+          if (carried_gradients) CHECK(calls[true] > 2);
+        }
       }
     }
   }

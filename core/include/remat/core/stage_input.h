@@ -10,20 +10,50 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace remat::detail {
 
-/// Receives a stage input's gradient when the stage's backward reaches it.
+/// A stage input's gradient as the runtime keeps it: its own storage. A backward may return a
+/// view of a larger gradient (the slice of a concatenation's gradient that belongs to one of
+/// its inputs), which would hold the whole storage for as long as the gradient lives; such a
+/// view is copied (the copy's moment is part of the stage's backward memory).
+inline torch::Tensor compact_gradient(torch::Tensor gradient) {
+  if (gradient.defined() &&
+      gradient.storage().nbytes() >
+          static_cast<std::size_t>(gradient.numel()) * gradient.element_size())
+    return gradient.clone();
+  return gradient;
+}
+
+/// Receives a stage input's gradient when the stage's backward reaches it: keeps it, or, once
+/// pass_to() has linked it to the stage that made the input, passes it on to that stage's graph
+/// (the runtime's backward over several stages in one engine call), compacted as the runtime
+/// would have kept it.
 struct GradientSink : torch::autograd::Node {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    if (passes_on_) return {compact_gradient(std::move(grads[0]))};
     gradient = std::move(grads[0]);
     return {};
   }
   std::string name() const override { return "remat::GradientSink"; }
+  /// From now on the gradient goes to `edge` (an invalid edge: nowhere) instead of `gradient`.
+  /// Once, before the backward.
+  void pass_to(torch::autograd::Edge edge) {
+    // Not add_next_edge(): it refuses a node that is already some node's next (the stage's graph
+    // points here), to keep topological numbers ordered. The engine reads them only for a
+    // backward restricted to some inputs (autograd.grad's `inputs`), which never runs through
+    // the runtime's sinks.
+    next_edges_.push_back(std::move(edge));
+    passes_on_ = true;
+  }
   torch::Tensor gradient;
+
+ private:
+  bool passes_on_ = false;
 };
 
 /// A stage input: the tensor to call the stage with, and the sink of its gradient (null when
@@ -44,23 +74,14 @@ inline StageInput stage_input(const torch::Tensor& value, bool gradient) {
   return out;
 }
 
-/// A stage input's gradient as the runtime keeps it: its own storage. A backward may return a
-/// view of a larger gradient (the slice of a concatenation's gradient that belongs to one of
-/// its inputs), which would hold the whole storage for as long as the gradient lives; such a
-/// view is copied (the copy's moment is part of the stage's backward memory).
-inline torch::Tensor compact_gradient(torch::Tensor gradient) {
-  if (gradient.defined() &&
-      gradient.storage().nbytes() >
-          static_cast<std::size_t>(gradient.numel()) * gradient.element_size())
-    return gradient.clone();
-  return gradient;
-}
-
 /// Runs the backward of a stage from the graph edges of its output members with their
 /// gradients (one per edge, all defined), which are moved in and freed as soon as the first
 /// node has used them (a gradient passed to the engine as a root input would be held by the
 /// caller's list until the whole backward ends). Grad mode off, as in any backward; parameter
 /// gradients accumulate. Nothing to do for no edges.
 void run_backward(std::vector<torch::autograd::Edge> edges, std::vector<torch::Tensor> gradients);
+
+/// How many engine calls run_backward() has made in this process (for tests).
+std::int64_t backward_calls();
 
 }  // namespace remat::detail

@@ -163,4 +163,11 @@ class CheckpointableImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Checkpointable);
 
+namespace detail {
+/// Whether a step runs consecutive backward operations B_i, B_{i-1}, ... in one autograd
+/// engine call, as plain autograd does (the default), or one call per stage. For tests and
+/// benchmarks that compare the two; read when a step starts. Returns the previous setting.
+bool fuse_backward_calls(bool on);
+}  // namespace detail
+
 }  // namespace remat
