@@ -395,9 +395,8 @@ class Marks {
 
 // Timing::kPasses: each stage's times within whole passes over the chain, as in a training
 // step (docs/cost-model.md, "How times are taken"). A pass runs the forward with autograd
-// through every stage, keeping their graphs; then the backward, stage by stage in reverse, one
-// engine call each (as the runtime runs it), from gradients of ones; then the forward without
-// autograd. One mark at each stage's boundary, and no synchronization within a pass: the host
+// through every stage, keeping their graphs; then the backward in reverse, consecutive stages
+// in one engine call as the runtime runs them; then the forward without autograd. One mark at each stage's boundary, and no synchronization within a pass: the host
 // runs ahead of the GPU as in a step, and a stage costs its share of the GPU's timeline, the
 // launches of its kernels counted only where the GPU waits for them. Timed alone, a stage
 // costs the slower of its launches and its kernels; within a pass, the host's lead gained over
@@ -417,6 +416,10 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
     runs.push_back(Runner{stages[i], static_cast<int>(i), context});
     members.push_back(chain.members(static_cast<int>(i)));
   }
+  // sums_gradients[k]: a member of x_k is x_{k-1}'s, carried through with a gradient.
+  std::vector<bool> sums_gradients(length, false);
+  for (std::size_t k = 1; k < length; ++k)
+    for (const Member& m : members[k]) sums_gradients[k] = sums_gradients[k] || (m.carried() && m.grad);
   std::vector<std::vector<double>> fwd(length), bwd(length), nograd(length);
   try {
     Tensors ones;  // gradients of ones, one per shape and type, made in the first pass
@@ -429,30 +432,62 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
     for (int pass = 0; pass < warmup + repeat; ++pass) {
       Marks marks(device, per_pass);
       std::vector<Tensors> outs(length);
+      std::vector<std::vector<std::shared_ptr<detail::GradientSink>>> sinks(length);
       marks.mark();
       {
         Tensors x = inputs;
         for (std::size_t i = 0; i < length; ++i) {
           Tensors handed;
-          for (std::size_t k = 0; k < x.size(); ++k)
-            handed.push_back(detail::stage_input(x[k], members[i][k].grad).tensor);
+          for (std::size_t k = 0; k < x.size(); ++k) {
+            detail::StageInput input = detail::stage_input(x[k], members[i][k].grad);
+            handed.push_back(std::move(input.tensor));
+            sinks[i].push_back(std::move(input.sink));
+          }
           outs[i] = runs[i](handed);
           marks.mark();
           x = outs[i];
         }
       }
-      for (std::size_t j = 0; j < length; ++j) {
-        const std::size_t i = length - 1 - j;
-        Tensors roots, grads;
-        for (std::size_t o = 0; o < outs[i].size(); ++o) {
-          const Member& member = chain.stages[i].outputs[o];
-          if (member.carried() || !member.grad || !outs[i][o].requires_grad()) continue;
-          roots.push_back(outs[i][o]);
-          grads.push_back(ones_like(outs[i][o]));
-        }
-        if (!roots.empty()) torch::autograd::backward(roots, grads);
-        outs[i].clear();
+      // The backward as the runtime runs it (docs/runtime.md, "How a step runs"): consecutive
+      // stages in one engine call, each stage's input sinks passing the gradient on to the
+      // stage below, cut where a member of x_k is carried through with a gradient (the runtime
+      // sums those itself); gradients of ones at the top of each call. A stage's backward ends
+      // when the first of its input sinks receives its gradient (stage j, the last of a call:
+      // when the call returns), and so do the marks: each made once, in the order of the
+      // stages, those of stages no gradient reached when their call returns.
+      std::vector<bool> marked(length, false);
+      const auto mark_stage = [&](std::size_t k) {
+        if (marked[k]) return;
+        marked[k] = true;
         marks.mark();
+      };
+      for (std::size_t top = length; top-- > 0;) {
+        std::size_t bottom = top;
+        while (bottom > 0 && !sums_gradients[bottom]) --bottom;
+        std::vector<torch::autograd::Edge> roots;
+        Tensors grads;
+        for (std::size_t o = 0; o < outs[top].size(); ++o) {
+          const Member& member = chain.stages[top].outputs[o];
+          if (member.carried() || !member.grad || !outs[top][o].requires_grad()) continue;
+          roots.push_back(torch::autograd::impl::gradient_edge(outs[top][o]));
+          grads.push_back(ones_like(outs[top][o]));
+        }
+        for (std::size_t k = top; k > bottom; --k) {
+          for (std::size_t m = 0; m < sinks[k].size(); ++m) {
+            if (!sinks[k][m]) continue;
+            const torch::Tensor& below = outs[k - 1][m];
+            sinks[k][m]->pass_to(below.requires_grad() ? torch::autograd::impl::gradient_edge(below)
+                                                       : torch::autograd::Edge());
+            sinks[k][m]->on_gradient = [&mark_stage, k] { mark_stage(k); };
+          }
+        }
+        for (std::size_t k = bottom; k <= top; ++k) outs[k].clear();
+        detail::run_backward(std::move(roots), std::move(grads));
+        for (std::size_t k = top + 1; k-- > bottom;) {
+          mark_stage(k);
+          sinks[k].clear();
+        }
+        top = bottom;
       }
       {
         torch::NoGradGuard no_grad;

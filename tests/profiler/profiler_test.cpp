@@ -1,6 +1,8 @@
 #include "remat/profiler.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
 #include <exception>
 #include <stdexcept>
 
@@ -432,6 +434,60 @@ TEST_CASE("timing within whole passes: every stage timed, memory as measured alo
     CHECK(s.bwd_ms > 0);
   }
   CHECK(remat::store_all_peak(limited.chain) == store_all);
+}
+
+namespace {
+
+// Identity forward, a backward that sleeps 200 ms: a stage whose backward time is known (far
+// above what the other stages' take, even on a loaded machine).
+struct SlowBackward : torch::autograd::Function<SlowBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return grads;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("within passes, each stage's backward time is its own, across fused and cut calls",
+          "[profiler]") {
+  // The passes run consecutive backwards in one engine call, as the runtime does, and cut it
+  // where a carried member's gradient is summed (x_2 here: y carried from stage 1). Each
+  // stage's backward ends when its inputs' gradients arrive: the slow backward must be
+  // stage 2's alone, not its neighbours', on either side of the cut.
+  torch::manual_seed(3);
+  nn::Linear first(16, 16), last(16, 4);
+  std::vector<remat::NamedStage> stages;
+  stages.push_back({"linear", nn::AnyModule(first)});
+  stages.push_back({"tanh, y carried", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
+                      return remat::Tensors{torch::tanh(x[0]), x[0]};
+                    })});
+  stages.push_back({"slow backward", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
+                      return remat::Tensors{SlowBackward::apply(x[0]) + x[1]};
+                    })});
+  stages.push_back({"slow again", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
+                      return remat::Tensors{SlowBackward::apply(SlowBackward::apply(x[0]))};
+                    })});
+  stages.push_back({"head", nn::AnyModule(last)});
+  const remat::Profile passes = remat::profile(
+      stages, remat::Tensors{torch::randn({8, 16})}, remat::Tensors{}, quick().timing(remat::Timing::kPasses));
+  REQUIRE(passes.timing == remat::Timing::kPasses);
+  REQUIRE(passes.chain.members(2).size() == 2);
+  REQUIRE(passes.chain.members(2)[1].carried());
+  const auto bwd = [&](int i) { return passes.chain.stages[static_cast<std::size_t>(i)].bwd_ms; };
+  INFO("backward ms: " << bwd(0) << ", " << bwd(1) << ", " << bwd(2) << ", " << bwd(3) << ", "
+                       << bwd(4));
+  CHECK(bwd(3) >= 400);  // two sleeps
+  CHECK(bwd(2) >= 200);
+  CHECK(bwd(2) < 400);
+  for (const int fast : {0, 1, 4}) {
+    CHECK(bwd(fast) > 0);
+    CHECK(bwd(fast) < 200);
+  }
 }
 
 TEST_CASE("on CUDA, times are taken within whole passes by default; memory as each stage alone",

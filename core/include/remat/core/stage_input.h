@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ inline torch::Tensor compact_gradient(torch::Tensor gradient) {
 /// would have kept it.
 struct GradientSink : torch::autograd::Node {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    if (on_gradient) on_gradient();
     if (passes_on_) return {compact_gradient(std::move(grads[0]))};
     gradient = std::move(grads[0]);
     return {};
@@ -51,6 +53,9 @@ struct GradientSink : torch::autograd::Node {
     passes_on_ = true;
   }
   torch::Tensor gradient;
+  /// Called first when the gradient arrives, on the thread that runs the backward (the
+  /// profiler marks the end of a stage's backward with it).
+  std::function<void()> on_gradient;
 
  private:
   bool passes_on_ = false;
