@@ -6,7 +6,8 @@
 //               predicted makespan.
 //   throughput  For one model, in one process: plain LibTorch, remat optimal at budgets,
 //               remat periodic for every segment count from 2 to 2 sqrt(L) (the schedule of
-//               checkpoint_sequential, in remat's runtime); with --pytorch-json, the results
+//               checkpoint_sequential, in remat's runtime), store-all with one backward call
+//               per stage (remat-per-stage-backward); with --pytorch-json, the results
 //               of bench/pytorch_baseline.py on the same network (plain PyTorch and
 //               checkpoint_sequential) are merged in: for each remat budget, the fastest
 //               checkpoint_sequential whose measured peak does not exceed remat's.
@@ -343,6 +344,20 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
     run(
         "remat-optimal", setting,
         [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, &solution);
+  }
+  // Store-all again, with one backward engine call per stage as the runtime made them before it
+  // ran consecutive backwards in one call: what that gives, in the same process.
+  {
+    const remat::Solution solution = chk->compute_sequence(store_all, remat::Algorithm::kStoreAll);
+    struct PerStageCalls {
+      PerStageCalls() : previous(remat::detail::fuse_backward_calls(false)) {}
+      ~PerStageCalls() { remat::detail::fuse_backward_calls(previous); }
+      bool previous;
+    } per_stage_calls;
+    if (solution.ok())
+      run(
+          "remat-per-stage-backward", "100%",
+          [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, &solution);
   }
   const int max_segments = std::min(length, static_cast<int>(std::floor(2 * std::sqrt(length))));
   for (int k = 2; k <= max_segments; ++k) {

@@ -140,6 +140,15 @@ def throughput(runs: list[dict], report: Report, reference: bool = False) -> Non
                    + (f"{plain['images_per_s']:.1f} images/s at {mib(plain['peak_bytes'])}" if plain else "out of memory")
                    + (f"; plain PyTorch {pytorch['images_per_s']:.1f} images/s at {mib(pytorch['peak_bytes'])}"
                       if pytorch else "") + ".", "")
+        fused = next((r for r in results if r["method"] == "remat-optimal" and r["setting"] == "100%"
+                      and not r["oom"]), None)
+        per_stage = next((r for r in results if r["method"] == "remat-per-stage-backward"
+                          and not r["oom"]), None)
+        if fused and per_stage:
+            report.add(f"Store-all through the runtime: {fused['images_per_s']:.1f} images/s with "
+                       f"consecutive backwards in one engine call, {per_stage['images_per_s']:.1f} "
+                       f"with one call per stage ({fused['images_per_s'] / per_stage['images_per_s']:.3f}x).",
+                       "")
         rows = []
         for r in results:
             if r["method"] != "remat-optimal" or r["oom"]:

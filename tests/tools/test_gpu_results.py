@@ -91,6 +91,21 @@ def test_throughput_targets(tmp_path: Path, remat_100: float, ratio_50: float | 
     assert code == 0 and "published reference point" in text
 
 
+def test_throughput_reports_what_one_backward_call_gives(tmp_path: Path) -> None:
+    run = throughput_run(99.0, 100.0, 1.2)
+    run[0]["results"].append({"method": "remat-per-stage-backward", "setting": "100%", "oom": False,
+                              "images_per_s": 90.0, "peak_bytes": 100 * MIB})
+    (tmp_path / "with").mkdir()
+    code, text = judge(tmp_path / "with", {"throughput.json": run})
+    assert code == 0, text
+    assert ("99.0 images/s with consecutive backwards in one engine call, 90.0 with one call per "
+            "stage (1.100x)") in text
+    # Without the row (results from before it existed), no sentence.
+    (tmp_path / "without").mkdir()
+    code, text = judge(tmp_path / "without", {"throughput.json": throughput_run(99.0, 100.0, 1.2)})
+    assert "one call per stage" not in text
+
+
 def test_transformers_within_hugging_face_peak(tmp_path: Path) -> None:
     def row(method: str, setting: str, peak: int, ms: float) -> dict:
         return {"model": "gpt2", "method": method, "setting": setting, "measured_peak": peak,
