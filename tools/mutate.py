@@ -110,12 +110,13 @@ TORCH_MUTATIONS = [
     # same masks". The caller's state is still saved and restored, so only the masks change.
 
     ("rt-bn-restore-after-backward", "runtime/src/executor.cpp",
-     "  if (restore_after_backward_[ui]) restore_buffers(i);\n",
-     "",
+     "    if (restore_after_backward_[static_cast<std::size_t>(k)]) restore_buffers(k);\n",
+     "    (void)k;\n",
      "BatchNorm's running statistics are not restored after a recomputation with autograd "
      "(F_all): they are updated twice in a step"),
-    # Killed by tests/runtime/checkpointable_test.cpp "checkpointed training equals plain
-    # training, bit for bit": check_equal compares net.buffers() (running_mean, running_var,
+    # Survives, explained below (EXPLAINED). It was killed by tests/runtime/checkpointable_test.cpp
+    # "checkpointed training equals plain training, bit for bit" before recomputations started
+    # from the first forward's buffers: check_equal compares net.buffers() (running_mean, running_var,
     # num_batches_tracked) with plain training's after two steps; under recompute-all and the
     # optimal schedule at the least budget every BatchNorm stage's last forward is an F_all
     # recomputation just before its B_i, whose snapshot is then never restored (a later no-grad
@@ -123,6 +124,21 @@ TORCH_MUTATIONS = [
     # with tuples, context, TorchScript and callables train exactly as plain autograd" (state
     # includes chk->buffers(): U-Net BatchNorms, the scripted and callable batch_norm stats).
     # restore_after_backward_ stays a member that is written: no unused-variable warning.
+
+    ("rt-no-fused-backward", "runtime/src/executor.cpp",
+     "  const bool fuse = fuse_backward.load();\n", "  const bool fuse = false;\n",
+     "every backward runs in an engine call of its own: one per stage, where plain autograd "
+     "makes one for the whole backward"),
+    # Killed by tests/runtime/tuple_stages_test.cpp "consecutive backwards run in one engine
+    # call, as exact as a call per stage": the calls counted (two per store-all step of a chain
+    # without carried gradients).
+    ("rt-fuse-carried", "runtime/src/executor.cpp",
+     "!sums_gradients(op.stage + 1) && !sums_gradients(op.stage))",
+     "(sums_gradients(op.stage) || true))",
+     "backwards are fused across an activation whose carried member's gradient the runtime "
+     "must sum itself"),
+    # Killed by the same test on the U-Net (its skips are carried with gradients): the runtime's
+    # internal assert, and the calls counted.
 
     ("rt-keep-dead-output", "runtime/src/executor.cpp",
      "  if (op.is_forward() && !lifetimes_.keep_output[index]) x_[input + 1].clear();\n",
@@ -404,6 +420,12 @@ EXPLAINED = {
     "dist-group-keeps-backend":
         "equivalent on LibTorch 2.9 and later, as dist-dtor-waits-after-failure; on 1.13 the "
         "hung-rank test kills it (rank 0's group took 114 s to go, not 10 ms; by hand)",
+    "rt-bn-restore-after-backward":
+        "equivalent for buffer updates that are a function of the buffers, the input and the "
+        "random state: a recomputation starts from the buffers the stage's first forward read "
+        "(entry_buffers_) and makes the same update, so what B_i would put back is what it "
+        "leaves. The restore stays for updates that are not (a kernel whose atomics add in "
+        "another order)",
     "sim-lifetime": "equivalent: the operation that next reads x_k (it reads x_k, produces "
                     "x_{k+1}) is never the one that next produces x_k, so < and <= agree",
 }
