@@ -23,7 +23,7 @@ step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 
 
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
 packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libgloo-dev python3-venv)
-[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev)
+[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev ccache)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")

@@ -486,6 +486,12 @@ def main():
     all_programs = sorted({p for ps in TORCH_TESTS.values() for p in ps})
     configure = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                  "-DREMAT_BUILD_BENCH=OFF"]
+    if shutil.which("ccache"):
+        # Putting back a mutated header rebuilds every file that includes it, each as the
+        # unmutated build compiled it: from ccache (its cache in work/, filled by that build),
+        # seconds instead of a minute.
+        os.environ["CCACHE_DIR"] = os.path.join(work, "ccache")
+        configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
     if args.torch:
         python = args.python or default_python()
         if not os.path.exists(python):
