@@ -89,7 +89,8 @@ int overhead(int steps) {
       "threads; median of %d steps after a warm-up, plain and runtime alternating.\n\n",
       torch::get_num_threads(), steps);
   std::printf(
-      "| stages | plain us | store-all us | runtime's own us per stage | store-all, a backward call "
+      "| stages | plain us | store-all us | runtime's own us per stage | store-all, a backward "
+      "call "
       "per stage, us | store-all predicted us | optimal 50%% us |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const int length : {16, 64, 256}) {

@@ -396,12 +396,13 @@ class Marks {
 // Timing::kPasses: each stage's times within whole passes over the chain, as in a training
 // step (docs/cost-model.md, "How times are taken"). A pass runs the forward with autograd
 // through every stage, keeping their graphs; then the backward in reverse, consecutive stages
-// in one engine call as the runtime runs them; then the forward without autograd. One mark at each stage's boundary, and no synchronization within a pass: the host
-// runs ahead of the GPU as in a step, and a stage costs its share of the GPU's timeline, the
-// launches of its kernels counted only where the GPU waits for them. Timed alone, a stage
-// costs the slower of its launches and its kernels; within a pass, the host's lead gained over
-// GPU-bound stages hides the launches of the host-bound stages after them. Returns false, the
-// chain's times unchanged, out of memory: a pass keeps every stage's graph at once.
+// in one engine call as the runtime runs them; then the forward without autograd. One mark at each
+// stage's boundary, and no synchronization within a pass: the host runs ahead of the GPU as in a
+// step, and a stage costs its share of the GPU's timeline, the launches of its kernels counted only
+// where the GPU waits for them. Timed alone, a stage costs the slower of its launches and its
+// kernels; within a pass, the host's lead gained over GPU-bound stages hides the launches of the
+// host-bound stages after them. Returns false, the chain's times unchanged, out of memory: a pass
+// keeps every stage's graph at once.
 bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs,
                     const Tensors& context, const ProfileOptions& options, c10::Device device,
                     Chain& chain) {
@@ -419,7 +420,8 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
   // sums_gradients[k]: a member of x_k is x_{k-1}'s, carried through with a gradient.
   std::vector<bool> sums_gradients(length, false);
   for (std::size_t k = 1; k < length; ++k)
-    for (const Member& m : members[k]) sums_gradients[k] = sums_gradients[k] || (m.carried() && m.grad);
+    for (const Member& m : members[k])
+      sums_gradients[k] = sums_gradients[k] || (m.carried() && m.grad);
   std::vector<std::vector<double>> fwd(length), bwd(length), nograd(length);
   try {
     Tensors ones;  // gradients of ones, one per shape and type, made in the first pass

@@ -342,15 +342,16 @@ void Executor::backward(std::size_t first, std::size_t last) {
     REMAT_INTERNAL_ASSERT(std::none_of(carried.begin(), carried.end(),
                                        [](const torch::Tensor& t) { return t.defined(); }),
                           "B_", k, " fused with B_", k - 1, " has a carried gradient");
-    // The values of x_k went after its last forward (no backward reads them, only the graph):
-    // nothing of them is held until the call ends.
-    REMAT_INTERNAL_ASSERT(x_[uk].empty(), "x_", k, " is held at B_", k);
+    // No backward reads x_k's values (the graph keeps what it needs): they went after the
+    // stage's last forward, and nothing of them may be held until the call ends.
+    x_[uk].clear();
     std::vector<torch::autograd::Edge> below = std::move(fe_edge_[uk - 1]);
     fe_edge_[uk - 1].clear();
     std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[uk]);
     fe_sink_[uk].clear();
     for (std::size_t m = 0; m < sinks.size(); ++m)
-      if (sinks[m]) sinks[m]->pass_to(m < below.size() ? std::move(below[m]) : torch::autograd::Edge());
+      if (sinks[m])
+        sinks[m]->pass_to(m < below.size() ? std::move(below[m]) : torch::autograd::Edge());
     // The edges of members without a sink (no gradient comes) are freed here, and a sink no
     // node reaches.
   }

@@ -2,9 +2,9 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <thread>
 #include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include "remat/solver.h"
 #include "skip.h"
@@ -463,18 +463,22 @@ TEST_CASE("within passes, each stage's backward time is its own, across fused an
   nn::Linear first(16, 16), last(16, 4);
   std::vector<remat::NamedStage> stages;
   stages.push_back({"linear", nn::AnyModule(first)});
-  stages.push_back({"tanh, y carried", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
-                      return remat::Tensors{torch::tanh(x[0]), x[0]};
-                    })});
-  stages.push_back({"slow backward", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
-                      return remat::Tensors{SlowBackward::apply(x[0]) + x[1]};
-                    })});
-  stages.push_back({"slow again", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
-                      return remat::Tensors{SlowBackward::apply(SlowBackward::apply(x[0]))};
-                    })});
+  stages.push_back(
+      {"tanh, y carried", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
+         return remat::Tensors{torch::tanh(x[0]), x[0]};
+       })});
+  stages.push_back(
+      {"slow backward", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
+         return remat::Tensors{SlowBackward::apply(x[0]) + x[1]};
+       })});
+  stages.push_back(
+      {"slow again", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
+         return remat::Tensors{SlowBackward::apply(SlowBackward::apply(x[0]))};
+       })});
   stages.push_back({"head", nn::AnyModule(last)});
-  const remat::Profile passes = remat::profile(
-      stages, remat::Tensors{torch::randn({8, 16})}, remat::Tensors{}, quick().timing(remat::Timing::kPasses));
+  const remat::Profile passes =
+      remat::profile(stages, remat::Tensors{torch::randn({8, 16})}, remat::Tensors{},
+                     quick().timing(remat::Timing::kPasses));
   REQUIRE(passes.timing == remat::Timing::kPasses);
   REQUIRE(passes.chain.members(2).size() == 2);
   REQUIRE(passes.chain.members(2)[1].carried());

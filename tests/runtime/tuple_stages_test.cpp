@@ -4,8 +4,8 @@
 // carried skips cost what plain autograd's do.
 #include <torch/script.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -191,12 +191,10 @@ std::vector<NamedStage> script_and_callable() {
 std::vector<NamedStage> wide_then_narrow() {
   // Padding's backward hands its input a view of the wider gradient.
   const auto pad = [](const torch::Tensor& x) { return torch::constant_pad_nd(x, {0, 8}); };
-  return {{"widen", nn::AnyModule(nn::Linear(6, 512))},
-          {"wide tanh", nn::AnyModule(nn::Tanh())},
-          {"pad", nn::AnyModule(nn::Functional(pad))},
-          {"narrow", nn::AnyModule(nn::Linear(520, 4))},
-          {"tanh", nn::AnyModule(nn::Tanh())},
-          {"out", nn::AnyModule(nn::Linear(4, 3))}};
+  return {
+      {"widen", nn::AnyModule(nn::Linear(6, 512))}, {"wide tanh", nn::AnyModule(nn::Tanh())},
+      {"pad", nn::AnyModule(nn::Functional(pad))},  {"narrow", nn::AnyModule(nn::Linear(520, 4))},
+      {"tanh", nn::AnyModule(nn::Tanh())},          {"out", nn::AnyModule(nn::Linear(4, 3))}};
 }
 
 // ---- The comparison ----------------------------------------------------------------------
@@ -436,7 +434,8 @@ TEST_CASE("consecutive backwards run in one engine call, as exact as a call per 
   // Its backward peaks at the first stage, where x_1's gradient, as wide as x_1, has been
   // passed on within the engine call; padding's backward makes a view of a larger gradient,
   // which is copied as a call per stage copies it.
-  all.push_back({"a wide activation, then narrow ones", wide_then_narrow, {torch::randn({8, 6})}, {}});
+  all.push_back(
+      {"a wide activation, then narrow ones", wide_then_narrow, {torch::randn({8, 6})}, {}});
   for (const Model& model : all) {
     SECTION(model.name) {
       torch::manual_seed(11);
@@ -469,8 +468,7 @@ TEST_CASE("consecutive backwards run in one engine call, as exact as a call per 
             sequence = s.sequence;
             const std::int64_t before = remat::detail::backward_calls();
             results[fused] = train(
-                chk, [&](const Tensors& x, const Tensors& c) { return chk->forward(x, c); },
-                model);
+                chk, [&](const Tensors& x, const Tensors& c) { return chk->forward(x, c); }, model);
             calls[fused] = remat::detail::backward_calls() - before;
             // A third step, its parameter gradients already allocated as in the two above.
             peaks[fused] = step_peak(
@@ -479,9 +477,9 @@ TEST_CASE("consecutive backwards run in one engine call, as exact as a call per 
           INFO(remat::collapsed_string(sequence));
           check_equal(results[true], results[false]);
           CHECK(peaks[true] == peaks[false]);
-          const auto backwards = std::count_if(sequence.begin(), sequence.end(), [](const auto& op) {
-            return op.kind == remat::OpKind::kBackward;
-          });
+          const auto backwards =
+              std::count_if(sequence.begin(), sequence.end(),
+                            [](const auto& op) { return op.kind == remat::OpKind::kBackward; });
           CHECK(calls[false] == 2 * backwards);  // two steps
           CHECK(calls[true] == 2 * expected_backward_calls(chain, sequence));
           if (budget == full && !carried_gradients) CHECK(calls[true] == 2);  // as plain autograd
