@@ -73,9 +73,8 @@ Alternated alternate(remat::Checkpointable& chk, const torch::Tensor& sample, in
     r.ours.push_back(step_ms(ours, sample, &r.ours_faults));
     r.plain.push_back(step_ms(plain, sample, &r.plain_faults));
     if (unfused) {
-      remat::detail::fuse_backward_calls(false);
+      const remat::detail::FuseBackwardCalls per_stage_calls(false);
       r.unfused.push_back(step_ms(ours, sample));
-      remat::detail::fuse_backward_calls(true);
     }
   }
   return r;
@@ -89,9 +88,8 @@ int overhead(int steps) {
       "threads; median of %d steps after a warm-up, plain and runtime alternating.\n\n",
       torch::get_num_threads(), steps);
   std::printf(
-      "| stages | plain us | store-all us | runtime's own us per stage | store-all, a backward "
-      "call "
-      "per stage, us | store-all predicted us | optimal 50%% us |\n");
+      "| stages | plain us | store-all us | runtime's own us per stage "
+      "| store-all, a backward call per stage, us | store-all predicted us | optimal 50%% us |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const int length : {16, 64, 256}) {
     torch::manual_seed(0);

@@ -349,11 +349,7 @@ int throughput(const std::string& model, torch::Device device, int batch, int im
   // ran consecutive backwards in one call: what that gives, in the same process.
   {
     const remat::Solution solution = chk->compute_sequence(store_all, remat::Algorithm::kStoreAll);
-    struct PerStageCalls {
-      PerStageCalls() : previous(remat::detail::fuse_backward_calls(false)) {}
-      ~PerStageCalls() { remat::detail::fuse_backward_calls(previous); }
-      bool previous;
-    } per_stage_calls;
+    const remat::detail::FuseBackwardCalls per_stage_calls(false);
     if (solution.ok())
       run(
           "remat-per-stage-backward", "100%",

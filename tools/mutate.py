@@ -133,8 +133,8 @@ TORCH_MUTATIONS = [
     # call, as exact as a call per stage": the calls counted (two per store-all step of a chain
     # without carried gradients).
     ("rt-fuse-carried", "runtime/src/executor.cpp",
-     "!sums_gradients(op.stage + 1) && !sums_gradients(op.stage))",
-     "(sums_gradients(op.stage) || true))",
+     "!chain.carries_gradient(op.stage + 1) && !chain.carries_gradient(op.stage))",
+     "(chain.carries_gradient(op.stage) || true))",
      "backwards are fused across an activation whose carried member's gradient the runtime "
      "must sum itself"),
     # Killed by the same test on the U-Net (its skips are carried with gradients): the runtime's

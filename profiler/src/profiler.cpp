@@ -417,11 +417,6 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
     runs.push_back(Runner{stages[i], static_cast<int>(i), context});
     members.push_back(chain.members(static_cast<int>(i)));
   }
-  // sums_gradients[k]: a member of x_k is x_{k-1}'s, carried through with a gradient.
-  std::vector<bool> sums_gradients(length, false);
-  for (std::size_t k = 1; k < length; ++k)
-    for (const Member& m : members[k])
-      sums_gradients[k] = sums_gradients[k] || (m.carried() && m.grad);
   std::vector<std::vector<double>> fwd(length), bwd(length), nograd(length);
   try {
     Tensors ones;  // gradients of ones, one per shape and type, made in the first pass
@@ -465,7 +460,7 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
       };
       for (std::size_t top = length; top-- > 0;) {
         std::size_t bottom = top;
-        while (bottom > 0 && !sums_gradients[bottom]) --bottom;
+        while (bottom > 0 && !chain.carries_gradient(static_cast<int>(bottom))) --bottom;
         std::vector<torch::autograd::Edge> roots;
         Tensors grads;
         for (std::size_t o = 0; o < outs[top].size(); ++o) {

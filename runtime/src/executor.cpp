@@ -80,13 +80,6 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
     if (sequence[k].kind == OpKind::kLoss) loss_index_ = k;
   REMAT_INTERNAL_ASSERT(loss_index_ != sequence.size(),
                         "the runtime's sequence has no loss operation");
-  // Whether a gradient of x_k is, for some member, the sum the runtime makes of what two
-  // stages give: x_k's member is x_{k-1}'s, passed on by stage k-1.
-  const auto sums_gradients = [&](int k) {
-    for (const Member& m : members_[static_cast<std::size_t>(k)])
-      if (m.carried() && m.grad) return true;
-    return false;
-  };
   const bool fuse = fuse_backward.load();
   backward_end_.assign(sequence.size(), 0);
   for (std::size_t k = sequence.size(); k-- > 0;) {
@@ -96,7 +89,7 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
       continue;
     const Op& next = sequence[k + 1];
     if (next.kind == OpKind::kBackward && next.stage == op.stage - 1 &&
-        !sums_gradients(op.stage + 1) && !sums_gradients(op.stage))
+        !chain.carries_gradient(op.stage + 1) && !chain.carries_gradient(op.stage))
       backward_end_[k] = backward_end_[k + 1];
   }
 }
@@ -337,11 +330,12 @@ void Executor::backward(std::size_t first, std::size_t last) {
   grad_out.clear();
   edges.clear();  // a graph no gradient reaches is freed here
   // Fused: each stage's input sinks pass their gradients on to the graph of the stage below.
+  REMAT_INTERNAL_ASSERT(
+      top == bottom || std::none_of(carried.begin(), carried.end(),
+                                    [](const torch::Tensor& t) { return t.defined(); }),
+      "B_", top, " fused with B_", top - 1, " has a carried gradient");
   for (int k = top; k > bottom; --k) {
     const auto uk = static_cast<std::size_t>(k);
-    REMAT_INTERNAL_ASSERT(std::none_of(carried.begin(), carried.end(),
-                                       [](const torch::Tensor& t) { return t.defined(); }),
-                          "B_", k, " fused with B_", k - 1, " has a carried gradient");
     // No backward reads x_k's values (the graph keeps what it needs): they went after the
     // stage's last forward, and nothing of them may be held until the call ends.
     x_[uk].clear();

@@ -310,6 +310,12 @@ std::int64_t Chain::gradient_bytes(int k) const {
   return total;
 }
 
+bool Chain::carries_gradient(int k) const {
+  for (const Member& member : members(k))
+    if (member.carried() && member.grad) return true;
+  return false;
+}
+
 void Chain::set_input(std::int64_t bytes, bool grad) { inputs = {Member{bytes, grad}}; }
 
 double Chain::store_all_ms() const {

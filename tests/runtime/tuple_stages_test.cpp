@@ -418,13 +418,6 @@ int expected_backward_calls(const remat::Chain& chain, const remat::Sequence& se
   return calls;
 }
 
-// Sets whether the runtime fuses consecutive backward calls, and puts the setting back.
-struct FuseBackward {
-  explicit FuseBackward(bool on) : previous(remat::detail::fuse_backward_calls(on)) {}
-  ~FuseBackward() { remat::detail::fuse_backward_calls(previous); }
-  bool previous;
-};
-
 }  // namespace
 
 TEST_CASE("consecutive backwards run in one engine call, as exact as a call per stage",
@@ -457,7 +450,7 @@ TEST_CASE("consecutive backwards run in one engine call, as exact as a call per 
           std::int64_t calls[2], peaks[2];
           remat::Sequence sequence;
           for (const bool fused : {true, false}) {
-            const FuseBackward setting(fused);
+            const remat::detail::FuseBackwardCalls setting(fused);
             torch::manual_seed(11);
             remat::Checkpointable chk(model.make());
             chk->set_chain(chain);

@@ -107,6 +107,13 @@ TEST_CASE("a version 2 chain is read field by field", "[solver]") {
   CHECK(carried.carried_from == 1);
   CHECK(carried.bytes == 8);
   CHECK_FALSE(carried.grad);
+  CHECK_FALSE(chain.carries_gradient(1));  // carried, but without a gradient
+  Chain with_gradient = chain;
+  with_gradient.inputs[1].grad = true;
+  with_gradient.stages[0].outputs[1].grad = true;
+  CHECK(with_gradient.carries_gradient(1));
+  CHECK_FALSE(with_gradient.carries_gradient(0));  // x_0's members are never carried
+  CHECK_FALSE(with_gradient.carries_gradient(2));
   CHECK(chain.activation_bytes(1) == 408);
   CHECK(chain.gradient_bytes(1) == 400);
   CHECK(chain.stages[0].out_bytes() == 408);

@@ -168,6 +168,18 @@ namespace detail {
 /// engine call, as plain autograd does (the default), or one call per stage. For tests and
 /// benchmarks that compare the two; read when a step starts. Returns the previous setting.
 bool fuse_backward_calls(bool on);
+
+/// fuse_backward_calls(on) for its lifetime; the previous setting after.
+class FuseBackwardCalls {
+ public:
+  explicit FuseBackwardCalls(bool on) : previous_(fuse_backward_calls(on)) {}
+  ~FuseBackwardCalls() { fuse_backward_calls(previous_); }
+  FuseBackwardCalls(const FuseBackwardCalls&) = delete;
+  FuseBackwardCalls& operator=(const FuseBackwardCalls&) = delete;
+
+ private:
+  bool previous_;
+};
 }  // namespace detail
 
 }  // namespace remat

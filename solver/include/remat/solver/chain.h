@@ -124,6 +124,10 @@ struct Chain {
   std::int64_t activation_bytes(int k) const;
   /// Size of the gradient y_k: the members of x_k that have one.
   std::int64_t gradient_bytes(int k) const;
+  /// Whether x_k (0 <= k <= L) has a member carried through stage k-1 with a gradient: that
+  /// member's gradient in y_{k-1} is y_k's, into which stage k-1 adds its own, in place (as the
+  /// simulator counts it; the runtime cuts its fused backward calls there, to make that sum).
+  bool carries_gradient(int k) const;
   /// Size of the input x_0.
   std::int64_t input_bytes() const { return activation_bytes(0); }
   /// Sets x_0 to one tensor of `bytes`, with a gradient or not.
