@@ -152,6 +152,50 @@ Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tenso
   return m;
 }
 
+// One more step of `chk`'s schedule, traced (CheckpointableImpl::trace_next_step): where its
+// time goes, operation by operation, against the prediction. Empty on out of memory.
+json traced_step(Setup& s, remat::Checkpointable& chk) {
+  try {
+    for (auto& p : s.net->parameters()) p.mutable_grad().zero_();
+    remat::synchronize(s.device);
+    chk->trace_next_step();
+    s.loss(chk->forward(remat::Tensors{s.sample})).backward();
+    remat::synchronize(s.device);
+  } catch (const c10::OutOfMemoryError&) {
+    return json();
+  }
+  const std::vector<remat::TracedOperation>& trace = chk->last_trace();
+  const remat::Sequence& sequence = chk->sequence();
+  const remat::TraceSummary sum = remat::summarize_trace(trace, sequence);
+  const auto part = [](const remat::TraceSummary::Part& p) {
+    return json{{"operations", p.operations},
+                {"predicted_ms", p.predicted_ms},
+                {"measured_ms", p.measured_ms}};
+  };
+  const std::vector<std::string> names = remat::op_strings(sequence);
+  json operations = json::array();
+  for (const remat::TracedOperation& op : trace)
+    operations.push_back(
+        {{"operations",
+          op.first == op.last ? names[op.first] : names[op.first] + ".." + names[op.last]},
+         {"start_ms", op.start_ms},
+         {"measured_ms", op.measured_ms},
+         {"predicted_ms", op.predicted_ms}});
+  return json{{"forward", part(sum.forward)},     {"loss", part(sum.loss)},
+              {"recompute", part(sum.recompute)}, {"backward", part(sum.backward)},
+              {"between_ms", sum.between_ms},     {"caller_ms", sum.caller_ms},
+              {"measured_ms", sum.measured_ms},   {"predicted_ms", sum.predicted_ms},
+              {"operations", operations}};
+}
+
+// "predicted / measured" of one part of a traced step, for the tables.
+std::string part_cell(const json& part) {
+  char cell[64];
+  std::snprintf(cell, sizeof cell, "%.1f / %.1f", part["predicted_ms"].get<double>(),
+                part["measured_ms"].get<double>());
+  return cell;
+}
+
 void write_file(const std::string& path, const std::string& text) {
   if (!path.empty()) remat::write_text_file(path, text);
 }
@@ -174,7 +218,7 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
         "within budget | predicted ms | measured ms | measured / predicted |\n"
      << "|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|\n";
   json rows = json::array(), plain_rows = json::array();
-  std::ostringstream plain_md, allocator_md;
+  std::ostringstream plain_md, allocator_md, trace_md;
   bool all_within = true;
   for (const std::string& model : models) {
     Setup s(model, device, batch, image);
@@ -266,6 +310,18 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       md << line;
       std::printf("%s", line);
       std::fflush(stdout);
+      const json trace = traced_step(s, chk);
+      if (!trace.is_null()) {
+        row["trace"] = trace;
+        char text[512];
+        std::snprintf(
+            text, sizeof text, "| %s | %.0f%% | %s | %s (%d) | %s | %.2f | %.1f / %.1f |\n",
+            s.label().c_str(), percent, part_cell(trace["forward"]).c_str(),
+            part_cell(trace["recompute"]).c_str(), trace["recompute"]["operations"].get<int>(),
+            part_cell(trace["backward"]).c_str(), trace["between_ms"].get<double>(),
+            trace["predicted_ms"].get<double>(), trace["measured_ms"].get<double>());
+        trace_md << text;
+      }
       rows.push_back(row);
     }
   }
@@ -282,6 +338,15 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
        << "| model | budget | measured peak (blocks) | exact sizes | all blocks | reserved |\n"
        << "|---|---:|---:|---:|---:|---:|\n"
        << allocator_md.str();
+  if (!trace_md.str().empty())
+    md << "\nWhere the time goes: one more step of each schedule, traced (each operation timed "
+          "where it runs; on a GPU, between CUDA events), predicted / measured ms: the forwards "
+          "before the loss, the recomputations (forwards after it, how many), the backwards, "
+          "the time between operations (the runtime's own work), and the step without the "
+          "caller's loss.\n\n"
+       << "| model | budget | forwards | recomputations | backwards | between | step |\n"
+       << "|---|---:|---:|---:|---:|---:|---:|\n"
+       << trace_md.str();
   write_file(markdown_path, md.str());
   write_file(json_path, json{{"device", device_name(device)},
                              {"libtorch", TORCH_VERSION},

@@ -113,6 +113,38 @@ def fidelity(data: dict, report: Report) -> None:
                    "makespan (the profile's own bias, before any schedule):", "",
                    *table(["model", "predicted ms", "measured ms", "measured / predicted ratio",
                            "measured MiB"], plain), "")
+    traced = [r for r in data["rows"] if r.get("trace")]
+    if traced:
+        parts = [("forward", "forwards"), ("recompute", "recomputations"), ("backward", "backwards")]
+
+        def cell(part: dict) -> str:
+            return f"{part['predicted_ms']:.1f} / {part['measured_ms']:.1f}"
+
+        rows = []
+        for r in traced:
+            t = r["trace"]
+            rows.append([r["model"], f"{r['percent']:.0f}%", cell(t["forward"]),
+                         f"{cell(t['recompute'])} ({t['recompute']['operations']})", cell(t["backward"]),
+                         f"{t['between_ms']:.2f}", f"{t['predicted_ms']:.1f} / {t['measured_ms']:.1f}"])
+        report.add("Where the time goes: one more step of each schedule, traced (each operation "
+                   "timed where it runs, between CUDA events on a GPU), predicted / measured ms; "
+                   "the recomputations are the forwards after the loss (how many); between: the "
+                   "time between operations, the runtime's own work:", "",
+                   *table(["model", "budget", "forwards", "recomputations", "backwards",
+                           "between ms", "traced step"], rows), "")
+        # Each time miss, split by where its extra time went.
+        for r in traced:
+            t = r["trace"]
+            if abs(r["measured_ms"] / r["predicted_ms"] - 1) <= TIME_TOLERANCE or not t["predicted_ms"]:
+                continue
+            extra = [(label, t[key]["measured_ms"] - t[key]["predicted_ms"]) for key, label in parts]
+            extra.append(("between operations", t["between_ms"]))
+            extra.sort(key=lambda e: -abs(e[1]))
+            report.add(f"- {r['model']} at {r['percent']:.0f}%: the traced step took "
+                       f"{t['measured_ms']:.1f} ms against {t['predicted_ms']:.1f} predicted "
+                       f"({t['measured_ms'] - t['predicted_ms']:+.1f} ms): "
+                       + ", ".join(f"{label} {ms:+.1f} ms" for label, ms in extra) + ".")
+        report.add("")
     detail = [[r["model"], f"{r['percent']:.0f}%", mib(r["measured_peak_bytes"]),
                mib(r["requested_peak_bytes"]) if r.get("requested_peak_bytes", -1) >= 0 else "-",
                mib(r["allocated_total_bytes"]), mib(r["reserved_bytes"]),

@@ -384,6 +384,11 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
   check_unchanged(inputs);
   auto executor = std::make_shared<detail::Executor>(stages_, *chain_, solution_->sequence,
                                                      inputs.front().device());
+  if (trace_next_) {
+    trace_next_ = false;
+    executor->record_with(std::make_shared<detail::StepRecorder>(
+        inputs.front().device(), solution_->simulation, last_trace_));
+  }
   Tensors outputs;
   {
     torch::NoGradGuard no_grad;  // the forward phase records its own graphs where it needs them
@@ -404,6 +409,37 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
     torch::autograd::impl::set_gradient_edge(outputs[m], {node, nr});
   }
   return outputs;
+}
+
+void CheckpointableImpl::trace_next_step() { trace_next_ = true; }
+
+TraceSummary summarize_trace(const std::vector<TracedOperation>& trace, const Sequence& sequence) {
+  TraceSummary summary;
+  bool after_loss = false;
+  for (std::size_t k = 0; k < trace.size(); ++k) {
+    const TracedOperation& op = trace[k];
+    TORCH_CHECK_VALUE(op.first <= op.last && op.last < sequence.size(), "summarize_trace: entry ",
+                      k, " has operations ", op.first, " to ", op.last, " of a sequence of ",
+                      sequence.size(), ": not this step's sequence");
+    const Op& head = sequence[op.first];
+    TraceSummary::Part& part = head.kind == OpKind::kLoss       ? summary.loss
+                               : head.kind == OpKind::kBackward ? summary.backward
+                               : after_loss                     ? summary.recompute
+                                                                : summary.forward;
+    part.operations += static_cast<int>(op.last - op.first + 1);
+    part.predicted_ms += op.predicted_ms;
+    part.measured_ms += op.measured_ms;
+    summary.predicted_ms += op.predicted_ms;
+    if (k + 1 < trace.size()) {
+      const double gap = trace[k + 1].start_ms - (op.start_ms + op.measured_ms);
+      // The loss operation ends the forward phase; the caller's loss and backward follow.
+      (head.kind == OpKind::kLoss ? summary.caller_ms : summary.between_ms) += gap;
+    }
+    if (head.kind == OpKind::kLoss) after_loss = true;
+  }
+  if (!trace.empty())
+    summary.measured_ms = trace.back().start_ms + trace.back().measured_ms - summary.caller_ms;
+  return summary;
 }
 
 void CheckpointableImpl::pretty_print(std::ostream& stream) const {

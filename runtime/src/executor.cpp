@@ -420,6 +420,74 @@ void Executor::abandon() noexcept {
   watched_.clear();
 }
 
+StepRecorder::StepRecorder(c10::Device device, const Simulation& predicted,
+                           std::shared_ptr<std::vector<TracedOperation>> out)
+    : out_(std::move(out)) {
+  for (const OpRecord& record : predicted.trace)
+    predicted_ms_.push_back(record.end_ms - record.start_ms);
+  operations_.reserve(predicted_ms_.size());
+  if (device.is_cuda()) {
+    cuda_ = std::make_unique<CudaIntervals>(device.index());
+    cuda_->reserve(static_cast<int>(predicted_ms_.size()));  // no event made while timing
+  } else {
+    clock_.reserve(2 * predicted_ms_.size());
+  }
+}
+
+StepRecorder::~StepRecorder() = default;
+
+void StepRecorder::begin(std::size_t first) {
+  operations_.emplace_back(first, first);
+  if (cuda_)
+    cuda_->begin();
+  else
+    clock_.push_back(std::chrono::steady_clock::now());
+}
+
+void StepRecorder::end(std::size_t last) {
+  operations_.back().second = last;
+  if (cuda_)
+    cuda_->end();
+  else
+    clock_.push_back(std::chrono::steady_clock::now());
+}
+
+void StepRecorder::finish() {
+  // The time from each mark to the next: operation, gap, operation, ...
+  std::vector<double> gaps;
+  if (cuda_) {
+    gaps = cuda_->gaps_ms();
+  } else {
+    for (std::size_t k = 1; k < clock_.size(); ++k)
+      gaps.push_back(std::chrono::duration<double, std::milli>(clock_[k] - clock_[k - 1]).count());
+  }
+  REMAT_INTERNAL_ASSERT(gaps.size() + 1 == 2 * operations_.size(), "a traced step has ",
+                        gaps.size() + 1, " marks for ", operations_.size(), " operations");
+  std::vector<TracedOperation> trace;
+  double at = 0;
+  for (std::size_t k = 0; k < operations_.size(); ++k) {
+    TracedOperation op;
+    op.first = operations_[k].first;
+    op.last = operations_[k].second;
+    op.start_ms = at;
+    op.measured_ms = gaps[2 * k];
+    for (std::size_t p = op.first; p <= op.last && p < predicted_ms_.size(); ++p)
+      op.predicted_ms += predicted_ms_[p];
+    at += op.measured_ms + (2 * k + 1 < gaps.size() ? gaps[2 * k + 1] : 0.0);
+    trace.push_back(op);
+  }
+  *out_ = std::move(trace);
+}
+
+void Executor::run_operations(std::size_t first, std::size_t end) {
+  for (std::size_t k = first; k < end;) {
+    if (recorder_) recorder_->begin(k);
+    const std::size_t last = run(k);
+    if (recorder_) recorder_->end(last);
+    k = last + 1;
+  }
+}
+
 Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
   c10::OptionalDeviceGuard device_guard;
   if (device_.is_cuda()) device_guard.reset_device(device_);
@@ -442,8 +510,7 @@ Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
     watch(context, -2);
     for (int i = 0; i < length_; ++i)
       watch(stages_[static_cast<std::size_t>(i)].module->parameters(), i);
-    for (std::size_t k = 0; k <= loss_index_; k = run(k) + 1) {
-    }
+    run_operations(0, loss_index_ + 1);
   } catch (...) {
     abandon();
     throw;
@@ -458,9 +525,9 @@ Tensors Executor::run_backward(Tensors grad_outputs) {
   try {
     check_versions();
     y_[static_cast<std::size_t>(length_)] = std::move(grad_outputs);
-    for (std::size_t k = loss_index_ + 1; k < sequence_.size(); k = run(k) + 1) {
-    }
+    run_operations(loss_index_ + 1, sequence_.size());
     y0 = std::move(y_[0]);
+    if (recorder_) recorder_->finish();
   } catch (...) {
     abandon();
     throw;

@@ -6,6 +6,7 @@
 // the executor's GPU as the current device; when either throws, the step is abandoned.
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "autocast.h"
 #include "remat/core/stage.h"
 #include "remat/core/stage_input.h"
+#include "remat/profiler/cuda_intervals.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
@@ -64,6 +66,29 @@ class BufferCopy {
   torch::Tensor pinned_;
 };
 
+/// Times the operations of one traced step (CheckpointableImpl::trace_next_step): a mark
+/// before and after each, CUDA events on the current stream on a GPU (the host does not wait
+/// until finish()), the host's clock on the CPU. finish() writes the trace into `out`.
+class StepRecorder {
+ public:
+  StepRecorder(c10::Device device, const Simulation& predicted,
+               std::shared_ptr<std::vector<TracedOperation>> out);
+  ~StepRecorder();
+  StepRecorder(const StepRecorder&) = delete;
+  StepRecorder& operator=(const StepRecorder&) = delete;
+  void begin(std::size_t first);
+  void end(std::size_t last);
+  /// After the step's last operation: waits for the GPU's events, then writes the trace.
+  void finish();
+
+ private:
+  std::vector<double> predicted_ms_;  // per operation of the sequence
+  std::shared_ptr<std::vector<TracedOperation>> out_;
+  std::vector<std::pair<std::size_t, std::size_t>> operations_;  // first, last
+  std::unique_ptr<CudaIntervals> cuda_;                          // null on the CPU
+  std::vector<std::chrono::steady_clock::time_point> clock_;     // the CPU's marks
+};
+
 class Executor {
  public:
   /// `chain` says which members have gradients and which are carried; the stages must return
@@ -72,6 +97,8 @@ class Executor {
            c10::Device device);
   Tensors run_forward(const Tensors& inputs, const Tensors& context);
   Tensors run_backward(Tensors grad_outputs);
+  /// Times this step's operations into `recorder` (before run_forward).
+  void record_with(std::shared_ptr<StepRecorder> recorder) { recorder_ = std::move(recorder); }
 
  private:
   const Tensors& input_of(int i) const;
@@ -117,6 +144,10 @@ class Executor {
   };
   std::vector<Watched> watched_;
   void check_versions() const;
+  // The operations from `first` to the loss (run_forward) or to the end (run_backward), timed
+  // when recorder_ is set.
+  void run_operations(std::size_t first, std::size_t end);
+  std::shared_ptr<StepRecorder> recorder_;
   // The autocast state of the step's forward, in which the backward recomputes.
   AutocastState autocast_;
   // When to drop the handles on activation values (the simulator's rule).

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "remat/core.h"
 #include "remat/core/stage_input.h"
@@ -480,5 +482,147 @@ TEST_CASE("consecutive backwards run in one engine call, as exact as a call per 
         }
       }
     }
+  }
+}
+
+namespace {
+
+// A stage whose backward takes at least kSlowMs.
+constexpr int kSlowMs = 25;
+struct SlowBackward : torch::autograd::Function<SlowBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kSlowMs));
+    return grads;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a traced step times each operation where it runs, and sums as the step does",
+          "[runtime]") {
+  using Clock = std::chrono::steady_clock;
+  torch::manual_seed(5);
+  nn::Linear first(16, 16), last(16, 4);
+  std::vector<NamedStage> stages;
+  stages.push_back({"linear", nn::AnyModule(first)});
+  stages.push_back({"slow forward", remat::callable_stage([](const Tensors& x, const Tensors&) {
+                      std::this_thread::sleep_for(std::chrono::milliseconds(kSlowMs));
+                      return Tensors{torch::tanh(x[0])};
+                    })});
+  stages.push_back({"slow backward", remat::callable_stage([](const Tensors& x, const Tensors&) {
+                      return Tensors{SlowBackward::apply(x[0]) * 2};
+                    })});
+  stages.push_back({"head", nn::AnyModule(last)});
+  remat::Checkpointable chk(stages);
+  const torch::Tensor x = torch::randn({8, 16});
+  chk->measure({x}, {}, remat::ProfileOptions().repeat(1).warmup(1).min_repetition_ms(0));
+  const auto step = [&] {
+    const Clock::time_point start = Clock::now();
+    chk->forward({x}, {})[0].pow(2).sum().backward();
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
+
+  SECTION("recompute-all: each forward of the slow stage, the first and the recomputation") {
+    REQUIRE(chk->compute_sequence(std::int64_t{1} << 30, remat::Algorithm::kRecomputeAll).ok());
+    const remat::Sequence& sequence = chk->sequence();
+    INFO(remat::collapsed_string(sequence));
+    step();
+    CHECK(chk->last_trace().empty());  // not asked for
+    chk->trace_next_step();
+    const double wall_ms = step();
+    const std::vector<remat::TracedOperation> trace = chk->last_trace();
+    REQUIRE(!trace.empty());
+    CHECK(trace.front().first == 0);
+    CHECK(trace.back().last + 1 == sequence.size());
+    const std::vector<remat::OpRecord>& predicted = chk->solution().simulation.trace;
+    int slow_forwards = 0, slow_backwards = 0, recomputations = 0;
+    double measured_ms = 0;
+    bool after_loss = false;
+    for (std::size_t k = 0; k < trace.size(); ++k) {
+      const remat::TracedOperation& op = trace[k];
+      INFO("entry " << k << ": operations " << op.first << " to " << op.last << ", from "
+                    << op.start_ms << " ms, " << op.measured_ms << " ms");
+      REQUIRE(op.first <= op.last);
+      if (k > 0) {
+        CHECK(op.first == trace[k - 1].last + 1);
+        CHECK(op.start_ms >= trace[k - 1].start_ms + trace[k - 1].measured_ms);
+      }
+      double expected = 0;
+      for (std::size_t p = op.first; p <= op.last; ++p) {
+        expected += predicted[p].end_ms - predicted[p].start_ms;
+        if (p > op.first) {  // only consecutive backwards share an entry
+          CHECK(sequence[p].kind == remat::OpKind::kBackward);
+          CHECK(sequence[p].stage == sequence[p - 1].stage - 1);
+        }
+        if (sequence[p].kind == remat::OpKind::kBackward && sequence[p].stage == 2) {
+          ++slow_backwards;
+          CHECK(op.measured_ms >= kSlowMs);
+        }
+      }
+      CHECK(op.predicted_ms == Approx(expected));
+      const remat::Op& head = sequence[op.first];
+      if (head.is_forward() && after_loss) ++recomputations;
+      if (head.kind == remat::OpKind::kLoss) after_loss = true;
+      if (head.is_forward() && head.stage == 1) {
+        ++slow_forwards;
+        CHECK(op.measured_ms >= kSlowMs);
+      }
+      measured_ms += op.measured_ms;
+    }
+    const auto forwards_of = [&](int stage) {
+      return std::count_if(sequence.begin(), sequence.end(), [&](const remat::Op& op) {
+        return op.is_forward() && op.stage == stage;
+      });
+    };
+    CHECK(slow_forwards == forwards_of(1));
+    CHECK(slow_forwards >= 2);  // the first forward, and at least one recomputation
+    CHECK(slow_backwards == 1);
+    // Times are intervals of the step, not running totals: they fit in it.
+    CHECK(measured_ms <= wall_ms);
+    CHECK(trace.back().start_ms + trace.back().measured_ms <= wall_ms);
+
+    const remat::TraceSummary summary = remat::summarize_trace(trace, sequence);
+    CHECK(summary.recompute.operations == recomputations);
+    CHECK(summary.forward.operations + summary.recompute.operations ==
+          chk->solution().simulation.nograd_forwards + chk->solution().simulation.grad_forwards);
+    CHECK(summary.loss.operations == 1);
+    CHECK(summary.forward.measured_ms >= kSlowMs);
+    CHECK(summary.recompute.measured_ms >= kSlowMs);
+    CHECK(summary.backward.measured_ms >= kSlowMs);
+    CHECK(summary.predicted_ms == Approx(chk->solution().makespan_ms).epsilon(1e-9));
+    CHECK(summary.measured_ms == Approx(summary.forward.measured_ms + summary.loss.measured_ms +
+                                        summary.recompute.measured_ms +
+                                        summary.backward.measured_ms + summary.between_ms));
+    CHECK(summary.measured_ms + summary.caller_ms ==
+          Approx(trace.back().start_ms + trace.back().measured_ms));
+    CHECK(summary.between_ms >= 0);
+    CHECK(summary.caller_ms >= 0);
+
+    // The steps after it are not traced: the trace stays the traced step's.
+    step();
+    REQUIRE(chk->last_trace().size() == trace.size());
+    CHECK(chk->last_trace().front().measured_ms == trace.front().measured_ms);
+    // A trace read against another sequence is refused.
+    remat::Sequence shorter(sequence.begin(), sequence.begin() + 2);
+    CHECK_THROWS_AS(remat::summarize_trace(trace, shorter), c10::ValueError);
+  }
+
+  SECTION("store-all: the backward is one entry, one engine call") {
+    REQUIRE(chk->compute_sequence(std::int64_t{1} << 30, remat::Algorithm::kStoreAll).ok());
+    chk->trace_next_step();
+    step();
+    const std::vector<remat::TracedOperation>& trace = chk->last_trace();
+    INFO(remat::collapsed_string(chk->sequence()));
+    REQUIRE(trace.size() == 6);  // Fe_0 .. Fe_3, L, B_3..0
+    CHECK(trace.back().first == 5);
+    CHECK(trace.back().last == 8);
+    CHECK(trace.back().measured_ms >= kSlowMs);
+    const remat::TraceSummary summary = remat::summarize_trace(trace, chk->sequence());
+    CHECK(summary.recompute.operations == 0);
+    CHECK(summary.backward.operations == 4);
   }
 }

@@ -57,6 +57,47 @@ inline constexpr int kRuntimeReserveTensors = 8;
 /// on the CPU, 4 KiB on CUDA, whose caching allocator gives each scalar a 512-byte block.
 std::int64_t runtime_reserve_bytes(c10::Device device);
 
+/// One entry of a traced training step (CheckpointableImpl::trace_next_step): an operation of
+/// the schedule, or a run of consecutive backwards B_i ... B_j that one autograd engine call
+/// executed (docs/runtime.md).
+struct TracedOperation {
+  /// Its operations: sequence()[first] ... sequence()[last].
+  std::size_t first = 0;
+  std::size_t last = 0;
+  /// When it began, from the beginning of the step's first operation, and how long it took. On
+  /// a GPU, between CUDA events recorded on the current stream before and after it: the GPU's
+  /// timeline, which includes the time the GPU waited for the host's launches. On the CPU,
+  /// the host's clock.
+  double start_ms = 0;
+  double measured_ms = 0;
+  /// The chain's time for its operations (what the predicted makespan adds up).
+  double predicted_ms = 0;
+};
+
+/// A traced step, summed by kind of operation.
+struct TraceSummary {
+  struct Part {
+    int operations = 0;  ///< operations of the sequence (a fused run counts each backward)
+    double predicted_ms = 0;
+    double measured_ms = 0;
+  };
+  /// Forwards before the loss (the forward phase), the loss operation, forwards after it (the
+  /// recomputations) and the backwards.
+  Part forward, loss, recompute, backward;
+  /// Time between consecutive operations of a phase: the runtime's own work there (on a GPU,
+  /// what of it the GPU waited for). The time between the phases is the caller's (its loss,
+  /// and autograd's way to the chain's backward): `caller_ms`, in neither.
+  double between_ms = 0;
+  double caller_ms = 0;
+  /// The step from its first operation's beginning to its last one's end, caller_ms excluded:
+  /// the sum of the parts and between_ms, what the predicted makespan predicts.
+  double measured_ms = 0;
+  double predicted_ms = 0;
+};
+
+/// `trace` (CheckpointableImpl::last_trace) summed by kind; `sequence` is the traced step's.
+TraceSummary summarize_trace(const std::vector<TracedOperation>& trace, const Sequence& sequence);
+
 class CheckpointableImpl : public torch::nn::Module {
  public:
   /// Wraps `net`, whose elements are the stages of the chain (registered as "net").
@@ -124,6 +165,14 @@ class CheckpointableImpl : public torch::nn::Module {
   /// returns the members of the chain's output. A member of the input that requires grad gets
   /// its gradient.
   Tensors forward(const Tensors& inputs, const Tensors& context = {});
+  /// Records the operations of the next training step (this forward() and the backward of its
+  /// loss): last_trace() has them once that backward has run. On a GPU, the end of that
+  /// backward waits for the GPU to read the events. Steps after it are not traced.
+  void trace_next_step();
+  /// The operations of the last traced step, in order, each with its measured and predicted
+  /// time; empty until a traced step's backward has run.
+  const std::vector<TracedOperation>& last_trace() const { return *last_trace_; }
+
   /// The wrapped network (null when constructed from stages).
   torch::nn::Sequential& network() { return net_; }
   const std::vector<NamedStage>& stages() const { return stages_; }
@@ -160,6 +209,11 @@ class CheckpointableImpl : public torch::nn::Module {
   // measure()'s autocast for the sample's device type (none after set_chain, which cannot know).
   std::optional<c10::ScalarType> measured_autocast_;
   std::optional<Solution> solution_;
+  // trace_next_step(): the next step records into a new trace, which becomes last_trace_ when
+  // its backward ends (the step's executor may outlive this module: shared).
+  bool trace_next_ = false;
+  std::shared_ptr<std::vector<TracedOperation>> last_trace_ =
+      std::make_shared<std::vector<TracedOperation>>();
 };
 TORCH_MODULE(Checkpointable);
 
