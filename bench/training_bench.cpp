@@ -177,7 +177,9 @@ json traced_step(Setup& s, remat::Checkpointable& chk) {
   for (const remat::TracedOperation& op : trace)
     operations.push_back(
         {{"operations",
-          op.first == op.last ? names[op.first] : names[op.first] + ".." + names[op.last]},
+          op.first == op.last
+              ? names[op.first]
+              : names[op.first] + ".." + std::to_string(sequence[op.last].stage)},
          {"start_ms", op.start_ms},
          {"measured_ms", op.measured_ms},
          {"predicted_ms", op.predicted_ms}});

@@ -5,6 +5,8 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -50,6 +52,7 @@ struct TrainArgs {
   std::string master;
   std::string backend = "auto";
   double timeout_s = 300;
+  std::string trace_file;
 };
 
 /// Training sequences from a file of token ids: little-endian uint16 values one after the other,
@@ -202,6 +205,59 @@ int launch_ranks(const TrainArgs& args) {
   return code;
 }
 
+// A traced step as Chrome's trace event format (chrome://tracing, Perfetto): one complete
+// event ("ph": "X") per entry of the trace on the "measured" row, and per operation of the
+// sequence at its predicted time on the "predicted" row, in microseconds.
+std::string chrome_trace(const std::vector<TracedOperation>& trace, const Solution& solution,
+                         const std::string& title) {
+  const Sequence& sequence = solution.sequence;
+  const std::vector<std::string> names = op_strings(sequence);
+  const auto kind = [&](std::size_t index, bool after_loss) -> const char* {
+    const Op& op = sequence[index];
+    if (op.kind == OpKind::kLoss) return "loss";
+    if (op.kind == OpKind::kBackward) return "backward";
+    return after_loss ? "recomputation" : "forward";
+  };
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& [tid, name] : {std::pair<int, const char*>{0, "measured"}, {1, "predicted"}})
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+                      {"args", {{"name", name}}}});
+  bool after_loss = false;
+  for (const TracedOperation& op : trace) {
+    const std::string name =
+        op.first == op.last ? names[op.first]
+                            : names[op.first] + ".." + std::to_string(sequence[op.last].stage);
+    events.push_back({{"name", name},
+                      {"cat", kind(op.first, after_loss)},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", 0},
+                      {"ts", op.start_ms * 1000},
+                      {"dur", op.measured_ms * 1000},
+                      {"args", {{"predicted_ms", op.predicted_ms}, {"measured_ms", op.measured_ms}}}});
+    if (sequence[op.first].kind == OpKind::kLoss) after_loss = true;
+  }
+  after_loss = false;
+  const std::vector<OpRecord>& predicted = solution.simulation.trace;
+  for (std::size_t k = 0; k < predicted.size() && k < sequence.size(); ++k) {
+    const double ms = predicted[k].end_ms - predicted[k].start_ms;
+    events.push_back({{"name", names[k]},
+                      {"cat", kind(k, after_loss)},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", 1},
+                      {"ts", predicted[k].start_ms * 1000},
+                      {"dur", ms * 1000},
+                      {"args", {{"predicted_ms", ms}}}});
+    if (sequence[k].kind == OpKind::kLoss) after_loss = true;
+  }
+  return nlohmann::json{{"traceEvents", events},
+                        {"displayTimeUnit", "ms"},
+                        {"otherData", {{"title", title}, {"schedule", collapsed_string(sequence)}}}}
+             .dump(1) +
+         "\n";
+}
+
 // What every rank of a job must be given alike, one setting a line (a mismatch names its line):
 // another learning rate or step count would train another model, or leave a rank waiting. Not
 // compared: what a rank may have of its own (its GPU's number, its token file's path, its
@@ -342,6 +398,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
       throw;
     }
     double loss_value = 0;
+    if (speak && !args.trace_file.empty() && step + 1 == args.steps) chk->trace_next_step();
     synchronize(in.device);  // the previous step's work is not this step's time
     const PeakScope scope(tracker);
     const auto start = std::chrono::steady_clock::now();
@@ -400,6 +457,21 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
     fmt::print("{:<12} {:>14} {:>13.1f} ms\n", "predicted", format_bytes(s.peak_bytes),
                s.makespan_ms);
     fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
+    if (!args.trace_file.empty()) {
+      const TraceSummary t = summarize_trace(chk->last_trace(), s.sequence);
+      write_text_file(args.trace_file,
+                      chrome_trace(chk->last_trace(), s, in.label(args.batch) + ", " +
+                                                             args.algorithm + " for " +
+                                                             format_bytes(budget)),
+                      "the trace");
+      fmt::print(
+          "traced       step {} into {}, measured (predicted) ms: forwards {:.1f} ({:.1f}), {} "
+          "recomputation(s) {:.1f} ({:.1f}), backwards {:.1f} ({:.1f}), between operations "
+          "{:.2f}\n",
+          args.steps, args.trace_file, t.forward.measured_ms, t.forward.predicted_ms,
+          t.recompute.operations, t.recompute.measured_ms, t.recompute.predicted_ms,
+          t.backward.measured_ms, t.backward.predicted_ms, t.between_ms);
+    }
     if (dp && hidden.empty())
       fmt::print(
           "all-reduce   {:.1f} ms per step (median) after the backward's end; on a GPU its own "
@@ -551,8 +623,12 @@ Action add_train_command(CLI::App& app) {
                   "Data-parallel: seconds a rank waits for the others before it stops, naming "
                   "the rank that failed")
       ->capture_default_str();
+  cmd->add_option("--trace", args->trace_file,
+                  "Time each operation of the last step, measured against predicted, into FILE "
+                  "(Chrome's trace format: chrome://tracing, Perfetto; rank 0's in a job)");
   return [args, cmd]() -> int {
     args->classes_given = cmd->count("--classes") > 0;
+    if (!args->trace_file.empty()) check_output_path(args->trace_file, "the trace");
     REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
     // An option that would change nothing is refused rather than ignored.
     check_segments_option(*cmd, parse_algorithm(args->algorithm), args->segments);

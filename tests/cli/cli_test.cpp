@@ -1178,6 +1178,67 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   CHECK_THAT(periodic.out, Catch::Contains("schedule   periodic for "));
   CHECK(periodic.err.find("profile resnet18") == std::string::npos);
 
+  // --trace: the last step, operation by operation, measured against predicted, in Chrome's
+  // trace format: the "measured" row covers the sequence once, in order (consecutive backwards
+  // as one engine call), the "predicted" row has each operation at its predicted time.
+  const std::string trace_path = dir.path() + "/trace.json";
+  const RunResult traced =
+      with({"--budget", "90%", "--steps", "2", "--chain", chain, "--trace", trace_path});
+  INFO(describe(traced));
+  REQUIRE(traced.exit_code == 0);
+  CHECK_THAT(traced.out, Catch::Contains("traced       step 2 into " + trace_path +
+                                         ", measured (predicted) ms: forwards "));
+  const json trace = json::parse(read_file(trace_path));
+  const std::string schedule = trace["otherData"]["schedule"];
+  CHECK_THAT(traced.out, Catch::Contains(": " + schedule + "\n"));  // the schedule it ran
+  std::vector<std::string> operations;  // the sequence, one operation each
+  {
+    std::istringstream collapsed(schedule);
+    for (std::string ops; collapsed >> ops;) {
+      const auto dots = ops.find("..");
+      if (dots == std::string::npos) {
+        operations.push_back(ops);
+        continue;
+      }
+      const std::string kind = ops.substr(0, ops.find('_') + 1);
+      const int from = std::stoi(ops.substr(kind.size(), dots - kind.size()));
+      const int to = std::stoi(ops.substr(dots + 2));
+      for (int i = from; i != to + (to > from ? 1 : -1); i += to > from ? 1 : -1)
+        operations.push_back(kind + std::to_string(i));
+    }
+  }
+  std::vector<std::string> measured_names, predicted_names;
+  std::map<std::string, int> recomputations;
+  double end_ms = 0;
+  for (const json& event : trace["traceEvents"]) {
+    if (event["ph"] != "X") continue;
+    const std::string name = event["name"];
+    recomputations[event["tid"] == 0 ? "measured" : "predicted"] += event["cat"] == "recomputation";
+    CHECK(event["dur"].get<double>() >= 0);
+    if (event["tid"] == 1) {
+      predicted_names.push_back(name);
+      continue;
+    }
+    CHECK(event["ts"].get<double>() >= end_ms - 1e-6);  // after the one before
+    end_ms = event["ts"].get<double>() + event["dur"].get<double>();
+    const auto dots = name.find("..");
+    if (dots == std::string::npos) {
+      measured_names.push_back(name);
+      continue;
+    }
+    CHECK(name.rfind("B_", 0) == 0);  // only backwards are fused
+    for (int i = std::stoi(name.substr(2, dots - 2)); i >= std::stoi(name.substr(dots + 2)); --i)
+      measured_names.push_back("B_" + std::to_string(i));
+  }
+  CHECK(predicted_names == operations);
+  CHECK(measured_names == operations);
+  const auto loss = std::find(operations.begin(), operations.end(), "L");
+  const auto after_loss = std::count_if(loss, operations.end(),
+                                        [](const std::string& op) { return op[0] != 'B' && op != "L"; });
+  CHECK(after_loss > 0);  // 90% recomputes
+  CHECK(recomputations["predicted"] == after_loss);
+  CHECK(recomputations["measured"] == after_loss);
+
   json renamed_doc = json::parse(read_file(chain));
   CHECK(renamed_doc["name"] == "resnet18 b4 64x64 cpu");
   renamed_doc["name"] = "resnet34 b4 64x64 cpu";
@@ -1202,6 +1263,8 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
       // resnet18 chain stands for one with as many: resnet34 for resnet50).
       {{"--budget", "50%", "--chain", renamed},
        "the chain was profiled for resnet34 (its name is 'resnet34 b4 64x64 cpu'), not resnet18"},
+      {{"--budget", "90%", "--trace", dir.path() + "/missing/trace.json"},
+       "cannot write the trace: the folder " + dir.path() + "/missing does not exist"},
   };
   for (const auto& [args, fragment] : bad) {
     const RunResult r = with(args);
