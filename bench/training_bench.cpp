@@ -165,24 +165,18 @@ json traced_step(Setup& s, remat::Checkpointable& chk) {
     return json();
   }
   const std::vector<remat::TracedOperation>& trace = chk->last_trace();
-  const remat::Sequence& sequence = chk->sequence();
-  const remat::TraceSummary sum = remat::summarize_trace(trace, sequence);
+  const remat::TraceSummary sum = remat::summarize_trace(trace);
   const auto part = [](const remat::TraceSummary::Part& p) {
     return json{{"operations", p.operations},
                 {"predicted_ms", p.predicted_ms},
                 {"measured_ms", p.measured_ms}};
   };
-  const std::vector<std::string> names = remat::op_strings(sequence);
   json operations = json::array();
   for (const remat::TracedOperation& op : trace)
-    operations.push_back(
-        {{"operations",
-          op.first == op.last
-              ? names[op.first]
-              : names[op.first] + ".." + std::to_string(sequence[op.last].stage)},
-         {"start_ms", op.start_ms},
-         {"measured_ms", op.measured_ms},
-         {"predicted_ms", op.predicted_ms}});
+    operations.push_back({{"operations", op.label},
+                          {"start_ms", op.start_ms},
+                          {"measured_ms", op.measured_ms},
+                          {"predicted_ms", op.predicted_ms}});
   return json{{"forward", part(sum.forward)},     {"loss", part(sum.loss)},
               {"recompute", part(sum.recompute)}, {"backward", part(sum.backward)},
               {"between_ms", sum.between_ms},     {"caller_ms", sum.caller_ms},

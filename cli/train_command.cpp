@@ -212,44 +212,45 @@ std::string chrome_trace(const std::vector<TracedOperation>& trace, const Soluti
                          const std::string& title) {
   const Sequence& sequence = solution.sequence;
   const std::vector<std::string> names = op_strings(sequence);
-  const auto kind = [&](std::size_t index, bool after_loss) -> const char* {
-    const Op& op = sequence[index];
-    if (op.kind == OpKind::kLoss) return "loss";
-    if (op.kind == OpKind::kBackward) return "backward";
-    return after_loss ? "recomputation" : "forward";
+  const auto category = [](TracedOperation::Kind kind) {
+    switch (kind) {
+      case TracedOperation::Kind::kForward: return "forward";
+      case TracedOperation::Kind::kLoss: return "loss";
+      case TracedOperation::Kind::kRecomputation: return "recomputation";
+      case TracedOperation::Kind::kBackward: return "backward";
+    }
+    return "";
   };
   nlohmann::json events = nlohmann::json::array();
   for (const auto& [tid, name] : {std::pair<int, const char*>{0, "measured"}, {1, "predicted"}})
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
                       {"args", {{"name", name}}}});
-  bool after_loss = false;
-  for (const TracedOperation& op : trace) {
-    const std::string name =
-        op.first == op.last ? names[op.first]
-                            : names[op.first] + ".." + std::to_string(sequence[op.last].stage);
-    events.push_back({{"name", name},
-                      {"cat", kind(op.first, after_loss)},
+  for (const TracedOperation& op : trace)
+    events.push_back({{"name", op.label},
+                      {"cat", category(op.kind)},
                       {"ph", "X"},
                       {"pid", 0},
                       {"tid", 0},
                       {"ts", op.start_ms * 1000},
                       {"dur", op.measured_ms * 1000},
                       {"args", {{"predicted_ms", op.predicted_ms}, {"measured_ms", op.measured_ms}}}});
-    if (sequence[op.first].kind == OpKind::kLoss) after_loss = true;
-  }
-  after_loss = false;
+  bool after_loss = false;
   const std::vector<OpRecord>& predicted = solution.simulation.trace;
   for (std::size_t k = 0; k < predicted.size() && k < sequence.size(); ++k) {
+    const Op& op = sequence[k];
     const double ms = predicted[k].end_ms - predicted[k].start_ms;
     events.push_back({{"name", names[k]},
-                      {"cat", kind(k, after_loss)},
+                      {"cat", op.kind == OpKind::kLoss       ? "loss"
+                              : op.kind == OpKind::kBackward ? "backward"
+                              : after_loss                   ? "recomputation"
+                                                             : "forward"},
                       {"ph", "X"},
                       {"pid", 0},
                       {"tid", 1},
                       {"ts", predicted[k].start_ms * 1000},
                       {"dur", ms * 1000},
                       {"args", {{"predicted_ms", ms}}}});
-    if (sequence[k].kind == OpKind::kLoss) after_loss = true;
+    after_loss = after_loss || op.kind == OpKind::kLoss;
   }
   return nlohmann::json{{"traceEvents", events},
                         {"displayTimeUnit", "ms"},
@@ -458,7 +459,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
                s.makespan_ms);
     fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
     if (!args.trace_file.empty()) {
-      const TraceSummary t = summarize_trace(chk->last_trace(), s.sequence);
+      const TraceSummary t = summarize_trace(chk->last_trace());
       write_text_file(args.trace_file,
                       chrome_trace(chk->last_trace(), s, in.label(args.batch) + ", " +
                                                              args.algorithm + " for " +

@@ -387,7 +387,7 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
   if (trace_next_) {
     trace_next_ = false;
     executor->record_with(std::make_shared<detail::StepRecorder>(
-        inputs.front().device(), solution_->simulation, last_trace_));
+        inputs.front().device(), solution_->sequence, solution_->simulation, last_trace_));
   }
   Tensors outputs;
   {
@@ -413,19 +413,15 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
 
 void CheckpointableImpl::trace_next_step() { trace_next_ = true; }
 
-TraceSummary summarize_trace(const std::vector<TracedOperation>& trace, const Sequence& sequence) {
+TraceSummary summarize_trace(const std::vector<TracedOperation>& trace) {
   TraceSummary summary;
-  bool after_loss = false;
   for (std::size_t k = 0; k < trace.size(); ++k) {
     const TracedOperation& op = trace[k];
-    TORCH_CHECK_VALUE(op.first <= op.last && op.last < sequence.size(), "summarize_trace: entry ",
-                      k, " has operations ", op.first, " to ", op.last, " of a sequence of ",
-                      sequence.size(), ": not this step's sequence");
-    const Op& head = sequence[op.first];
-    TraceSummary::Part& part = head.kind == OpKind::kLoss       ? summary.loss
-                               : head.kind == OpKind::kBackward ? summary.backward
-                               : after_loss                     ? summary.recompute
-                                                                : summary.forward;
+    using Kind = TracedOperation::Kind;
+    TraceSummary::Part& part = op.kind == Kind::kLoss            ? summary.loss
+                               : op.kind == Kind::kBackward      ? summary.backward
+                               : op.kind == Kind::kRecomputation ? summary.recompute
+                                                                 : summary.forward;
     part.operations += static_cast<int>(op.last - op.first + 1);
     part.predicted_ms += op.predicted_ms;
     part.measured_ms += op.measured_ms;
@@ -433,9 +429,8 @@ TraceSummary summarize_trace(const std::vector<TracedOperation>& trace, const Se
     if (k + 1 < trace.size()) {
       const double gap = trace[k + 1].start_ms - (op.start_ms + op.measured_ms);
       // The loss operation ends the forward phase; the caller's loss and backward follow.
-      (head.kind == OpKind::kLoss ? summary.caller_ms : summary.between_ms) += gap;
+      (op.kind == Kind::kLoss ? summary.caller_ms : summary.between_ms) += gap;
     }
-    if (head.kind == OpKind::kLoss) after_loss = true;
   }
   if (!trace.empty())
     summary.measured_ms = trace.back().start_ms + trace.back().measured_ms - summary.caller_ms;

@@ -420,9 +420,10 @@ void Executor::abandon() noexcept {
   watched_.clear();
 }
 
-StepRecorder::StepRecorder(c10::Device device, const Simulation& predicted,
+StepRecorder::StepRecorder(c10::Device device, const Sequence& sequence,
+                           const Simulation& predicted,
                            std::shared_ptr<std::vector<TracedOperation>> out)
-    : out_(std::move(out)) {
+    : sequence_(sequence), out_(std::move(out)) {
   for (const OpRecord& record : predicted.trace)
     predicted_ms_.push_back(record.end_ms - record.start_ms);
   operations_.reserve(predicted_ms_.size());
@@ -464,11 +465,22 @@ void StepRecorder::finish() {
   REMAT_INTERNAL_ASSERT(gaps.size() + 1 == 2 * operations_.size(), "a traced step has ",
                         gaps.size() + 1, " marks for ", operations_.size(), " operations");
   std::vector<TracedOperation> trace;
+  const std::vector<std::string> names = op_strings(sequence_);
+  bool after_loss = false;
   double at = 0;
   for (std::size_t k = 0; k < operations_.size(); ++k) {
     TracedOperation op;
     op.first = operations_[k].first;
     op.last = operations_[k].second;
+    const Op& head = sequence_[op.first];
+    op.label = names[op.first];
+    if (op.last != op.first) op.label += ".." + std::to_string(sequence_[op.last].stage);
+    using Kind = TracedOperation::Kind;
+    op.kind = head.kind == OpKind::kLoss       ? Kind::kLoss
+              : head.kind == OpKind::kBackward ? Kind::kBackward
+              : after_loss                     ? Kind::kRecomputation
+                                               : Kind::kForward;
+    after_loss = after_loss || head.kind == OpKind::kLoss;
     op.start_ms = at;
     op.measured_ms = gaps[2 * k];
     for (std::size_t p = op.first; p <= op.last && p < predicted_ms_.size(); ++p)

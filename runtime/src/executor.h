@@ -71,7 +71,7 @@ class BufferCopy {
 /// until finish()), the host's clock on the CPU. finish() writes the trace into `out`.
 class StepRecorder {
  public:
-  StepRecorder(c10::Device device, const Simulation& predicted,
+  StepRecorder(c10::Device device, const Sequence& sequence, const Simulation& predicted,
                std::shared_ptr<std::vector<TracedOperation>> out);
   ~StepRecorder();
   StepRecorder(const StepRecorder&) = delete;
@@ -82,6 +82,7 @@ class StepRecorder {
   void finish();
 
  private:
+  Sequence sequence_;
   std::vector<double> predicted_ms_;  // per operation of the sequence
   std::shared_ptr<std::vector<TracedOperation>> out_;
   std::vector<std::pair<std::size_t, std::size_t>> operations_;  // first, last

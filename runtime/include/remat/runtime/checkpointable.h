@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "remat/core/stage.h"
@@ -61,9 +62,18 @@ std::int64_t runtime_reserve_bytes(c10::Device device);
 /// the schedule, or a run of consecutive backwards B_i ... B_j that one autograd engine call
 /// executed (docs/runtime.md).
 struct TracedOperation {
-  /// Its operations: sequence()[first] ... sequence()[last].
+  enum class Kind {
+    kForward,        ///< a forward before the loss (the forward phase)
+    kLoss,           ///< the loss operation
+    kRecomputation,  ///< a forward after the loss
+    kBackward,       ///< backwards (consecutive ones that one engine call ran)
+  };
+  /// Its operations: the traced step's sequence()[first] ... sequence()[last].
   std::size_t first = 0;
   std::size_t last = 0;
+  /// As in the sequence's text: "Fe_3", "L", "B_9..7".
+  std::string label;
+  Kind kind = Kind::kForward;
   /// When it began, from the beginning of the step's first operation, and how long it took. On
   /// a GPU, between CUDA events recorded on the current stream before and after it: the GPU's
   /// timeline, which includes the time the GPU waited for the host's launches. On the CPU,
@@ -95,8 +105,8 @@ struct TraceSummary {
   double predicted_ms = 0;
 };
 
-/// `trace` (CheckpointableImpl::last_trace) summed by kind; `sequence` is the traced step's.
-TraceSummary summarize_trace(const std::vector<TracedOperation>& trace, const Sequence& sequence);
+/// `trace` (CheckpointableImpl::last_trace) summed by kind.
+TraceSummary summarize_trace(const std::vector<TracedOperation>& trace);
 
 class CheckpointableImpl : public torch::nn::Module {
  public:
