@@ -281,6 +281,33 @@ class Checkpointable(nn.Module):
         outputs = self._impl.forward(_as_list(inputs, "input"), context_list)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
+    # ---- where a step's time goes ----------------------------------------------------
+
+    def trace_next_step(self) -> None:
+        """Makes the next training step record its operations: once the backward of its loss
+        has run, ``last_trace`` lists them, each timed where it ran (between CUDA events on a
+        GPU: the GPU's own timeline), and ``trace_summary`` sums them by kind (docs/python.md).
+        The steps after it are not traced."""
+        self._impl.trace_next_step()
+
+    @property
+    def last_trace(self) -> list:
+        """The operations of the last traced step, in order: dicts with ``operations`` (their
+        text: ``"Fe_3"``, ``"B_9..7"`` for consecutive backwards that one engine call ran),
+        ``kind`` (``forward``, ``loss``, ``recomputation`` or ``backward``), ``first`` and
+        ``last`` (their indices in the sequence), ``start_ms``, ``measured_ms`` and
+        ``predicted_ms``. Empty until a traced step's backward has run."""
+        return self._impl.last_trace
+
+    @property
+    def trace_summary(self) -> dict:
+        """``last_trace`` summed by kind: for ``forward``, ``loss``, ``recomputation`` and
+        ``backward``, the number of operations and their predicted and measured ms; then
+        ``between_ms`` (the time between operations, the runtime's own work), ``caller_ms``
+        (between the forward phase and the backward: the caller's loss), and the step's
+        ``predicted_ms`` and ``measured_ms`` (without ``caller_ms``)."""
+        return self._impl.trace_summary
+
     def extra_repr(self) -> str:
         if not self._impl.has_chain():
             return "not measured yet"

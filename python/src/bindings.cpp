@@ -129,6 +129,17 @@ void chain_python_cause(const std::exception& error) {
   raised.restore();
 }
 
+// A traced operation's kind, as Python sees it.
+const char* trace_kind_name(TracedOperation::Kind kind) {
+  switch (kind) {
+    case TracedOperation::Kind::kForward: return "forward";
+    case TracedOperation::Kind::kLoss: return "loss";
+    case TracedOperation::Kind::kRecomputation: return "recomputation";
+    case TracedOperation::Kind::kBackward: return "backward";
+  }
+  return "";
+}
+
 }  // namespace
 }  // namespace remat::python
 
@@ -369,5 +380,42 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           },
           py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0)
       .def_property_readonly("device",
-                             [](const CheckpointableImpl& self) { return self.device().str(); });
+                             [](const CheckpointableImpl& self) { return self.device().str(); })
+      .def("trace_next_step", &CheckpointableImpl::trace_next_step)
+      .def_property_readonly("last_trace",
+                             [](const CheckpointableImpl& self) {
+                               py::list out;
+                               for (const TracedOperation& op : self.last_trace()) {
+                                 py::dict entry;
+                                 entry["operations"] = op.label;
+                                 entry["kind"] = trace_kind_name(op.kind);
+                                 entry["first"] = op.first;
+                                 entry["last"] = op.last;
+                                 entry["start_ms"] = op.start_ms;
+                                 entry["measured_ms"] = op.measured_ms;
+                                 entry["predicted_ms"] = op.predicted_ms;
+                                 out.append(entry);
+                               }
+                               return out;
+                             })
+      .def_property_readonly("trace_summary", [](const CheckpointableImpl& self) {
+        const TraceSummary t = summarize_trace(self.last_trace());
+        const auto part = [](const TraceSummary::Part& p) {
+          py::dict d;
+          d["operations"] = p.operations;
+          d["predicted_ms"] = p.predicted_ms;
+          d["measured_ms"] = p.measured_ms;
+          return d;
+        };
+        py::dict d;
+        d["forward"] = part(t.forward);
+        d["loss"] = part(t.loss);
+        d["recomputation"] = part(t.recompute);
+        d["backward"] = part(t.backward);
+        d["between_ms"] = t.between_ms;
+        d["caller_ms"] = t.caller_ms;
+        d["predicted_ms"] = t.predicted_ms;
+        d["measured_ms"] = t.measured_ms;
+        return d;
+      });
 }

@@ -337,3 +337,43 @@ def test_checkpoint_sequential_takes_a_budget_and_equals_plain():
     cached = next(iter(cache.values()))
     remat.checkpoint_sequential(ours, "95%", x)
     assert len(cache) == 1 and next(iter(cache.values())) is cached
+
+
+def test_a_traced_step_times_each_operation_where_it_ran():
+    import time
+
+    class SlowForward(nn.Module):
+        def forward(self, x):
+            time.sleep(0.02)
+            return torch.tanh(x)
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 16), SlowForward(), nn.Linear(16, 4))
+    x = torch.randn(8, 16)
+    model = remat.Checkpointable(net, x)
+    model.compute_sequence(2**30, algorithm="recompute-all")
+    assert model.last_trace == []
+    model.trace_next_step()
+    start = time.perf_counter()
+    model(x).square().sum().backward()
+    wall_ms = 1000 * (time.perf_counter() - start)
+    trace = model.last_trace
+    operations = model.solution.operations
+    # Every operation once, in order, each entry after the one before and within the step.
+    assert [e["first"] for e in trace] == [0] + [e["last"] + 1 for e in trace[:-1]]
+    assert trace[-1]["last"] == len(operations) - 1
+    assert all(b["start_ms"] >= a["start_ms"] + a["measured_ms"] for a, b in zip(trace, trace[1:]))
+    assert sum(e["measured_ms"] for e in trace) <= wall_ms
+    slow = [e for e in trace if e["operations"].endswith("_1") and e["kind"] != "backward"]
+    assert [e["kind"] for e in slow] == ["forward"] + ["recomputation"] * (len(slow) - 1)
+    assert len(slow) >= 2 and all(e["measured_ms"] >= 20 for e in slow)
+    summary = model.trace_summary
+    assert summary["recomputation"]["operations"] == sum(e["kind"] == "recomputation" for e in trace)
+    assert summary["recomputation"]["measured_ms"] >= 20
+    assert summary["predicted_ms"] == pytest.approx(model.solution.makespan_ms)
+    parts = ("forward", "loss", "recomputation", "backward")
+    assert summary["measured_ms"] == pytest.approx(
+        sum(summary[p]["measured_ms"] for p in parts) + summary["between_ms"])
+    # The next step is not traced.
+    model(x).square().sum().backward()
+    assert model.last_trace == trace
