@@ -129,17 +129,6 @@ void chain_python_cause(const std::exception& error) {
   raised.restore();
 }
 
-// A traced operation's kind, as Python sees it.
-const char* trace_kind_name(TracedOperation::Kind kind) {
-  switch (kind) {
-    case TracedOperation::Kind::kForward: return "forward";
-    case TracedOperation::Kind::kLoss: return "loss";
-    case TracedOperation::Kind::kRecomputation: return "recomputation";
-    case TracedOperation::Kind::kBackward: return "backward";
-  }
-  return "";
-}
-
 }  // namespace
 }  // namespace remat::python
 
@@ -388,7 +377,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                for (const TracedOperation& op : self.last_trace()) {
                                  py::dict entry;
                                  entry["operations"] = op.label;
-                                 entry["kind"] = trace_kind_name(op.kind);
+                                 entry["kind"] = traced_kind_name(op.kind);
                                  entry["first"] = op.first;
                                  entry["last"] = op.last;
                                  entry["start_ms"] = op.start_ms;

@@ -413,6 +413,30 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
 
 void CheckpointableImpl::trace_next_step() { trace_next_ = true; }
 
+const char* traced_kind_name(TracedOperation::Kind kind) {
+  switch (kind) {
+    case TracedOperation::Kind::kForward: return "forward";
+    case TracedOperation::Kind::kLoss: return "loss";
+    case TracedOperation::Kind::kRecomputation: return "recomputation";
+    case TracedOperation::Kind::kBackward: return "backward";
+  }
+  return "";
+}
+
+std::vector<TracedOperation::Kind> operation_kinds(const Sequence& sequence) {
+  using Kind = TracedOperation::Kind;
+  std::vector<Kind> kinds;
+  bool after_loss = false;
+  for (const Op& op : sequence) {
+    kinds.push_back(op.kind == OpKind::kLoss       ? Kind::kLoss
+                    : op.kind == OpKind::kBackward ? Kind::kBackward
+                    : after_loss                   ? Kind::kRecomputation
+                                                   : Kind::kForward);
+    after_loss = after_loss || op.kind == OpKind::kLoss;
+  }
+  return kinds;
+}
+
 TraceSummary summarize_trace(const std::vector<TracedOperation>& trace) {
   TraceSummary summary;
   for (std::size_t k = 0; k < trace.size(); ++k) {

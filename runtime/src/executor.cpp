@@ -466,21 +466,15 @@ void StepRecorder::finish() {
                         gaps.size() + 1, " marks for ", operations_.size(), " operations");
   std::vector<TracedOperation> trace;
   const std::vector<std::string> names = op_strings(sequence_);
-  bool after_loss = false;
+  const std::vector<TracedOperation::Kind> kinds = operation_kinds(sequence_);
   double at = 0;
   for (std::size_t k = 0; k < operations_.size(); ++k) {
     TracedOperation op;
     op.first = operations_[k].first;
     op.last = operations_[k].second;
-    const Op& head = sequence_[op.first];
     op.label = names[op.first];
     if (op.last != op.first) op.label += ".." + std::to_string(sequence_[op.last].stage);
-    using Kind = TracedOperation::Kind;
-    op.kind = head.kind == OpKind::kLoss       ? Kind::kLoss
-              : head.kind == OpKind::kBackward ? Kind::kBackward
-              : after_loss                     ? Kind::kRecomputation
-                                               : Kind::kForward;
-    after_loss = after_loss || head.kind == OpKind::kLoss;
+    op.kind = kinds[op.first];
     op.start_ms = at;
     op.measured_ms = gaps[2 * k];
     for (std::size_t p = op.first; p <= op.last && p < predicted_ms_.size(); ++p)

@@ -84,6 +84,12 @@ struct TracedOperation {
   double predicted_ms = 0;
 };
 
+/// "forward", "loss", "recomputation" or "backward".
+const char* traced_kind_name(TracedOperation::Kind kind);
+/// The kind of each operation of `sequence`, as a traced step reports it: a forward is a
+/// recomputation when it comes after the loss.
+std::vector<TracedOperation::Kind> operation_kinds(const Sequence& sequence);
+
 /// A traced step, summed by kind of operation.
 struct TraceSummary {
   struct Part {
