@@ -112,6 +112,9 @@ struct Measured {
   // of the step, and the largest the allocator's reserved segments and its live blocks
   // reached in all (parameters and cache included).
   std::int64_t requested_peak_bytes = -1, reserved_bytes = -1, allocated_total_bytes = -1;
+  // CUDA only, per timed step: the allocator's calls of cudaMalloc and its retries after
+  // freeing its cache (each waits for the GPU), to tell a slow step's cause.
+  std::vector<std::int64_t> step_device_allocs, step_alloc_retries;
   double median_ms() const { return step_ms.empty() ? 0 : median(step_ms); }
 };
 
@@ -125,7 +128,11 @@ Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tenso
       remat::synchronize(s.device);
       const remat::PeakScope scope(tracker);
       std::int64_t requested_start = 0;
-      if (s.device.is_cuda()) requested_start = remat::cuda_allocator_stats(s.device).requested;
+      remat::CudaAllocatorStats start_stats;
+      if (s.device.is_cuda()) {
+        start_stats = remat::cuda_allocator_stats(s.device);
+        requested_start = start_stats.requested;
+      }
       const auto start = Clock::now();
       // The output is let go once the loss has its value, as the chain says (profile()).
       torch::Tensor loss = s.loss(forward(s.sample));
@@ -142,6 +149,8 @@ Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tenso
               std::max(m.requested_peak_bytes, stats.requested_peak - requested_start);
         m.reserved_bytes = std::max(m.reserved_bytes, stats.reserved_peak);
         m.allocated_total_bytes = std::max(m.allocated_total_bytes, stats.allocated_peak);
+        m.step_device_allocs.push_back(stats.device_allocs - start_stats.device_allocs);
+        m.step_alloc_retries.push_back(stats.alloc_retries - start_stats.alloc_retries);
       }
     }
   } catch (const c10::OutOfMemoryError& error) {
@@ -152,15 +161,27 @@ Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tenso
   return m;
 }
 
+// The allocator's calls per timed step, on a GPU, into a fidelity row.
+void add_allocator_calls(const Measured& m, json& row) {
+  if (m.step_device_allocs.empty()) return;
+  row["step_device_allocs"] = m.step_device_allocs;
+  row["step_alloc_retries"] = m.step_alloc_retries;
+}
+
 // One more step of `chk`'s schedule, traced (CheckpointableImpl::trace_next_step): where its
 // time goes, operation by operation, against the prediction. Empty on out of memory.
 json traced_step(Setup& s, remat::Checkpointable& chk) {
+  std::int64_t device_allocs = -1;
   try {
     for (auto& p : s.net->parameters()) p.mutable_grad().zero_();
     remat::synchronize(s.device);
+    const std::int64_t allocs_before =
+        s.device.is_cuda() ? remat::cuda_allocator_stats(s.device).device_allocs : -1;
     chk->trace_next_step();
     s.loss(chk->forward(remat::Tensors{s.sample})).backward();
     remat::synchronize(s.device);
+    if (s.device.is_cuda())
+      device_allocs = remat::cuda_allocator_stats(s.device).device_allocs - allocs_before;
   } catch (const c10::OutOfMemoryError&) {
     return json();
   }
@@ -181,7 +202,29 @@ json traced_step(Setup& s, remat::Checkpointable& chk) {
               {"recompute", part(sum.recompute)}, {"backward", part(sum.backward)},
               {"between_ms", sum.between_ms},     {"caller_ms", sum.caller_ms},
               {"measured_ms", sum.measured_ms},   {"predicted_ms", sum.predicted_ms},
-              {"operations", operations}};
+              {"device_allocs", device_allocs},   {"operations", operations}};
+}
+
+// `count` traced steps (traced_step), in order: steps vary (some run as predicted, others
+// slower), so one traced step alone may be the exception. Empty on out of memory.
+json traced_steps(Setup& s, remat::Checkpointable& chk, int count) {
+  json steps = json::array();
+  for (int k = 0; k < count; ++k) {
+    json step = traced_step(s, chk);
+    if (step.is_null()) return json();
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+// The step whose measured time is the median of `steps` (the lower one of an even count).
+const json& median_step(const json& steps) {
+  std::vector<std::size_t> order(steps.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return steps[a]["measured_ms"].get<double>() < steps[b]["measured_ms"].get<double>();
+  });
+  return steps[order[(order.size() - 1) / 2]];
 }
 
 // "predicted / measured" of one part of a traced step, for the tables.
@@ -204,7 +247,7 @@ std::string device_name(torch::Device device) {
 // ---- fidelity ----
 
 int fidelity(const std::vector<std::string>& models, torch::Device device, int batch, int image,
-             const std::vector<double>& budgets, int steps, int warmup, int repeat,
+             const std::vector<double>& budgets, int steps, int warmup, int repeat, int traced,
              const std::string& json_path, const std::string& markdown_path) {
   std::ostringstream md;
   md << "Fidelity on " << device_name(device) << ", LibTorch " << TORCH_VERSION
@@ -234,6 +277,7 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
         const std::int64_t measured = m.peak_bytes + s.chain.input_bytes();
         row["measured_ms"] = m.median_ms();
         row["step_ms"] = m.step_ms;
+        add_allocator_calls(m, row);
         row["measured_peak_bytes"] = measured;
         char line[256];
         std::snprintf(line, sizeof line, "| %s | %.1f | %.1f | %.3f | %s |\n", s.label().c_str(),
@@ -278,6 +322,7 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       all_within = all_within && within;
       row["measured_peak_bytes"] = measured;
       row["step_ms"] = m.step_ms;
+      add_allocator_calls(m, row);
       row["measured_ms"] = m.median_ms();
       row["within_budget"] = within;
       if (m.reserved_bytes >= 0) {
@@ -306,9 +351,11 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       md << line;
       std::printf("%s", line);
       std::fflush(stdout);
-      const json trace = traced_step(s, chk);
-      if (!trace.is_null()) {
+      const json traces = traced_steps(s, chk, traced);
+      if (!traces.is_null() && !traces.empty()) {
+        const json& trace = median_step(traces);
         row["trace"] = trace;
+        row["traces"] = traces;
         char text[512];
         std::snprintf(
             text, sizeof text, "| %s | %.0f%% | %s | %s (%d) | %s | %.2f | %.1f / %.1f |\n",
@@ -335,7 +382,8 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
        << "|---|---:|---:|---:|---:|---:|\n"
        << allocator_md.str();
   if (!trace_md.str().empty())
-    md << "\nWhere the time goes: one more step of each schedule, traced (each operation timed "
+    md << "\nWhere the time goes: " << traced << " more steps of each schedule, traced, the median one "
+          "shown (each operation timed "
           "where it runs; on a GPU, between CUDA events), predicted / measured ms: the forwards "
           "before the loss, the recomputations (forwards after it, how many), the backwards, "
           "the time between operations (the runtime's own work), and the step without the "
@@ -545,7 +593,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string device_text = "cpu", json_path, markdown_path, svg_path, pytorch_json, models_text = "resnet18",
               budgets_text = "100,75,50,30", timing_text = "auto";
-  int batch = 32, image = 0, steps = 20, warmup = 3, repeat = 5, threads = 0;
+  int batch = 32, image = 0, steps = 20, warmup = 3, repeat = 5, threads = 0, traced = 5;
   bool malloc_defaults = false;
   for (CLI::App* cmd : {app.add_subcommand("fidelity", "Peak and step time against the prediction"),
                         app.add_subcommand("throughput", "Throughput against checkpoint_sequential")}) {
@@ -565,14 +613,18 @@ int main(int argc, char** argv) {
         ->capture_default_str();
   }
   app.get_subcommand("fidelity")->add_option("--models", models_text, "Comma-separated")->capture_default_str();
+  app.get_subcommand("fidelity")
+      ->add_option("--traced", traced, "Traced steps after the timed ones (the table: their median)")
+      ->capture_default_str();
   CLI::App* tp = app.get_subcommand("throughput");
   tp->add_option("--model", models_text)->required();
   tp->add_option("--pytorch-json", pytorch_json, "Results of bench/pytorch_baseline.py to merge");
   tp->add_option("--svg", svg_path, "Draw throughput against peak memory");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (steps < 1 || warmup < 0 || batch < 1 || repeat < 1)
-      throw std::invalid_argument("--steps, --batch and --repeat must be at least 1, --warmup at least 0");
+    if (steps < 1 || warmup < 0 || batch < 1 || repeat < 1 || traced < 0)
+      throw std::invalid_argument(
+          "--steps, --batch and --repeat must be at least 1, --warmup and --traced at least 0");
     profile_timing = remat::parse_timing(timing_text);
     const torch::Device device(device_text);
     if (device.is_cuda()) remat::exact_cuda_blocks();  // plain training measured alike
@@ -582,7 +634,7 @@ int main(int argc, char** argv) {
     for (const std::string& b : split(budgets_text)) budgets.push_back(std::stod(b));
     if (app.got_subcommand("fidelity"))
       return fidelity(split(models_text), device, batch, image, budgets, steps, warmup, repeat,
-                      json_path, markdown_path);
+                      traced, json_path, markdown_path);
     return throughput(models_text, device, batch, image, budgets, steps, warmup, repeat,
                       pytorch_json, json_path, markdown_path, svg_path);
   } catch (const std::exception& error) {

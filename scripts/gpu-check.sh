@@ -87,7 +87,7 @@ else
   device=cpu
   [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python
   distributed_args=(--model resnet18 --batch 2 --image 32 --steps 2 --budget 100% --repeat 1)
-  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1)
+  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1 --traced 2)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
   throughput_args=(--steps 3 --warmup 1 --repeat 1)
   baseline_args=(--steps 3 --warmup 1)

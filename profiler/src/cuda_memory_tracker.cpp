@@ -50,6 +50,22 @@ void read_requested_bytes(const Stats& stats, CudaAllocatorStats& out) {
   }
 }
 
+// DeviceStats::num_device_alloc and num_device_free (calls of cudaMalloc and cudaFree)
+// appeared in LibTorch 2.1, with num_sync_all_streams.
+template <typename Stats, typename = void>
+struct HasDeviceAllocCount : std::false_type {};
+template <typename Stats>
+struct HasDeviceAllocCount<Stats, std::void_t<decltype(std::declval<Stats&>().num_device_alloc)>>
+    : std::true_type {};
+
+template <typename Stats>
+void read_device_calls(const Stats& stats, CudaAllocatorStats& out) {
+  if constexpr (HasDeviceAllocCount<Stats>::value) {
+    out.device_allocs = stats.num_device_alloc;
+    out.device_frees = stats.num_device_free;
+  }
+}
+
 class CudaMemoryTracker final : public MemoryTracker {
  public:
   explicit CudaMemoryTracker(int index) : index_(static_cast<c10::DeviceIndex>(index)) {}
@@ -101,6 +117,8 @@ CudaAllocatorStats cuda_allocator_stats(int device_index) {
   out.reserved = stats.reserved_bytes[0].current;
   out.reserved_peak = stats.reserved_bytes[0].peak;
   read_requested_bytes(stats, out);
+  out.alloc_retries = stats.num_alloc_retries;
+  read_device_calls(stats, out);
   return out;
 }
 

@@ -107,6 +107,25 @@ TEST_CASE("cuda_allocator_stats: blocks as the tracker counts them, exact sizes,
   CHECK(after.reserved_peak >= after.allocated_peak);
 }
 
+TEST_CASE("cuda_allocator_stats counts the allocator's calls of cudaMalloc", "[profiler][cuda]") {
+  REMAT_REQUIRE_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  const remat::CudaAllocatorStats before = remat::cuda_allocator_stats(cuda);
+  REQUIRE(before.device_allocs >= 0);  // LibTorch 2.1 and later
+  CHECK(before.device_frees >= 0);
+  CHECK(before.alloc_retries >= 0);
+  {
+    // More than everything the cache holds: no cached segment can serve it.
+    const std::int64_t bytes = before.reserved + (64 << 20);
+    torch::Tensor big = torch::empty({bytes}, torch::TensorOptions().device(cuda).dtype(torch::kUInt8));
+    CHECK(remat::cuda_allocator_stats(cuda).device_allocs > before.device_allocs);
+  }
+  // Served from the cache this time: the segment freed above is still held.
+  const remat::CudaAllocatorStats cached = remat::cuda_allocator_stats(cuda);
+  torch::Tensor again = torch::empty({64 << 20}, torch::TensorOptions().device(cuda).dtype(torch::kUInt8));
+  CHECK(remat::cuda_allocator_stats(cuda).device_allocs == cached.device_allocs);
+}
+
 TEST_CASE("the CUDA tracker counts the caching allocator's blocks as counted_bytes says",
           "[profiler][cuda]") {
   REMAT_REQUIRE_CUDA();

@@ -82,11 +82,16 @@ bool exact_cuda_blocks();
 /// where the allocator reused a cached block without splitting it). `requested`: the tensors'
 /// exact sizes (-1 with a LibTorch older than 2.1, which lacks the statistic). `reserved`: the
 /// segments the allocator holds from the GPU, its cache and fragmentation included. Each is
-/// current and peak, peaks since the CUDA tracker's last reset_peak().
+/// current and peak, peaks since the CUDA tracker's last reset_peak(). Then counts since the
+/// process started, each a cause of a step slower than its prediction: `alloc_retries`, the
+/// times the allocator freed its cache and tried again (it waits for the GPU to do so);
+/// `device_allocs` and `device_frees`, its calls of cudaMalloc and cudaFree (each can wait for
+/// the GPU; -1 before LibTorch 2.1).
 struct CudaAllocatorStats {
   std::int64_t allocated = 0, allocated_peak = 0;
   std::int64_t requested = -1, requested_peak = -1;
   std::int64_t reserved = 0, reserved_peak = 0;
+  std::int64_t alloc_retries = 0, device_allocs = -1, device_frees = -1;
 };
 
 /// The statistics above for a CUDA device. Throws c10::Error in a build without CUDA or where
