@@ -242,6 +242,130 @@ TEST_CASE("a recomputation reads the buffers the stage's first forward read", "[
   check_buffers_read_after_update(torch::kCPU);
 }
 
+// A BatchNorm whose forward first records the settings it runs with (its momentum, -1 for
+// a cumulative average; whether it counts the batch), and can be made to fail at a given call.
+// `extra` gives the stage a buffer that is not a BatchNorm statistic.
+struct NormProbeImpl : nn::Module {
+  struct Seen {
+    double momentum;
+    bool counts;
+  };
+  nn::BatchNorm1d norm{nullptr};
+  std::vector<Seen>* seen;
+  int* fail_in;  // counts down at each forward; throws when it reaches 0
+  NormProbeImpl(std::int64_t n, bool cumulative, bool extra, std::vector<Seen>* seen_, int* fail_in_)
+      : seen(seen_), fail_in(fail_in_) {
+    nn::BatchNorm1dOptions options(n);
+    if (cumulative) options.momentum(c10::nullopt);
+    norm = register_module("norm", nn::BatchNorm1d(options));
+    if (extra) register_buffer("extra", torch::ones({n}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto& momentum = norm->options.momentum();
+    seen->push_back({momentum.has_value() ? *momentum : -1.0, norm->num_batches_tracked.defined()});
+    if (*fail_in > 0 && --*fail_in == 0) throw std::runtime_error("the probe fails, as asked");
+    return norm(x);
+  }
+};
+TORCH_MODULE(NormProbe);
+
+TEST_CASE("a recomputation freezes its stage's BatchNorms: no copies, statistics as plain "
+          "training's", "[runtime]") {
+  torch::set_num_threads(1);
+  const torch::Tensor sample = torch::randn({6, 8});
+  std::vector<NormProbeImpl::Seen> seen;
+  int fail_in = 0;
+  struct Variant {
+    const char* name;
+    bool cumulative, eval, extra, frozen;
+  };
+  for (const Variant v : {Variant{"momentum 0.1", false, false, false, true},
+                          Variant{"a cumulative average", true, false, false, true},
+                          Variant{"eval mode", false, true, false, true},
+                          Variant{"another buffer in the stage: copies", false, false, true, false}}) {
+    DYNAMIC_SECTION(v.name) {
+      const double momentum = v.cumulative ? -1.0 : 0.1;
+      auto make = [&] {
+        nn::Sequential net;
+        for (int k = 0; k < 4; ++k) {
+          net->push_back(nn::Linear(8, 8));
+          net->push_back(NormProbe(8, v.cumulative, v.extra, &seen, &fail_in));
+          net->push_back(nn::Tanh());
+        }
+        if (v.eval) net->eval();
+        return net;
+      };
+      nn::Sequential reference_net = fresh(make);
+      const int steps = 3;
+      const StepResult plain = train(
+          *reference_net, [&](const torch::Tensor& x) { return reference_net->forward(x); },
+          sample, steps, 5);
+      nn::Sequential probe = fresh(make);
+      const remat::Chain chain = remat::profile(probe, sample.clone().requires_grad_(true),
+                                                remat::ProfileOptions().measure_time(false))
+                                     .chain;
+      nn::Sequential net = fresh(make);
+      remat::Checkpointable chk(net);
+      chk->set_chain(chain);
+      chk->compute_sequence(remat::store_all_peak(chain) + remat::runtime_reserve_bytes(torch::kCPU),
+                            Algorithm::kRecomputeAll);
+      seen.clear();
+      const StepResult ours =
+          train(*net, [&](const torch::Tensor& x) { return chk->forward(x); }, sample, steps, 5);
+      check_equal(plain, ours);  // the statistics and num_batches_tracked included
+      int as_set = 0, frozen = 0;
+      for (const NormProbeImpl::Seen& s : seen) {
+        as_set += s.momentum == momentum && s.counts;
+        frozen += s.momentum == 0.0 && !s.counts;
+      }
+      CHECK(as_set + frozen == static_cast<int>(seen.size()));
+      if (v.frozen) {
+        // Each BatchNorm's first forward of each step as set, every recomputation frozen.
+        CHECK(as_set == 4 * steps);
+        CHECK(frozen > 0);
+      } else {
+        CHECK(frozen == 0);
+        CHECK(as_set > 4 * steps);
+      }
+      // As set again after the steps.
+      for (const auto& m : net->modules())
+        if (const auto* norm = m->as<nn::BatchNorm1d>()) {
+          CHECK(norm->options.momentum().has_value() == !v.cumulative);
+          CHECK(norm->num_batches_tracked.defined());
+        }
+    }
+  }
+}
+
+TEST_CASE("a recomputation that fails leaves its stage's BatchNorms as they were set",
+          "[runtime]") {
+  torch::set_num_threads(1);
+  const torch::Tensor sample = torch::randn({6, 8});
+  std::vector<NormProbeImpl::Seen> seen;
+  int fail_in = 0;
+  nn::Sequential net;
+  for (int k = 0; k < 4; ++k) {
+    net->push_back(nn::Linear(8, 8));
+    net->push_back(NormProbe(8, false, false, &seen, &fail_in));
+  }
+  remat::Checkpointable chk(net);
+  chk->measure(sample.clone().requires_grad_(true), remat::ProfileOptions().measure_time(false));
+  chk->compute_sequence(chk->store_all_peak(), Algorithm::kRecomputeAll);
+  seen.clear();
+  fail_in = 6;  // four in the forward; the second recomputation
+  torch::Tensor out = chk->forward(sample.clone().requires_grad_(true));
+  CHECK_THROWS_WITH(out.sum().backward(), Catch::Contains("the probe fails, as asked"));
+  REQUIRE(seen.size() == 6);
+  CHECK(seen[5].momentum == 0.0);  // it failed frozen
+  for (const auto& m : net->modules())
+    if (const auto* norm = m->as<nn::BatchNorm1d>()) {
+      CHECK(norm->options.momentum() == c10::optional<double>(0.1));
+      CHECK(norm->num_batches_tracked.defined());
+    }
+  // And the next step runs.
+  CHECK_NOTHROW(chk->forward(sample.clone().requires_grad_(true)).sum().backward());
+}
+
 TEST_CASE("under autocast, recomputations run as the forward did: bfloat16 on the CPU",
           "[runtime]") {
   torch::set_num_threads(1);
