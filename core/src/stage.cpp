@@ -1,9 +1,12 @@
 #include "remat/core/stage.h"
 
 #include <c10/util/Type.h>
+#include <torch/nn/modules/batchnorm.h>
 
 #include <cctype>
 #include <tuple>
+#include <type_traits>
+#include <unordered_set>
 #include <utility>
 
 namespace remat {
@@ -90,6 +93,70 @@ class AnyModuleStage : public StageModule {
 };
 
 }  // namespace
+
+namespace {
+
+// A LibTorch BatchNorm's settings that freezing changes: its momentum and its batch count.
+struct NormSettings {
+  using Momentum = std::decay_t<decltype(std::declval<torch::nn::BatchNormOptions&>().momentum())>;
+  Momentum* momentum;
+  torch::Tensor* batches;
+};
+
+// The BatchNorm of type Impl that `module` is, if it is one: its settings, and its statistics
+// into `statistics`.
+template <typename Impl>
+bool add_norm(torch::nn::Module& module, std::vector<NormSettings>& norms,
+              std::unordered_set<const void*>& statistics) {
+  auto* norm = dynamic_cast<Impl*>(&module);
+  if (norm == nullptr) return false;
+  norms.push_back({&norm->options.momentum(), &norm->num_batches_tracked});
+  for (const torch::Tensor* t : {&norm->running_mean, &norm->running_var, &norm->num_batches_tracked})
+    if (t->defined()) statistics.insert(t->unsafeGetTensorImpl());
+  return true;
+}
+
+// The BatchNorms of a C++ stage if every buffer of it is one of their statistics (and it has
+// some); else none.
+std::vector<NormSettings> norms_of(const StageModule& stage) {
+  const std::shared_ptr<torch::nn::Module> module = stage.nn_module();
+  if (!module) return {};
+  std::vector<NormSettings> norms;
+  std::unordered_set<const void*> statistics;
+  for (const std::shared_ptr<torch::nn::Module>& m : module->modules(/*include_self=*/true))
+    add_norm<torch::nn::BatchNorm1dImpl>(*m, norms, statistics) ||
+        add_norm<torch::nn::BatchNorm2dImpl>(*m, norms, statistics) ||
+        add_norm<torch::nn::BatchNorm3dImpl>(*m, norms, statistics);
+  const std::vector<torch::Tensor> buffers = stage.buffers();
+  if (buffers.empty()) return {};
+  for (const torch::Tensor& b : buffers)
+    if (statistics.count(b.unsafeGetTensorImpl()) == 0) return {};
+  return norms;
+}
+
+}  // namespace
+
+bool StageModule::norms_only() const { return !norms_of(*this).empty(); }
+
+std::function<void()> StageModule::freeze_norms() {
+  std::vector<NormSettings> norms = norms_of(*this);
+  if (norms.empty()) return nullptr;
+  std::vector<NormSettings::Momentum> momenta;
+  std::vector<torch::Tensor> batches;
+  for (const NormSettings& norm : norms) {
+    momenta.push_back(*norm.momentum);
+    batches.push_back(std::move(*norm.batches));
+    *norm.momentum = 0.0;
+    *norm.batches = torch::Tensor();  // BatchNorm's forward counts the batch only if defined
+  }
+  return [norms = std::move(norms), momenta = std::move(momenta),
+          batches = std::move(batches)]() mutable {
+    for (std::size_t k = 0; k < norms.size(); ++k) {
+      *norms[k].momentum = momenta[k];
+      *norms[k].batches = std::move(batches[k]);
+    }
+  };
+}
 
 std::shared_ptr<StageModule> module_stage(torch::nn::AnyModule module, bool takes_context) {
   return std::make_shared<AnyModuleStage>(std::move(module), takes_context);

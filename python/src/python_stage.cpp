@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace py = pybind11;
@@ -102,6 +103,71 @@ std::vector<torch::Tensor> PythonStage::tensors_of(const char* method) const {
 
 std::vector<torch::Tensor> PythonStage::parameters() const { return tensors_of("parameters"); }
 std::vector<torch::Tensor> PythonStage::buffers() const { return tensors_of("buffers"); }
+
+namespace {
+
+// The torch.nn BatchNorms in `module` (itself included) if every buffer of it is one of their
+// statistics (and it has some); else an empty list. Needs the GIL.
+py::list norms_of(const py::object& module) {
+  const py::object batch_norm = py::module_::import("torch.nn.modules.batchnorm").attr("_BatchNorm");
+  py::list norms;
+  std::vector<const void*> statistics;
+  for (const py::handle m : module.attr("modules")()) {
+    if (!py::isinstance(m, batch_norm)) continue;
+    norms.append(m);
+    for (const char* name : {"running_mean", "running_var", "num_batches_tracked"}) {
+      const py::object t = m.attr(name);
+      if (THPVariable_Check(t.ptr())) statistics.push_back(THPVariable_Unpack(t.ptr()).unsafeGetTensorImpl());
+    }
+  }
+  bool any = false;
+  for (const py::handle b : module.attr("buffers")()) {
+    any = true;
+    const void* impl = THPVariable_Unpack(b.ptr()).unsafeGetTensorImpl();
+    if (std::find(statistics.begin(), statistics.end(), impl) == statistics.end()) return py::list();
+  }
+  return any ? norms : py::list();
+}
+
+}  // namespace
+
+bool PythonStage::norms_only() const {
+  if (!is_module_) return false;
+  py::gil_scoped_acquire gil;
+  return !norms_of(function_).empty();
+}
+
+std::function<void()> PythonStage::freeze_norms() {
+  if (!is_module_) return nullptr;
+  py::gil_scoped_acquire gil;
+  const py::list norms = norms_of(function_);
+  if (norms.empty()) return nullptr;
+  // (module, momentum, num_batches_tracked) of each, released under the GIL wherever the last
+  // copy of the function goes (an autograd thread).
+  auto saved = std::shared_ptr<py::list>(new py::list(), [](py::list* list) {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      delete list;
+    } else {
+      list->release();
+      delete list;
+    }
+  });
+  for (const py::handle m : norms) {
+    saved->append(py::make_tuple(m, m.attr("momentum"), m.attr("num_batches_tracked")));
+    m.attr("momentum") = py::float_(0.0);
+    m.attr("num_batches_tracked") = py::none();  // the batch is counted only if a tensor
+  }
+  return [saved]() {
+    py::gil_scoped_acquire gil;
+    for (const py::handle entry : *saved) {
+      const py::tuple t = py::reinterpret_borrow<py::tuple>(entry);
+      t[0].attr("momentum") = t[1];
+      t[0].attr("num_batches_tracked") = t[2];
+    }
+    *saved = py::list();
+  };
+}
 
 std::vector<bool> PythonStage::training_modes() const {
   py::gil_scoped_acquire gil;

@@ -35,6 +35,10 @@ class PythonStage : public StageModule {
   bool owned_elsewhere() const override { return true; }
   bool interrupts(const std::exception_ptr& error) const override;
   void add_note(const std::exception_ptr& error, const std::string& note) const override;
+  /// torch.nn's BatchNorms (and SyncBatchNorm): momentum 0 and num_batches_tracked None while
+  /// frozen.
+  bool norms_only() const override;
+  std::function<void()> freeze_norms() override;
   /// The Python callable (for the garbage collector's traversal; needs the GIL).
   pybind11::handle function() const { return function_; }
   /// Drops the callable (the garbage collector breaking a cycle; needs the GIL).

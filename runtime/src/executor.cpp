@@ -8,7 +8,6 @@
 #include <atomic>
 #include <optional>
 #include <string>
-#include <unordered_set>
 
 #include "remat/core/generator_state.h"
 #include "remat/profiler/memory_tracker.h"
@@ -31,49 +30,16 @@ HostCopy host_generator_state(c10::Device device) {
 
 bool fuse_backward_calls(bool on) { return fuse_backward.exchange(on); }
 
-namespace {
-
-// The BatchNorm of type Impl that `module` is, if it is one: its settings to freeze, and its
-// statistics into `covered`.
-template <typename Impl>
-bool add_norm(torch::nn::Module& module, std::vector<FrozenNorm>& norms,
-              std::unordered_set<const void*>& covered) {
-  auto* norm = dynamic_cast<Impl*>(&module);
-  if (norm == nullptr) return false;
-  norms.emplace_back(&norm->options.momentum(), &norm->num_batches_tracked);
-  for (const torch::Tensor* t : {&norm->running_mean, &norm->running_var, &norm->num_batches_tracked})
-    if (t->defined()) covered.insert(t->unsafeGetTensorImpl());
-  return true;
-}
-
-}  // namespace
-
-FrozenNorm::Saved FrozenNorm::freeze() const {
-  Saved saved{momentum_, *momentum_, batches_, *batches_};
-  *momentum_ = 0.0;
-  *batches_ = torch::Tensor();
-  return saved;
-}
-
-std::vector<FrozenNorm> FrozenNorm::of_stage(const StageModule& stage) {
-  const std::shared_ptr<torch::nn::Module> module = stage.nn_module();
-  if (!module) return {};  // a Python module's BatchNorms are not LibTorch's
-  std::vector<FrozenNorm> norms;
-  std::unordered_set<const void*> covered;
-  for (const std::shared_ptr<torch::nn::Module>& m : module->modules(/*include_self=*/true))
-    add_norm<torch::nn::BatchNorm1dImpl>(*m, norms, covered) ||
-        add_norm<torch::nn::BatchNorm2dImpl>(*m, norms, covered) ||
-        add_norm<torch::nn::BatchNorm3dImpl>(*m, norms, covered);
-  const std::vector<torch::Tensor> buffers = stage.buffers();
-  if (buffers.empty()) return {};
-  for (const torch::Tensor& b : buffers)
-    if (covered.count(b.unsafeGetTensorImpl()) == 0) return {};
-  return norms;
-}
-
 void Executor::thaw_norms() noexcept {
-  for (auto k = frozen_.size(); k-- > 0;) frozen_[k].thaw();
-  frozen_.clear();
+  if (!thaw_) return;
+  std::function<void()> thaw = std::move(thaw_);
+  thaw_ = nullptr;
+  try {
+    thaw();
+  } catch (...) {
+    // Setting host-side values back does not throw (a Python stage's could, in principle: the
+    // error being reported, if any, is the one to keep).
+  }
 }
 
 BufferCopy::BufferCopy(const torch::Tensor& t) {
@@ -121,14 +87,10 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
     if (op.is_forward())
       recomputed_[static_cast<std::size_t>(op.stage)] =
           ++forwards[static_cast<std::size_t>(op.stage)] > 1;
-  norms_.resize(n);
   norms_only_.assign(n, false);
-  for (int k = 0; k < length_; ++k) {
-    const auto uk = static_cast<std::size_t>(k);
-    if (!recomputed_[uk]) continue;
-    norms_[uk] = FrozenNorm::of_stage(*stages_[uk].module);
-    norms_only_[uk] = !norms_[uk].empty();
-  }
+  for (int k = 0; k < length_; ++k)
+    if (recomputed_[static_cast<std::size_t>(k)])
+      norms_only_[static_cast<std::size_t>(k)] = stages_[static_cast<std::size_t>(k)].module->norms_only();
   loss_index_ = sequence.size();
   for (std::size_t k = 0; k < sequence.size(); ++k)
     if (sequence[k].kind == OpKind::kLoss) loss_index_ = k;
@@ -222,8 +184,9 @@ void Executor::before_forward(int i) {
     set_generator_state(device_, cuda_rng_[ui].tensor());
   }
   if (norms_only_[ui]) {
-    REMAT_INTERNAL_ASSERT(frozen_.empty(), "stage ", i, " recomputed while BatchNorms are frozen");
-    for (const FrozenNorm& norm : norms_[ui]) frozen_.push_back(norm.freeze());
+    REMAT_INTERNAL_ASSERT(!thaw_, "stage ", i, " recomputed while BatchNorms are frozen");
+    thaw_ = stages_[ui].module->freeze_norms();
+    REMAT_INTERNAL_ASSERT(thaw_, "stage ", i, " has only BatchNorm buffers but froze none");
     return;
   }
   torch::NoGradGuard no_grad;

@@ -4,14 +4,13 @@
 // (one gradient per member, undefined where there is none). Run once each:
 // the graph node that owns the executor lets go of it when its backward starts. Both run with
 // the executor's GPU as the current device; when either throws, the step is abandoned.
-#include <torch/nn/modules/batchnorm.h>
 #include <torch/types.h>
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "autocast.h"
@@ -25,34 +24,6 @@
 
 namespace remat::detail {
 
-/// A LibTorch BatchNorm (1d, 2d or 3d) whose running statistics a recomputation must leave as
-/// the stage's first forward left them: freeze() sets its momentum to 0 and its
-/// num_batches_tracked aside (BatchNorm's forward then neither counts the batch nor moves the
-/// averages: each becomes 1 * itself + 0 * the batch's, exactly itself); Saved::thaw puts both
-/// back. Host-side settings only.
-class FrozenNorm {
- public:
-  using Momentum = std::decay_t<decltype(std::declval<torch::nn::BatchNormOptions&>().momentum())>;
-  FrozenNorm(Momentum* momentum, torch::Tensor* batches) : momentum_(momentum), batches_(batches) {}
-  struct Saved {
-    Momentum* momentum;
-    Momentum momentum_value;
-    torch::Tensor* batches;
-    torch::Tensor batches_value;
-    void thaw() const noexcept {
-      *momentum = momentum_value;
-      *batches = batches_value;
-    }
-  };
-  Saved freeze() const;
-  // The BatchNorms of `module` and its descendants, if all of its buffers are their statistics
-  // (and it has some): else nothing, and the stage's buffers are copied as any others.
-  static std::vector<FrozenNorm> of_stage(const StageModule& stage);
-
- private:
-  Momentum* momentum_;
-  torch::Tensor* batches_;
-};
 
 /// A tensor's contents in host memory outside LibTorch's allocators (not counted as
 /// activation memory); tensor() views them again (CPU) for copy_ or set_state.
@@ -204,17 +175,15 @@ class Executor {
   // them; on a GPU always (comparing would wait for it; putting back equal values is harmless).
   std::vector<std::vector<BufferCopy>> entry_buffers_;
   std::vector<bool> restore_after_backward_;
-  // A recomputed stage whose buffers are all statistics of LibTorch BatchNorm modules: none of
-  // the copies above. Its recomputations run with each of them frozen (momentum 0 and no
-  // num_batches_tracked: the statistics are left exactly as they are; in training mode a
-  // BatchNorm's output does not read them, in eval mode nothing changes them), which costs the
-  // host no transfer and the GPU no work. On a GPU a copy is a transfer the host issues, several
-  // per BatchNorm: enough to hold up the kernels of the small stages behind it.
-  std::vector<std::vector<FrozenNorm>> norms_;
+  // A recomputed stage whose buffers are all BatchNorm statistics (StageModule::norms_only):
+  // none of the copies above. Its recomputations run with its BatchNorms frozen
+  // (StageModule::freeze_norms: the statistics are left exactly as they are), which costs the
+  // host no transfer and the GPU no work. On a GPU a copy is a transfer the host issues,
+  // several per BatchNorm: enough to hold up the kernels of the small stages behind it.
   std::vector<bool> norms_only_;
-  // The settings of the BatchNorms that the recomputation running now froze, put back after it
-  // (or by abandon()).
-  std::vector<FrozenNorm::Saved> frozen_;
+  // What sets back the BatchNorms that the recomputation running now froze: called after it,
+  // or by abandon().
+  std::function<void()> thaw_;
   void thaw_norms() noexcept;
   // Whether the sequence forwards stage i more than once: only then are its generator
   // states recorded at its first forward.

@@ -377,3 +377,65 @@ def test_a_traced_step_times_each_operation_where_it_ran():
     # The next step is not traced.
     model(x).square().sum().backward()
     assert model.last_trace == trace
+
+
+class ProbeNorm(nn.BatchNorm1d):
+    """A BatchNorm that records the settings each of its forwards runs with."""
+
+    def __init__(self, n, seen, momentum=0.1):
+        super().__init__(n, momentum=momentum)
+        self.seen = seen
+
+    def forward(self, x):
+        self.seen.append((self.momentum, self.num_batches_tracked is not None))
+        return super().forward(x)
+
+
+class Scale(nn.Module):
+    """A stage's buffer that is not a BatchNorm statistic."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(n))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("other_buffer", [False, True])
+def test_a_recomputation_freezes_its_stages_batchnorms(momentum, other_buffer):
+    # Frozen (momentum 0, no batch count) rather than copied aside and back, unless the stage
+    # has another buffer; the statistics as plain training's either way.
+    seen = []
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(4):
+        norm = ProbeNorm(32, seen, momentum)
+        layers += [nn.Linear(32, 32), nn.Sequential(norm, Scale(32)) if other_buffer else norm,
+                   nn.Tanh()]
+    plain = nn.Sequential(*layers)
+    ours = copy.deepcopy(plain)
+    for m in ours.modules():
+        if isinstance(m, ProbeNorm):
+            m.seen = seen
+    x = torch.randn(16, 32, requires_grad=True)
+    chk = remat.Checkpointable(ours, x, progress=False)
+    solution = chk.compute_sequence(chk.min_budget())
+    assert "Fn" in solution.sequence or "CF" in solution.sequence  # something is recomputed
+    for seed in (1, 2, 3):
+        train_step(plain, x.detach().clone().requires_grad_(True), seed)
+    seen.clear()
+    for seed in (1, 2, 3):
+        train_step(chk, x.detach().clone().requires_grad_(True), seed)
+    assert_same_training(plain, ours)
+    as_set = seen.count((momentum, True))
+    frozen = seen.count((0.0, False))
+    assert as_set + frozen == len(seen)
+    if other_buffer:
+        assert frozen == 0 and as_set > 4 * 3
+    else:
+        assert as_set == 4 * 3 and frozen > 0  # each BatchNorm counted once a step
+    for m in ours.modules():
+        if isinstance(m, ProbeNorm):
+            assert m.momentum == momentum and int(m.num_batches_tracked) == 3
