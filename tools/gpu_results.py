@@ -120,18 +120,26 @@ def fidelity(data: dict, report: Report) -> None:
         def cell(part: dict) -> str:
             return f"{part['predicted_ms']:.1f} / {part['measured_ms']:.1f}"
 
+        def spread(r: dict) -> str:
+            # The traced steps' range: one traced step may be the exception (older results
+            # traced one only).
+            steps = [t["measured_ms"] for t in r.get("traces", [r["trace"]])]
+            return f"{min(steps):.1f}-{max(steps):.1f} ({len(steps)})"
+
         rows = []
         for r in traced:
             t = r["trace"]
             rows.append([r["model"], f"{r['percent']:.0f}%", cell(t["forward"]),
                          f"{cell(t['recompute'])} ({t['recompute']['operations']})", cell(t["backward"]),
-                         f"{t['between_ms']:.2f}", f"{t['predicted_ms']:.1f} / {t['measured_ms']:.1f}"])
-        report.add("Where the time goes: one more step of each schedule, traced (each operation "
-                   "timed where it runs, between CUDA events on a GPU), predicted / measured ms; "
-                   "the recomputations are the forwards after the loss (how many); between: the "
-                   "time between operations, the runtime's own work:", "",
+                         f"{t['between_ms']:.2f}", f"{t['predicted_ms']:.1f} / {t['measured_ms']:.1f}",
+                         spread(r)])
+        report.add("Where the time goes: steps traced after the timed ones, the median one shown "
+                   "(each operation timed where it runs, between CUDA events on a GPU), "
+                   "predicted / measured ms; the recomputations are the forwards after the loss "
+                   "(how many); between: the time between operations, the runtime's own work; "
+                   "then the range of the traced steps (how many):", "",
                    *table(["model", "budget", "forwards", "recomputations", "backwards",
-                           "between ms", "traced step"], rows), "")
+                           "between ms", "traced step", "traced steps ms"], rows), "")
         # Each time miss, split by where its extra time went.
         for r in traced:
             t = r["trace"]
@@ -145,17 +153,25 @@ def fidelity(data: dict, report: Report) -> None:
                        f"({t['measured_ms'] - t['predicted_ms']:+.1f} ms): "
                        + ", ".join(f"{label} {ms:+.1f} ms" for label, ms in extra) + ".")
         report.add("")
+    def device_calls(r: dict) -> str:
+        # cudaMalloc calls and retries (the allocator freeing its cache) over the timed steps:
+        # each can make the host wait for the GPU. "-" where not recorded (older results).
+        if "step_device_allocs" not in r:
+            return "-"
+        return f"{sum(r['step_device_allocs'])} / {sum(r.get('step_alloc_retries', []))}"
+
     detail = [[r["model"], f"{r['percent']:.0f}%", mib(r["measured_peak_bytes"]),
                mib(r["requested_peak_bytes"]) if r.get("requested_peak_bytes", -1) >= 0 else "-",
                mib(r["allocated_total_bytes"]), mib(r["reserved_bytes"]),
-               mib(r["reserved_bytes"] - r["allocated_total_bytes"])]
+               mib(r["reserved_bytes"] - r["allocated_total_bytes"]), device_calls(r)]
               for r in data["rows"] if r.get("reserved_bytes", -1) >= 0]
     if detail:
         report.add("The caching allocator's view: the step's peak in blocks and in exact sizes "
                    "(above the start, the batch included), the peak of all live blocks and of the "
-                   "reserved segments, and the cache's excess over the live blocks:", "",
+                   "reserved segments, the cache's excess over the live blocks, and its calls of "
+                   "cudaMalloc and retries after freeing its cache in all the timed steps:", "",
                    *table(["model", "budget", "blocks MiB", "exact sizes MiB", "all blocks MiB",
-                           "reserved MiB", "cache excess MiB"], detail), "")
+                           "reserved MiB", "cache excess MiB", "cudaMalloc / retries"], detail), "")
 
 
 def throughput(runs: list[dict], report: Report, reference: bool = False) -> None:

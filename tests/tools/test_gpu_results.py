@@ -152,7 +152,11 @@ def test_fidelity_diagnostics(tmp_path: Path) -> None:
     code, text = judge(tmp_path, {"fidelity.json": {"rows": [row], "plain": [plain]}})
     assert code == 0
     assert "| net | 80.0 | 72.0 | 0.900 | 90.0 MiB |" in text
-    assert "| net | 50% | 49.0 MiB | 48.0 MiB | 300.0 MiB | 320.0 MiB | 20.0 MiB |" in text
+    assert "| net | 50% | 49.0 MiB | 48.0 MiB | 300.0 MiB | 320.0 MiB | 20.0 MiB | - |" in text
+    # With the allocator's calls per timed step: summed.
+    row |= {"step_device_allocs": [0, 2, 0], "step_alloc_retries": [0, 1, 0]}
+    code, text = judge(tmp_path, {"fidelity.json": {"rows": [row], "plain": [plain]}}, name="calls")
+    assert "| net | 50% | 49.0 MiB | 48.0 MiB | 300.0 MiB | 320.0 MiB | 20.0 MiB | 2 / 1 |" in text
 
 
 def test_traced_steps_say_where_a_miss_went(tmp_path: Path) -> None:
@@ -166,12 +170,16 @@ def test_traced_steps_say_where_a_miss_went(tmp_path: Path) -> None:
         t["measured_ms"] = sum(t[k]["measured_ms"] for k in ("forward", "loss", "recompute", "backward")) + between
         return t
 
-    missed = fidelity_row(30, 50 * MIB, 49 * MIB, 49 * MIB, 100.0, 114.0) | {"trace": trace(32.0, 1.5)}
+    # Three traced steps, the median shown, with their range; an older result traced one.
+    median = trace(32.0, 1.5)
+    missed = fidelity_row(30, 50 * MIB, 49 * MIB, 49 * MIB, 100.0, 114.0) | {
+        "trace": median, "traces": [trace(31.0, 1.5), median, trace(40.0, 1.5)]}
     met = fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB, 100.0, 101.0) | {"trace": trace(21.0, 0.5)}
     code, text = judge(tmp_path, {"fidelity.json": {"rows": [missed, met]}})
     assert code == 1  # the 14% miss
-    assert "| net | 30% | 30.0 / 30.5 | 20.0 / 32.0 (6) | 50.0 / 49.0 | 1.50 | 100.0 / 113.0 |" in text
-    assert "| net | 50% | 30.0 / 30.5 | 20.0 / 21.0 (6) | 50.0 / 49.0 | 0.50 | 100.0 / 101.0 |" in text
+    assert ("| net | 30% | 30.0 / 30.5 | 20.0 / 32.0 (6) | 50.0 / 49.0 | 1.50 | 100.0 / 113.0 | "
+            "112.0-121.0 (3) |") in text
+    assert "| net | 50% | 30.0 / 30.5 | 20.0 / 21.0 (6) | 50.0 / 49.0 | 0.50 | 100.0 / 101.0 | 101.0-101.0 (1) |" in text
     # The miss, split by where its 13 ms went, the largest first; the met row is not split.
     assert ("- net at 30%: the traced step took 113.0 ms against 100.0 predicted (+13.0 ms): "
             "recomputations +12.0 ms, between operations +1.5 ms, backwards -1.0 ms, "
