@@ -145,7 +145,7 @@ std::function<void()> StageModule::freeze_norms() {
   std::vector<torch::Tensor> batches;
   for (const NormSettings& norm : norms) {
     momenta.push_back(*norm.momentum);
-    batches.push_back(std::move(*norm.batches));
+    batches.push_back(*norm.batches);
     *norm.momentum = 0.0;
     *norm.batches = torch::Tensor();  // BatchNorm's forward counts the batch only if defined
   }
