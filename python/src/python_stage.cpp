@@ -107,13 +107,19 @@ std::vector<torch::Tensor> PythonStage::buffers() const { return tensors_of("buf
 namespace {
 
 // The torch.nn BatchNorms in `module` (itself included) if every buffer of it is one of their
-// statistics (and it has some); else an empty list. Needs the GIL.
+// statistics (and it has some); else an empty list. Only those that run _BatchNorm's own
+// forward, which reads the two settings as freezing needs: SyncBatchNorm's refuses a missing
+// batch count, and a subclass's forward may do anything (their stages' buffers are copied).
+// Needs the GIL.
 py::list norms_of(const py::object& module) {
   const py::object batch_norm = py::module_::import("torch.nn.modules.batchnorm").attr("_BatchNorm");
+  const py::object batch_norm_forward = batch_norm.attr("forward");
   py::list norms;
   std::vector<const void*> statistics;
   for (const py::handle m : module.attr("modules")()) {
     if (!py::isinstance(m, batch_norm)) continue;
+    const py::object forward = py::type::handle_of(m).attr("forward");
+    if (!forward.is(batch_norm_forward)) continue;
     norms.append(m);
     for (const char* name : {"running_mean", "running_var", "num_batches_tracked"}) {
       const py::object t = m.attr(name);

@@ -78,7 +78,7 @@ class StageModule {
   /// running variance, batch count), and it has some: then the runtime freezes them for a
   /// recomputation (freeze_norms) instead of copying the buffers aside and back, which on a
   /// GPU costs several transfers per BatchNorm. C++ stages: LibTorch's BatchNorm1d/2d/3d in
-  /// nn_module(); Python stages: torch.nn's BatchNorms.
+  /// nn_module(); Python stages: torch.nn's BatchNorm1d/2d/3d (not SyncBatchNorm).
   virtual bool norms_only() const;
   /// For a forward that must leave the statistics as they are (a recomputation: the step's
   /// first forward updated them): sets each BatchNorm of the stage so that its forward leaves
