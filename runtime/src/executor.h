@@ -24,7 +24,6 @@
 
 namespace remat::detail {
 
-
 /// A tensor's contents in host memory outside LibTorch's allocators (not counted as
 /// activation memory); tensor() views them again (CPU) for copy_ or set_state.
 class HostCopy {
