@@ -126,7 +126,7 @@ TORCH_MUTATIONS = [
     # restore_after_backward_ stays a member that is written: no unused-variable warning.
 
     ("rt-bn-no-freeze", "core/src/stage.cpp",
-     "    *norm.momentum = 0.0;\n", "",
+     "      *norm.momentum = 0.0;\n", "",
      "a recomputation of a stage whose buffers are all BatchNorm statistics moves the running "
      "averages again (its batch is still not counted)"),
     # Killed by tests/runtime/checkpointable_test.cpp "a recomputation freezes its stage's
@@ -135,7 +135,7 @@ TORCH_MUTATIONS = [
     # not 0) and "checkpointed training equals plain training, bit for bit" (conv_chain's
     # BatchNorm stages).
     ("rt-bn-count-twice", "core/src/stage.cpp",
-     "    *norm.batches = torch::Tensor();  // BatchNorm's forward counts the batch only if defined\n",
+     "      *norm.batches = torch::Tensor();  // BatchNorm's forward counts the batch only if defined\n",
      "",
      "a recomputation of a BatchNorm stage counts its batch again (num_batches_tracked)"),
     # Killed by the same two tests: num_batches_tracked is a buffer check_equal compares.

@@ -136,25 +136,24 @@ std::vector<NormSettings> norms_of(const StageModule& stage) {
 
 }  // namespace
 
-bool StageModule::norms_only() const { return !norms_of(*this).empty(); }
-
-std::function<void()> StageModule::freeze_norms() {
+StageModule::NormFreezer StageModule::norm_freezer() {
   std::vector<NormSettings> norms = norms_of(*this);
   if (norms.empty()) return nullptr;
-  std::vector<NormSettings::Momentum> momenta;
-  std::vector<torch::Tensor> batches;
-  for (const NormSettings& norm : norms) {
-    momenta.push_back(*norm.momentum);
-    batches.push_back(*norm.batches);
-    *norm.momentum = 0.0;
-    *norm.batches = torch::Tensor();  // BatchNorm's forward counts the batch only if defined
-  }
-  return [norms = std::move(norms), momenta = std::move(momenta),
-          batches = std::move(batches)]() mutable {
-    for (std::size_t k = 0; k < norms.size(); ++k) {
-      *norms[k].momentum = momenta[k];
-      *norms[k].batches = std::move(batches[k]);
+  return [norms = std::move(norms)]() -> std::function<void()> {
+    std::vector<NormSettings::Momentum> momenta;
+    std::vector<torch::Tensor> batches;
+    for (const NormSettings& norm : norms) {
+      momenta.push_back(*norm.momentum);
+      batches.push_back(*norm.batches);
+      *norm.momentum = 0.0;
+      *norm.batches = torch::Tensor();  // BatchNorm's forward counts the batch only if defined
     }
+    return [norms, momenta = std::move(momenta), batches = std::move(batches)]() mutable {
+      for (std::size_t k = 0; k < norms.size(); ++k) {
+        *norms[k].momentum = momenta[k];
+        *norms[k].batches = std::move(batches[k]);
+      }
+    };
   };
 }
 

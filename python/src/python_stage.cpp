@@ -135,43 +135,45 @@ py::list norms_of(const py::object& module) {
   return any ? norms : py::list();
 }
 
-}  // namespace
-
-bool PythonStage::norms_only() const {
-  if (!is_module_) return false;
-  py::gil_scoped_acquire gil;
-  return !norms_of(function_).empty();
-}
-
-std::function<void()> PythonStage::freeze_norms() {
-  if (!is_module_) return nullptr;
-  py::gil_scoped_acquire gil;
-  const py::list norms = norms_of(function_);
-  if (norms.empty()) return nullptr;
-  // (module, momentum, num_batches_tracked) of each, released under the GIL wherever the last
-  // copy of the function goes (an autograd thread).
-  auto saved = std::shared_ptr<py::list>(new py::list(), [](py::list* list) {
+// `list` held by C++ functions whose last copy may go in an autograd thread: released under
+// the GIL. Needs the GIL.
+std::shared_ptr<py::list> gil_owned(py::list list) {
+  return std::shared_ptr<py::list>(new py::list(std::move(list)), [](py::list* owned) {
     if (Py_IsInitialized()) {
       py::gil_scoped_acquire gil;
-      delete list;
+      delete owned;
     } else {
-      list->release();
-      delete list;
+      owned->release();  // the interpreter is gone: nothing to decrement
+      delete owned;
     }
   });
-  for (const py::handle m : norms) {
-    saved->append(py::make_tuple(m, m.attr("momentum"), m.attr("num_batches_tracked")));
-    m.attr("momentum") = py::float_(0.0);
-    m.attr("num_batches_tracked") = py::none();  // the batch is counted only if a tensor
-  }
-  return [saved]() {
+}
+
+}  // namespace
+
+StageModule::NormFreezer PythonStage::norm_freezer() {
+  if (!is_module_) return nullptr;
+  py::gil_scoped_acquire gil;
+  py::list found = norms_of(function_);
+  if (found.empty()) return nullptr;
+  return [norms = gil_owned(std::move(found))]() -> std::function<void()> {
     py::gil_scoped_acquire gil;
-    for (const py::handle entry : *saved) {
-      const py::tuple t = py::reinterpret_borrow<py::tuple>(entry);
-      t[0].attr("momentum") = t[1];
-      t[0].attr("num_batches_tracked") = t[2];
+    // (module, momentum, num_batches_tracked) of each.
+    std::shared_ptr<py::list> saved = gil_owned(py::list());
+    for (const py::handle m : *norms) {
+      saved->append(py::make_tuple(m, m.attr("momentum"), m.attr("num_batches_tracked")));
+      m.attr("momentum") = py::float_(0.0);
+      m.attr("num_batches_tracked") = py::none();  // the batch is counted only if a tensor
     }
-    *saved = py::list();
+    return [saved]() {
+      py::gil_scoped_acquire gil;
+      for (const py::handle entry : *saved) {
+        const py::tuple t = py::reinterpret_borrow<py::tuple>(entry);
+        t[0].attr("momentum") = t[1];
+        t[0].attr("num_batches_tracked") = t[2];
+      }
+      *saved = py::list();
+    };
   };
 }
 

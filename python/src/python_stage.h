@@ -38,8 +38,7 @@ class PythonStage : public StageModule {
   /// torch.nn's BatchNorm1d/2d/3d (those that run _BatchNorm.forward; not SyncBatchNorm, whose
   /// forward refuses a missing batch count): momentum 0 and num_batches_tracked None while
   /// frozen.
-  bool norms_only() const override;
-  std::function<void()> freeze_norms() override;
+  NormFreezer norm_freezer() override;
   /// The Python callable (for the garbage collector's traversal; needs the GIL).
   pybind11::handle function() const { return function_; }
   /// Drops the callable (the garbage collector breaking a cycle; needs the GIL).

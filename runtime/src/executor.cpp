@@ -30,18 +30,6 @@ HostCopy host_generator_state(c10::Device device) {
 
 bool fuse_backward_calls(bool on) { return fuse_backward.exchange(on); }
 
-void Executor::thaw_norms() noexcept {
-  if (!thaw_) return;
-  std::function<void()> thaw = std::move(thaw_);
-  thaw_ = nullptr;
-  try {
-    thaw();
-  } catch (...) {
-    // Setting host-side values back does not throw (a Python stage's could, in principle: the
-    // error being reported, if any, is the one to keep).
-  }
-}
-
 BufferCopy::BufferCopy(const torch::Tensor& t) {
   if (!t.is_cuda()) {
     host_ = HostCopy(t);
@@ -87,10 +75,10 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
     if (op.is_forward())
       recomputed_[static_cast<std::size_t>(op.stage)] =
           ++forwards[static_cast<std::size_t>(op.stage)] > 1;
-  norms_only_.assign(n, false);
+  freezers_.resize(n);
   for (int k = 0; k < length_; ++k)
     if (recomputed_[static_cast<std::size_t>(k)])
-      norms_only_[static_cast<std::size_t>(k)] = stages_[static_cast<std::size_t>(k)].module->norms_only();
+      freezers_[static_cast<std::size_t>(k)] = stages_[static_cast<std::size_t>(k)].module->norm_freezer();
   loss_index_ = sequence.size();
   for (std::size_t k = 0; k < sequence.size(); ++k)
     if (sequence[k].kind == OpKind::kLoss) loss_index_ = k;
@@ -170,7 +158,7 @@ void Executor::before_forward(int i) {
     if (!recomputed_[ui]) return;
     cpu_rng_[ui] = host_generator_state(c10::Device(c10::kCPU));
     if (device_.is_cuda()) cuda_rng_[ui] = host_generator_state(device_);
-    if (norms_only_[ui]) return;  // frozen in its recomputations instead
+    if (freezers_[ui]) return;  // frozen in its recomputations instead
     torch::NoGradGuard no_grad;
     for (const auto& b : stages_[ui].module->buffers()) entry_buffers_[ui].emplace_back(b);
     return;
@@ -183,10 +171,9 @@ void Executor::before_forward(int i) {
     caller_cuda_rng_ = host_generator_state(device_);
     set_generator_state(device_, cuda_rng_[ui].tensor());
   }
-  if (norms_only_[ui]) {
+  if (freezers_[ui]) {
     REMAT_INTERNAL_ASSERT(!thaw_, "stage ", i, " recomputed while BatchNorms are frozen");
-    thaw_ = stages_[ui].module->freeze_norms();
-    REMAT_INTERNAL_ASSERT(thaw_, "stage ", i, " has only BatchNorm buffers but froze none");
+    thaw_ = freezers_[ui]();
     return;
   }
   torch::NoGradGuard no_grad;
@@ -227,6 +214,18 @@ void Executor::after_forward(int i, bool keeps_graph) {
     restore_after_backward_[ui] = true;  // autograd saved the buffers: after B_i
   else
     restore_buffers(i);
+}
+
+void Executor::thaw_norms() noexcept {
+  if (!thaw_) return;
+  std::function<void()> thaw = std::move(thaw_);
+  thaw_ = nullptr;
+  try {
+    thaw();
+  } catch (...) {
+    // Setting host-side values back does not throw (a Python stage's could, in principle: the
+    // error being reported, if any, is the one to keep).
+  }
 }
 
 void Executor::restore_buffers(int i) {

@@ -174,12 +174,13 @@ class Executor {
   // them; on a GPU always (comparing would wait for it; putting back equal values is harmless).
   std::vector<std::vector<BufferCopy>> entry_buffers_;
   std::vector<bool> restore_after_backward_;
-  // A recomputed stage whose buffers are all BatchNorm statistics (StageModule::norms_only):
-  // none of the copies above. Its recomputations run with its BatchNorms frozen
-  // (StageModule::freeze_norms: the statistics are left exactly as they are), which costs the
-  // host no transfer and the GPU no work. On a GPU a copy is a transfer the host issues,
-  // several per BatchNorm: enough to hold up the kernels of the small stages behind it.
-  std::vector<bool> norms_only_;
+  // A recomputed stage whose buffers are all BatchNorm statistics has a freezer
+  // (StageModule::norm_freezer; null for the others): none of the copies above. Its
+  // recomputations run with its BatchNorms frozen (the statistics are left exactly as they
+  // are), which costs the host no transfer and the GPU no work. On a GPU a copy is a transfer
+  // the host issues, several per BatchNorm: enough to hold up the kernels of the small stages
+  // behind it.
+  std::vector<StageModule::NormFreezer> freezers_;
   // What sets back the BatchNorms that the recomputation running now froze: called after it,
   // or by abandon().
   std::function<void()> thaw_;

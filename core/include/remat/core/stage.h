@@ -74,19 +74,20 @@ class StageModule {
   /// without changing its type, so that the caller learns which stage failed (a Python
   /// exception: its add_note). The runtime adds a c10::Error's context itself.
   virtual void add_note(const std::exception_ptr& /*error*/, const std::string& /*note*/) const {}
-  /// Whether every buffer of the stage is a running statistic of a BatchNorm (running mean,
-  /// running variance, batch count), and it has some: then the runtime freezes them for a
-  /// recomputation (freeze_norms) instead of copying the buffers aside and back, which on a
-  /// GPU costs several transfers per BatchNorm. C++ stages: LibTorch's BatchNorm1d/2d/3d in
+  /// Called before a forward that must leave the stage's running statistics as they are (a
+  /// recomputation: the step's first forward updated them): sets each BatchNorm of the stage
+  /// so that its forward leaves them exactly as they are (momentum 0 and the batch not counted:
+  /// each average becomes 1 * itself + 0 * the batch's), and returns what sets them back. The
+  /// output does not read them (training mode: the batch's statistics), or nothing changes
+  /// them (eval mode). Lives no longer than the stage.
+  using NormFreezer = std::function<std::function<void()>()>;
+  /// The stage's NormFreezer, found once (the runtime asks once a step), where every buffer of
+  /// the stage is a running statistic of a BatchNorm (running mean, running variance, batch
+  /// count) and it has some; null otherwise. With one, the runtime freezes the BatchNorms for
+  /// a recomputation instead of copying the buffers aside and back, which on a GPU costs
+  /// several transfers per BatchNorm. C++ stages: LibTorch's BatchNorm1d/2d/3d in
   /// nn_module(); Python stages: torch.nn's BatchNorm1d/2d/3d (not SyncBatchNorm).
-  virtual bool norms_only() const;
-  /// For a forward that must leave the statistics as they are (a recomputation: the step's
-  /// first forward updated them): sets each BatchNorm of the stage so that its forward leaves
-  /// them exactly as they are (momentum 0 and the batch not counted: each average becomes
-  /// 1 * itself + 0 * the batch's), and returns what sets them back. Its output does not read
-  /// them (training mode: the batch's statistics), or nothing changes them (eval mode).
-  /// Only where norms_only().
-  virtual std::function<void()> freeze_norms();
+  virtual NormFreezer norm_freezer();
 };
 
 /// A C++ module as a stage. Its forward() is called with the input members and then, when
