@@ -306,7 +306,7 @@ void DataParallel::on_gradient(std::size_t k) {
   if (!armed_) {
     // Accumulated on this rank only: allowed under no_sync(), and for remat's profiler, which
     // puts the gradients back as they were.
-    if (no_sync_.load() > 0 || detail::profiling()) return;
+    if (no_sync_.load() > 0 || remat::detail::profiling()) return;
     const std::string message = fmt::format(
         "DataParallel: parameter {} received a gradient from a backward outside "
         "DataParallel::backward() (loss.backward()?), which would not be averaged over the "

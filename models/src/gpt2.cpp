@@ -135,9 +135,9 @@ TORCH_MODULE(MLP);
 
 /// GPT2Block, or one of its halves: x + attn(ln_1(x)), then x + mlp(ln_2(x)); the token ids
 /// carried.
-class BlockImpl : public nn::Module, public MemberListModule {
+class GPT2BlockImpl : public nn::Module, public MemberListModule {
  public:
-  BlockImpl(const GPT2Options& o, bool attention_half, bool mlp_half) {
+  GPT2BlockImpl(const GPT2Options& o, bool attention_half, bool mlp_half) {
     const auto norm = [&] {
       return nn::LayerNorm(nn::LayerNormOptions({o.n_embd()}).eps(o.layer_norm_epsilon()));
     };
@@ -164,7 +164,7 @@ class BlockImpl : public nn::Module, public MemberListModule {
   Attention attn_{nullptr};
   MLP mlp_{nullptr};
 };
-TORCH_MODULE(Block);
+TORCH_MODULE(GPT2Block);
 
 /// transformer.ln_f, the head (wte's weight: GPT-2 ties them; held here, registered by the
 /// embeddings stage alone so that the chain lists it once), and the loss against the ids.
@@ -241,10 +241,10 @@ torch::nn::Sequential gpt2(const GPT2Options& o) {
     const std::string name = "h_" + std::to_string(i);
     const std::string prefix = "transformer.h." + std::to_string(i) + ".";
     if (o.granularity() == Granularity::kBlock) {
-      chain->add(name, Block(o, true, true), prefix);
+      chain->add(name, GPT2Block(o, true, true), prefix);
     } else {
-      chain->add(name + "_attention", Block(o, true, false), prefix);
-      chain->add(name + "_mlp", Block(o, false, true), prefix);
+      chain->add(name + "_attention", GPT2Block(o, true, false), prefix);
+      chain->add(name + "_mlp", GPT2Block(o, false, true), prefix);
     }
   }
   chain->add("lm_head", LMHead(o, embeddings->wte), "transformer.");
