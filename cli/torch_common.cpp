@@ -4,9 +4,13 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 
 #include "cli.h"
 #include "remat/config.h"
@@ -192,7 +196,8 @@ InjectedFault InjectedFault::from_env() {
   const std::string text = value;
   const auto bad = [&](const std::string& why) {
     return std::invalid_argument(
-        fmt::format("REMAT_FAULT='{}': {} (expected step-error:N or hold:SIZE, comma-separated)",
+        fmt::format("REMAT_FAULT='{}': {} (expected step-error:N, hold:SIZE or "
+                    "store-thread-error:N, comma-separated)",
                     printable(text), why));
   };
   std::size_t start = 0;
@@ -207,6 +212,10 @@ InjectedFault InjectedFault::from_env() {
       const std::optional<long> step = whole_number(arg, 1, 1000000);
       if (!step) throw bad("'" + arg + "' is not a step number");
       fault.error_step = static_cast<int>(*step);
+    } else if (kind == "store-thread-error") {
+      const std::optional<long> step = whole_number(arg, 1, 1000000);
+      if (!step) throw bad("'" + arg + "' is not a step number");
+      fault.store_thread_error_step = static_cast<int>(*step);
     } else if (kind == "hold") {
       try {
         fault.hold_bytes = parse_size(arg);
@@ -218,6 +227,15 @@ InjectedFault InjectedFault::from_env() {
     }
   }
   return fault;
+}
+
+void InjectedFault::store_thread_at_step(int step, int rank) const {
+  if (step != store_thread_error_step || rank <= 0) return;
+  std::thread([] {
+    throw std::system_error(ECONNRESET, std::generic_category());
+  }).detach();
+  // The process ends in that thread (std::terminate); this one waits for it.
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 torch::Tensor InjectedFault::at_step(int step, torch::Device device) const {

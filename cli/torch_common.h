@@ -81,15 +81,22 @@ void print_peak_over_budget(const std::string& who, std::int64_t peak, std::int6
 ///   forward, as a failing kernel would;
 /// - "hold:SIZE": every checkpointed training step keeps SIZE more bytes allocated from its
 ///   forward to the end of its backward, as a stage that holds on to memory would, so that
-///   the measured peak exceeds the prediction.
+///   the measured peak exceeds the prediction;
+/// - "store-thread-error:N": at step N, on each rank of a data-parallel job other than rank 0,
+///   a thread that is not remat's throws std::system_error ("Connection reset by peer") and
+///   nothing catches it, as LibTorch 1.13's rendezvous-store thread does when the connection
+///   to rank 0's store is reset (install_store_thread_handler).
 /// Unset or empty: no fault. A malformed value throws std::invalid_argument naming it.
 struct InjectedFault {
   int error_step = 0;
   std::int64_t hold_bytes = 0;
+  int store_thread_error_step = 0;
   static InjectedFault from_env();
   /// Between step `step`'s forward and its backward: throws at error_step; the tensor to keep
   /// until the backward is done (undefined when nothing is held).
   torch::Tensor at_step(int step, torch::Device device) const;
+  /// At store_thread_error_step, on a rank other than 0: the uncaught throw in another thread.
+  void store_thread_at_step(int step, int rank) const;
 };
 
 /// Profile options whose progress goes to `bar`.
