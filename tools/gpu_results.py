@@ -76,6 +76,22 @@ def environment(env: dict, report: Report) -> None:
                f"transformers {env.get('transformers') or '-'}, on {env.get('date')}.", "")
 
 
+def restarts(trace: dict) -> dict | None:
+    """The first forward after each backward engine call in a traced step (a recomputation
+    segment's start, when the host has no lead on the GPU): how many, predicted and measured
+    ms. None for a trace without its operations (older results)."""
+    ops = trace.get("operations")
+    if not ops:
+        return None
+    out = {"operations": 0, "predicted_ms": 0.0, "measured_ms": 0.0}
+    for before, op in zip(ops, ops[1:]):
+        if before["operations"].startswith("B") and not op["operations"].startswith(("B", "L")):
+            out["operations"] += 1
+            out["predicted_ms"] += op["predicted_ms"]
+            out["measured_ms"] += op["measured_ms"]
+    return out
+
+
 def fidelity(data: dict, report: Report) -> None:
     report.add("### Fidelity", "", f"{data.get('device', '')}, LibTorch {data.get('libtorch', '')}.", "")
     rows = []
@@ -126,26 +142,56 @@ def fidelity(data: dict, report: Report) -> None:
             steps = [t["measured_ms"] for t in r.get("traces", [r["trace"]])]
             return f"{min(steps):.1f}-{max(steps):.1f} ({len(steps)})"
 
+        def restart_cell(t: dict) -> str:
+            r = restarts(t)
+            return "-" if r is None else f"{cell(r)} ({r['operations']})" if r["operations"] else "none"
+
         rows = []
         for r in traced:
             t = r["trace"]
             rows.append([r["model"], f"{r['percent']:.0f}%", cell(t["forward"]),
-                         f"{cell(t['recompute'])} ({t['recompute']['operations']})", cell(t["backward"]),
-                         f"{t['between_ms']:.2f}", f"{t['predicted_ms']:.1f} / {t['measured_ms']:.1f}",
-                         spread(r)])
+                         f"{cell(t['recompute'])} ({t['recompute']['operations']})", restart_cell(t),
+                         cell(t["backward"]), f"{t['between_ms']:.2f}",
+                         f"{t['predicted_ms']:.1f} / {t['measured_ms']:.1f}", spread(r)])
         report.add("Where the time goes: steps traced after the timed ones, the median one shown "
                    "(each operation timed where it runs, between CUDA events on a GPU), "
                    "predicted / measured ms; the recomputations are the forwards after the loss "
-                   "(how many); between: the time between operations, the runtime's own work; "
+                   "(how many), of which the restarts are the first forward after each backward "
+                   "engine call; between: the time between operations, the runtime's own work; "
                    "then the range of the traced steps (how many):", "",
-                   *table(["model", "budget", "forwards", "recomputations", "backwards",
-                           "between ms", "traced step", "traced steps ms"], rows), "")
+                   *table(["model", "budget", "forwards", "recomputations", "of which restarts",
+                           "backwards", "between ms", "traced step", "traced steps ms"], rows), "")
+        # The restarts over every traced step of every schedule: what one costs beyond its
+        # profile, against the other recomputations (the case for a restart cost in the model).
+        first = [restarts(t) for r in traced for t in r.get("traces", [r["trace"]])]
+        first = [x for x in first if x is not None]
+        count = sum(x["operations"] for x in first)
+        if count:
+            extra = sum(x["measured_ms"] - x["predicted_ms"] for x in first)
+            rest = [(t["recompute"], restarts(t)) for r in traced for t in r.get("traces", [r["trace"]])
+                    if restarts(t) is not None]
+            others = sum(a["operations"] - b["operations"] for a, b in rest)
+            others_extra = sum((a["measured_ms"] - b["measured_ms"]) - (a["predicted_ms"] - b["predicted_ms"])
+                               for a, b in rest)
+            line = (f"Restarts: {count} in the traced steps, each {extra / count:+.3f} ms beyond its "
+                    f"profile on average")
+            if others:
+                line += f"; the {others} other recomputations {others_extra / others:+.3f} ms each"
+            report.add(line + ".", "")
         # Each time miss, split by where its extra time went.
         for r in traced:
             t = r["trace"]
             if abs(r["measured_ms"] / r["predicted_ms"] - 1) <= TIME_TOLERANCE or not t["predicted_ms"]:
                 continue
             extra = [(label, t[key]["measured_ms"] - t[key]["predicted_ms"]) for key, label in parts]
+            first = restarts(t)
+            if first is not None and first["operations"]:
+                restart_extra = first["measured_ms"] - first["predicted_ms"]
+                extra = [(label, ms - restart_extra if label == "recomputations" else ms)
+                         for label, ms in extra]
+                extra = [("other recomputations" if label == "recomputations" else label, ms)
+                         for label, ms in extra]
+                extra.append((f"restarts ({first['operations']})", restart_extra))
             extra.append(("between operations", t["between_ms"]))
             extra.sort(key=lambda e: -abs(e[1]))
             report.add(f"- {r['model']} at {r['percent']:.0f}%: the traced step took "

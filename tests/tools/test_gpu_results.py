@@ -177,11 +177,49 @@ def test_traced_steps_say_where_a_miss_went(tmp_path: Path) -> None:
     met = fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB, 100.0, 101.0) | {"trace": trace(21.0, 0.5)}
     code, text = judge(tmp_path, {"fidelity.json": {"rows": [missed, met]}})
     assert code == 1  # the 14% miss
-    assert ("| net | 30% | 30.0 / 30.5 | 20.0 / 32.0 (6) | 50.0 / 49.0 | 1.50 | 100.0 / 113.0 | "
+    assert ("| net | 30% | 30.0 / 30.5 | 20.0 / 32.0 (6) | - | 50.0 / 49.0 | 1.50 | 100.0 / 113.0 | "
             "112.0-121.0 (3) |") in text
-    assert "| net | 50% | 30.0 / 30.5 | 20.0 / 21.0 (6) | 50.0 / 49.0 | 0.50 | 100.0 / 101.0 | 101.0-101.0 (1) |" in text
+    assert ("| net | 50% | 30.0 / 30.5 | 20.0 / 21.0 (6) | - | 50.0 / 49.0 | 0.50 | 100.0 / 101.0 | "
+            "101.0-101.0 (1) |") in text
+    assert "Restarts:" not in text  # older traces have no operations
     # The miss, split by where its 13 ms went, the largest first; the met row is not split.
     assert ("- net at 30%: the traced step took 113.0 ms against 100.0 predicted (+13.0 ms): "
             "recomputations +12.0 ms, between operations +1.5 ms, backwards -1.0 ms, "
             "forwards +0.5 ms.") in text
     assert "- net at 50%" not in text
+
+
+def test_restarts_are_told_apart_from_the_other_recomputations(tmp_path: Path) -> None:
+    # A traced step's operations: the first forward after each backward engine call is a
+    # restart (here 0.3 ms slow each), the others recomputations (0.1 ms slow).
+    def op(label: str, predicted: float, measured: float) -> dict:
+        return {"operations": label, "start_ms": 0.0, "predicted_ms": predicted, "measured_ms": measured}
+
+    ops = [op("Fn_0", 1, 1), op("Fn_1", 1, 1), op("Fe_2", 1, 1), op("L", 0, 0), op("B_2", 2, 2),
+           op("Fn_0", 1, 1.3), op("Fe_1", 1, 1.1), op("B_1", 2, 2), op("Fe_0", 1, 1.3), op("B_0", 2, 2)]
+
+    def part(n: int, predicted: float, measured: float) -> dict:
+        return {"operations": n, "predicted_ms": predicted, "measured_ms": measured}
+
+    trace = {"forward": part(3, 3.0, 3.0), "loss": part(1, 0.0, 0.0), "recompute": part(3, 3.0, 3.7),
+             "backward": part(3, 6.0, 6.0), "between_ms": 0.0, "caller_ms": 0.0, "predicted_ms": 12.0,
+             "measured_ms": 12.7, "operations": ops}
+    # 12.7 against 12.0 is within 10%; a second schedule misses by 0.7 ms of 6.
+    missed = dict(trace, predicted_ms=6.0)
+    rows = [fidelity_row(50, 50 * MIB, 49 * MIB, 49 * MIB, 12.0, 12.7) | {"trace": trace},
+            fidelity_row(30, 50 * MIB, 49 * MIB, 49 * MIB, 6.0, 12.7) | {"trace": missed}]
+    code, text = judge(tmp_path, {"fidelity.json": {"rows": rows}})
+    assert code == 1
+    assert "| net | 50% | 3.0 / 3.0 | 3.0 / 3.7 (3) | 2.0 / 2.6 (2) | 6.0 / 6.0 | 0.00 | 12.0 / 12.7 |" in text
+    assert ("Restarts: 4 in the traced steps, each +0.300 ms beyond its profile on average; the 2 other "
+            "recomputations +0.100 ms each.") in text
+    # The miss's split: the restarts apart.
+    assert ("- net at 30%: the traced step took 12.7 ms against 6.0 predicted (+6.7 ms): "
+            "restarts (2) +0.6 ms, other recomputations +0.1 ms, forwards +0.0 ms, backwards +0.0 ms, "
+            "between operations +0.0 ms.") in text
+    # A schedule without recomputations: no restart.
+    plain = dict(trace, recompute=part(0, 0.0, 0.0),
+                 operations=[op("Fe_0", 1, 1), op("L", 0, 0), op("B_0", 2, 2)])
+    code, text = judge(tmp_path, {"fidelity.json": {"rows": [
+        fidelity_row(100, 50 * MIB, 49 * MIB, 49 * MIB, 12.0, 12.7) | {"trace": plain}]}}, name="none")
+    assert "| 0.0 / 0.0 (0) | none | 6.0 / 6.0 |" in text and "Restarts:" not in text
