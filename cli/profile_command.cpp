@@ -63,6 +63,9 @@ void print_table(const Profile& p, std::FILE* out) {
              chain.output_held ? "kept by the step to its end (the default)"
                                : "let go once the loss has its value (--release-output)");
   fmt::print(out, "forward          {:.3f} ms (with autograd), backward {:.3f} ms\n", fwd, bwd);
+  if (chain.restart_ms > 0)  // measured on a GPU (docs/cost-model.md, "The time model")
+    fmt::print(out, "restart          {:.3f} ms more for a forward right after a backward\n",
+               chain.restart_ms);
   fmt::print(out, "store-all peak   {} ({} bytes): the activation memory of plain training\n",
              format_bytes(store_all_peak(chain)), store_all_peak(chain));
 }

@@ -84,8 +84,15 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   fmt::print("solve time   {:.3f} s\n", solution.solve_seconds);
   if (solution.ok()) {
     const auto nograd = solution.simulation.nograd_forwards;
-    fmt::print("sequence     {} operations, {} forward{} without autograd\n",
-               solution.sequence.size(), nograd, nograd == 1 ? "" : "s");
+    fmt::print("sequence     {} operations, {} forward{} without autograd", solution.sequence.size(),
+               nograd, nograd == 1 ? "" : "s");
+    // Restarts only where the chain gives them a cost (a profile taken on a GPU).
+    if (chain.restart_ms > 0) {
+      const auto restarts = solution.simulation.restarts;
+      fmt::print(", {} restart{} ({:.3f} ms each)", restarts, restarts == 1 ? "" : "s",
+                 chain.restart_ms);
+    }
+    fmt::print("\n");
     fmt::print("{}", wrap(collapsed_string(solution.sequence), 100, "  "));
   }
 }
@@ -107,6 +114,10 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
   out["solve_seconds"] = solution.solve_seconds;
   out["use_nograd_time"] = options.use_nograd_time();
   out["reference_recurrence"] = options.reference_recurrence();
+  if (chain.restart_ms > 0) {
+    out["restart_ms"] = chain.restart_ms;
+    out["restarts"] = solution.ok() ? nlohmann::json(solution.simulation.restarts) : nlohmann::json();
+  }
   if (!solution.warning.empty()) out["warning"] = solution.warning;
   if (solution.algorithm == Algorithm::kOptimal) {
     out["slots"] = solution.discretization.capacity_units;

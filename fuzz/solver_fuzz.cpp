@@ -75,6 +75,7 @@ remat::Chain chain_from(FuzzedDataProvider& in) {
     chain.stages.push_back(std::move(stage));
   }
   chain.loss_tmp_bytes = size_from(in);
+  chain.restart_ms = time_from(in);  // last: the committed seeds keep their chains
   return chain;
 }
 

@@ -408,8 +408,13 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
                     Chain& chain) {
   const std::size_t length = stages.size();
   const int warmup = std::max(1, options.warmup()), repeat = std::max(1, options.repeat());
-  const std::size_t per_pass = 3 * length + 2;  // marks: start, L forwards, L backwards,
-                                                // start, L forwards without autograd
+  // The restart (Chain::restart_ms): the first forward without autograd, stage 0's, comes right
+  // after the backward's last engine call; stage 0 runs once more after the last stage, within
+  // the pass. On a GPU the engine call returns with the backward's kernels queued, and the GPU
+  // then waits for the forward's first launches; on the CPU the backward ran on this thread.
+  const bool restart = device.is_cuda() || options.measure_restart_on_cpu();
+  const std::size_t per_pass = 3 * length + 2 + (restart ? 1 : 0);  // marks: start, L forwards,
+                                      // L backwards, start, L forwards without autograd[, Fn_0]
   // Made once, outside the timed passes: host work there would count as the stages'.
   std::vector<Runner> runs;
   std::vector<std::vector<Member>> members;
@@ -418,6 +423,7 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
     members.push_back(chain.members(static_cast<int>(i)));
   }
   std::vector<std::vector<double>> fwd(length), bwd(length), nograd(length);
+  std::vector<double> restarts;
   try {
     Tensors ones;  // gradients of ones, one per shape and type, made in the first pass
     const auto ones_like = [&](const torch::Tensor& t) {
@@ -496,6 +502,12 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
           x = runs[i](detached);
           marks.mark();
         }
+        if (restart) {
+          Tensors detached;
+          for (const torch::Tensor& t : inputs) detached.push_back(t.detach());
+          (void)runs[0](detached);
+          marks.mark();
+        }
       }
       // The warm-up passes are queued and waited for like the timed ones; their marks go.
       const std::vector<double> gaps = marks.gaps_ms();
@@ -504,6 +516,13 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
         fwd[i].push_back(gaps[i]);
         bwd[length - 1 - i].push_back(gaps[length + i]);
         nograd[i].push_back(gaps[2 * length + 1 + i]);
+      }
+      if (restart) {
+        // From the backward's end to Fn_0's end (the host's work in between included), less
+        // Fn_0 within the pass, which is stage 0's time without autograd.
+        const double within = gaps[3 * length + 1];
+        restarts.push_back(gaps[2 * length] + gaps[2 * length + 1] - within);
+        nograd[0].back() = within;
       }
     }
   } catch (const c10::OutOfMemoryError&) {
@@ -517,6 +536,7 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
     for (const Member& m : stage.outputs) graded = graded || (!m.carried() && m.grad);
     stage.bwd_ms = graded ? median(bwd[i]) : 0.0;
   }
+  chain.restart_ms = restart ? std::max(0.0, median(restarts)) : 0.0;
   return true;
 }
 

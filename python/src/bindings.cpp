@@ -200,6 +200,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("input_bytes", &Chain::input_bytes)
       .def_readonly("loss_tmp_bytes", &Chain::loss_tmp_bytes)
       .def_readonly("output_held", &Chain::output_held)
+      .def_readonly("restart_ms", &Chain::restart_ms)
       .def_property_readonly("stage_names", [](const Chain& c) {
         std::vector<std::string> names;
         for (const Stage& s : c.stages) names.push_back(s.name);

@@ -222,12 +222,13 @@ Chain parse_v1(const json& doc, const std::string& source) {
 
 Chain parse_v2(const json& doc, const std::string& source) {
   check_keys(doc, source, "", {"format", "name", "inputs", "stages"},
-             {"loss_tmp_bytes", "output_held", "context_bytes"});
+             {"loss_tmp_bytes", "output_held", "context_bytes", "restart_ms"});
   Chain chain;
   chain.name = get_string(doc.at("name"), source, "name");
   chain.inputs = get_members(doc.at("inputs"), source, "inputs", false);
   if (chain.inputs.empty())
     fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
+  if (doc.contains("restart_ms")) chain.restart_ms = get_ms(doc.at("restart_ms"), source, "restart_ms");
   if (doc.contains("loss_tmp_bytes"))
     chain.loss_tmp_bytes = get_bytes(doc.at("loss_tmp_bytes"), source, "loss_tmp_bytes");
   read_output_held(doc, source, chain);
@@ -381,6 +382,7 @@ void Chain::validate(const std::string& source) const {
                  "group layers into fewer stages"));
   check_bytes(context_bytes, "context_bytes");
   check_bytes(loss_tmp_bytes, "loss_tmp_bytes");
+  check_ms(restart_ms, "restart_ms");
   for (std::size_t k = 0; k < inputs.size(); ++k)
     add_to_total(2 * inputs[k].bytes, str_cat("inputs[", k, "]"));
   add_to_total(context_bytes, "context_bytes");
@@ -521,6 +523,7 @@ std::string chain_to_json(const Chain& chain) {
   doc["stages"] = std::move(stages);
   doc["loss_tmp_bytes"] = chain.loss_tmp_bytes;
   if (!chain.output_held) doc["output_held"] = false;  // the default is not written
+  if (chain.restart_ms != 0) doc["restart_ms"] = chain.restart_ms;  // nor is 0
   return doc.dump(2) + "\n";
 }
 

@@ -51,6 +51,10 @@ struct UnitChain {
   std::vector<std::int64_t> sv, gk, hf, ht;  // 0..L
   std::vector<std::int64_t> ft, nt, bt;      // 0..L
   std::vector<double> fw, bw, nf;            // 0..L
+  double restart = 0;  // Chain::restart_ms
+  // The restart of a leaf j: its left part starts right after B_j, unless j = L (the right
+  // part is the loss alone).
+  double restart_after(int j) const { return j < length ? restart : 0.0; }
   // Context tensors: held by the caller for the whole step.
   std::int64_t context = 0;
   // The chain's output x_L, held by the caller from the loss to the step's end

@@ -60,6 +60,7 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
   c.hf[n] = c.ht[n] = c.x[n];
   c.bt[n] = units(chain.loss_tmp_bytes);
   c.context = units(chain.context_bytes);
+  c.restart = chain.restart_ms;
   if (chain.output_held && !published_chain_step) {
     c.tail = c.x[n];
     // The members of x_L that stage L-1 keeps, rounded down: with the rest of its state
@@ -231,7 +232,8 @@ class MinMemoryTable::LeastMemory {
           std::max({c_.x[ui] + c_.g[static_cast<std::size_t>(l) + 1] + lf,
                     c_.x[ui] + t_.at(j, l, false), c_.left_shift(l) + t_.at(i, j - 1, taped)});
       if (leaf != target) continue;
-      const double candidate = prefix + time(j, l, false) + time(i, j - 1, taped);
+      const double candidate =
+          (prefix + c_.restart_after(j)) + time(j, l, false) + time(i, j - 1, taped);
       if (candidate < best) best = candidate, best_choice = j;
     }
     const std::int64_t chain_step = std::max(c_.chain_step_memory(i, l, taped),

@@ -11,11 +11,15 @@
 //
 //   Opt(i, i, m, s) = fw[i] + bw[i]   if m >= MinMem(i, i, s), else +inf
 //   Opt(i, l, m, s) = +inf            if m < MinMem(i, l, s), else the least of
-//     leaf j, i < j <= l:  (sum_{k=i}^{j-1} nf[k] + Opt(j, l, m - x[i], fresh))
+//     leaf j, i < j <= l:  ((sum_{k=i}^{j-1} nf[k] + restart_after(j)) + Opt(j, l, m - x[i], fresh))
 //                          + Opt(i, j-1, m - left_shift(l), s)
 //                          if m >= x[i] + g[l+1] + lf(i, j)
 //     chain step:          (fw[i] + bw[i]) + Opt(i+1, l, m - held(i, s) - sv[i], taped)
 //                          if m >= chain_step_memory(i, l, s)
+//
+// A leaf's left part starts with a forward right after the right part's last operation, B_j:
+// one restart (Chain::restart_ms) per leaf, except where the right part is the loss alone
+// (j = L); none elsewhere.
 //
 // The chain step's forward is checked with y_{l+1} live; the published recurrence checks it
 // with y_{i+1} (UnitChain::published_chain_step selects that form). For a chain of model v1
@@ -238,8 +242,8 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
                                static_cast<std::size_t>(tile));
   for (std::size_t k = 0; k < pending.size(); ++k)
     pending[k].best = scratch + static_cast<std::int64_t>(k) * width;
-  // prefix[k][j] = nf[i] + ... + nf[j-1] for i = start + k, summed from the left as rebuild()
-  // sums it, so that candidates are bit-identical; forward[k][j] = lf(i, j).
+  // prefix[k][j] = (nf[i] + ... + nf[j-1]) + restart_after(j) for i = start + k, summed from the left
+  // as rebuild() sums it, so that candidates are bit-identical; forward[k][j] = lf(i, j).
   const auto columns = static_cast<std::size_t>(length) + 2;
   std::vector<double> prefix(static_cast<std::size_t>(count) * columns, 0.0);
   std::vector<std::int64_t> forward(static_cast<std::size_t>(count) * columns, 0);
@@ -251,7 +255,7 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
       const auto uj = static_cast<std::size_t>(j);
       sum += c.nf[uj - 1];
       if (uj > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
-      prefix[static_cast<std::size_t>(k) * columns + uj] = sum;
+      prefix[static_cast<std::size_t>(k) * columns + uj] = sum + c.restart_after(j);
       forward[static_cast<std::size_t>(k) * columns + uj] = lf;
     }
   }
@@ -472,7 +476,7 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence
     if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
     if (rest < 0 || m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
     const double candidate =
-        (prefix + row(j, l).at(rest)) + row(i, j - 1, taped).at(m - c.left_shift(l));
+        ((prefix + c.restart_after(j)) + row(j, l).at(rest)) + row(i, j - 1, taped).at(m - c.left_shift(l));
     if (candidate == target) {
       append_leaf_forwards(i, j, out);
       rebuild(j, l, rest, false, out);

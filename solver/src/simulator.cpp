@@ -239,6 +239,10 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
       gradient[ui + 1].clear();
       backpropagated[ui] = true;
     }
+    if (op.is_forward() && index > 0 && sequence[index - 1].kind == OpKind::kBackward) {
+      cost += chain.restart_ms;  // a restart (docs/cost-model.md, "The time model")
+      ++sim.restarts;
+    }
     record.start_ms = now;
     now += cost;
     record.end_ms = now;

@@ -875,6 +875,41 @@ std::string root_attribute(const std::string& svg, const std::string& key) {
 
 }  // namespace
 
+TEST_CASE("schedule counts the chain's restarts, and mentions them only where they cost",
+          "[cli]") {
+  TempDir dir;
+  remat::Chain chain = remat::load_chain(kResnet18);
+  REQUIRE(chain.restart_ms == 0);
+  const json plain = schedule_json({"--chain", kResnet18, "--budget", "50%"}, 0);
+  CHECK_FALSE(plain.contains("restarts"));
+  CHECK(run_remat({"schedule", "--chain", kResnet18, "--budget", "50%"}).out.find("restart") ==
+        std::string::npos);
+  chain.restart_ms = 0.5;
+  const std::string path = dir.path() + "/restarting.json";
+  remat::save_chain(chain, path);
+  const json out = schedule_json({"--chain", path, "--budget", "50%"}, 0);
+  INFO(out.dump(2));
+  std::string ops;
+  for (const auto& op : out["sequence"]) ops += op.get<std::string>() + " ";
+  const remat::Simulation sim = remat::simulate(chain, remat::parse_sequence(ops, chain.length()));
+  REQUIRE(sim.restarts > 0);
+  CHECK(out["restarts"] == sim.restarts);
+  CHECK(out["restart_ms"] == 0.5);
+  CHECK(out["makespan_ms"].get<double>() == Approx(sim.makespan_ms).epsilon(1e-12));
+  // Restarts cost: the optimum is slower than without them, and at most as slow as the
+  // schedule found without them, its restarts now counted.
+  std::string plain_ops;
+  for (const auto& op : plain["sequence"]) plain_ops += op.get<std::string>() + " ";
+  const remat::Simulation plain_now =
+      remat::simulate(chain, remat::parse_sequence(plain_ops, chain.length()));
+  CHECK(out["makespan_ms"].get<double>() > plain["makespan_ms"].get<double>());
+  CHECK(out["makespan_ms"].get<double>() <= plain_now.makespan_ms * (1 + 1e-12));
+  CHECK_THAT(run_remat({"schedule", "--chain", path, "--budget", "50%"}).out,
+             Catch::Contains(", " + std::to_string(sim.restarts) +
+                             (sim.restarts == 1 ? " restart" : " restarts") +
+                             " (0.500 ms each)\n"));
+}
+
 TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]") {
   TempDir dir;
   const std::string chain =

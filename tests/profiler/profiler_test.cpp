@@ -1,5 +1,6 @@
 #include "remat/profiler.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <exception>
@@ -452,6 +453,48 @@ struct SlowBackward : torch::autograd::Function<SlowBackward> {
 };
 
 }  // namespace
+
+TEST_CASE("within passes, the restart: the first forward after the backward, less the same one "
+          "within the pass",
+          "[profiler]") {
+  // Stage 0 sleeps 40 ms in its first forward without autograd after a backward reached it:
+  // in a pass, that is the forward right after the backward's last engine call, a restart.
+  // Measured (on the CPU only when asked), the restart takes the 40 ms, and stage 0's time
+  // without autograd is its time within the pass, without them.
+  auto backpropagated = std::make_shared<std::atomic<bool>>(false);
+  std::vector<remat::NamedStage> stages;
+  stages.push_back(
+      {"slow after a backward",
+       remat::callable_stage([backpropagated](const remat::Tensors& x, const remat::Tensors&) {
+         if (!torch::GradMode::is_enabled() && backpropagated->exchange(false))
+           std::this_thread::sleep_for(std::chrono::milliseconds(40));
+         torch::Tensor out = x[0] * 2;
+         if (out.requires_grad())
+           out.register_hook([backpropagated](const torch::Tensor&) { *backpropagated = true; });
+         return remat::Tensors{out};
+       })});
+  stages.push_back(
+      {"tanh", remat::callable_stage([](const remat::Tensors& x, const remat::Tensors&) {
+         return remat::Tensors{torch::tanh(x[0])};
+       })});
+  const torch::Tensor sample = torch::randn({8, 16}).requires_grad_();
+  const auto passes = [&](bool restart) {
+    return remat::profile(stages, sample,
+                          quick().timing(remat::Timing::kPasses).measure_restart_on_cpu(restart));
+  };
+  const remat::Profile measured = passes(true);
+  REQUIRE(measured.timing == remat::Timing::kPasses);
+  CHECK(measured.chain.restart_ms >= 39.9);
+  CHECK(measured.chain.restart_ms < 1000);
+  CHECK(*measured.chain.stages[0].fwd_nograd_ms < 20);
+  CHECK(remat::parse_chain(remat::chain_to_json(measured.chain)).restart_ms ==
+        measured.chain.restart_ms);
+  // Not asked on the CPU: no restart, and stage 0's first forward after the backward is its
+  // time without autograd, the 40 ms included.
+  const remat::Profile plain = passes(false);
+  CHECK(plain.chain.restart_ms == 0);
+  CHECK(*plain.chain.stages[0].fwd_nograd_ms >= 39.9);
+}
 
 TEST_CASE("within passes, each stage's backward time is its own, across fused and cut calls",
           "[profiler]") {

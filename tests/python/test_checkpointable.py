@@ -149,6 +149,10 @@ def test_a_step_that_lets_the_output_go_is_measured_so_and_predicted_exactly():
     assert held.chain.output_held and not released.chain.output_held
     assert '"output_held": false' in released.chain.to_json()
     assert not remat.Chain.from_json(released.chain.to_json()).output_held
+    # No restart cost on the CPU (the backward runs on the calling thread); a chain file's is read.
+    assert held.chain.restart_ms == 0 and "restart_ms" not in held.chain.to_json()
+    restarting = held.chain.to_json().replace('"loss_tmp_bytes"', '"restart_ms": 0.5, "loss_tmp_bytes"')
+    assert remat.Chain.from_json(restarting).restart_ms == 0.5
     assert held.store_all_peak() - released.store_all_peak() == batch * classes * 4
     reserve = remat._C.runtime_reserve_bytes("cpu")
 

@@ -132,6 +132,13 @@ TEST_CASE("a version 2 chain is read field by field", "[solver]") {
   CHECK(parse_chain(edited("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"output_held\": true",
                            kValid2))
             .output_held);
+  // The restart cost: 0 unless given, and then written back; 0 is not written.
+  CHECK(chain.restart_ms == 0);
+  CHECK(chain_to_json(chain).find("restart_ms") == std::string::npos);
+  const Chain restarting = parse_chain(
+      edited("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"restart_ms\": 0.125", kValid2));
+  CHECK(restarting.restart_ms == 0.125);
+  CHECK(parse_chain(chain_to_json(restarting)).restart_ms == 0.125);
 }
 
 TEST_CASE("version 2 chain files are rejected with the stage, the member and the field",
@@ -167,6 +174,12 @@ TEST_CASE("version 2 chain files are rejected with the stage, the member and the
              Contains("context_bytes (-1) must not be negative"));
   CHECK_THAT(error2("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"output_held\": \"no\""),
              Contains("c.json: output_held must be true or false, got a string"));
+  CHECK_THAT(error2("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"restart_ms\": -0.5"),
+             Contains("c.json: restart_ms (-0.5) must not be negative"));
+  CHECK_THAT(error2("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"restart_ms\": \"1\""),
+             Contains("c.json: restart_ms must be a number of milliseconds, got a string"));
+  CHECK_THAT(error2("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"restart_ms\": 1e16"),
+             Contains("c.json: restart_ms (1e+16) exceeds the largest time"));
   CHECK_THAT(error2("\"state_bytes\": 64", "\"state_bytes\": 6.5"),
              Contains("stages[1].state_bytes (6.5) must be a whole number of bytes"));
   CHECK_THAT(
@@ -228,9 +241,12 @@ TEST_CASE("chains survive a JSON round trip and are saved atomically", "[solver]
   test::RandomChainSpec spec;
   spec.partial_keeps = true;
   spec.carried = true;
+  spec.restarts = true;
   const Chain chain = test::random_chain(3, spec);
+  REQUIRE(chain.restart_ms > 0);
   const Chain back = parse_chain(chain_to_json(chain));
   REQUIRE(chain_to_json(back) == chain_to_json(chain));
+  CHECK(back.restart_ms == chain.restart_ms);
   REQUIRE(back.stages.size() == chain.stages.size());
   for (std::size_t i = 0; i < chain.stages.size(); ++i) {
     CHECK(back.stages[i].fwd_ms == chain.stages[i].fwd_ms);  // doubles printed exactly

@@ -133,14 +133,17 @@ class ExhaustiveOracle {
   // values: bit k set when x_k is held as a value (bit 0 always: the caller's input);
   // graphs: bit i set when stage i's autograd state is alive; frontier: -1 before the loss,
   // then the k of the one gradient y_k held (stages k..L-1 are backpropagated); caller, old:
-  // bit r set when the caller's x_L holds storage r's current copy, or an older one.
+  // bit r set when the caller's x_L holds storage r's current copy, or an older one;
+  // after_backward: the last operation was a backward (a forward now is a restart, which costs
+  // Chain::restart_ms more).
   struct State {
     std::uint32_t values = 1u, graphs = 0u;
     int frontier = -1;
     std::uint32_t caller = 0u, old = 0u;
+    bool after_backward = false;
     bool operator<(const State& o) const {
-      return std::tie(values, graphs, frontier, caller, old) <
-             std::tie(o.values, o.graphs, o.frontier, o.caller, o.old);
+      return std::tie(values, graphs, frontier, caller, old, after_backward) <
+             std::tie(o.values, o.graphs, o.frontier, o.caller, o.old, o.after_backward);
     }
     bool operator>(const State& o) const { return o < *this; }
   };
@@ -224,8 +227,10 @@ class ExhaustiveOracle {
       if (s.frontier >= 0 && i >= s.frontier) continue;  // already backpropagated
       if (copy_alive(s, i + 1)) continue;                // one copy at a time
       const Stage& st = stage(i);
+      const double restart = s.after_backward ? chain_.restart_ms : 0.0;
       State no_grad = s;
       no_grad.values |= 1u << (i + 1);
+      no_grad.after_backward = false;
       // New copies of the output's own members: the caller's become old ones.
       for (std::size_t m = 0; m < roots(i + 1).size(); ++m) {
         const auto r = static_cast<std::uint32_t>(roots(i + 1)[m]);
@@ -234,12 +239,12 @@ class ExhaustiveOracle {
           no_grad.old |= 1u << r;
         }
       }
-      out.push_back({no_grad, fn(i), nograd_ ? st.nograd_ms() : st.fwd_ms,
+      out.push_back({no_grad, fn(i), (nograd_ ? st.nograd_ms() : st.fwd_ms) + restart,
                      memory(no_grad) + st.nograd_tmp_bytes()});
       if (!(s.graphs >> i & 1u)) {
         State grad = no_grad;
         grad.graphs |= 1u << i;
-        out.push_back({grad, fe(i), st.fwd_ms, memory(grad) + st.fwd_tmp_bytes});
+        out.push_back({grad, fe(i), st.fwd_ms + restart, memory(grad) + st.fwd_tmp_bytes});
       }
     }
     if (s.frontier < 0 && (s.values >> length_ & 1u)) {
@@ -255,6 +260,7 @@ class ExhaustiveOracle {
       during.frontier = i;
       State to = during;
       to.graphs &= ~(1u << i);
+      to.after_backward = true;
       out.push_back(
           {to, bwd(i), stage(i).bwd_ms, memory(during, s.frontier) + stage(i).bwd_tmp_bytes});
     }

@@ -160,6 +160,21 @@ TEST_CASE("the DP is the best nested schedule when stages keep part of their inp
   CHECK(checked.sequences > 25000);
 }
 
+TEST_CASE("with a restart cost the DP is the best nested schedule, and no schedule beats it",
+          "[solver][oracle]") {
+  // Chain::restart_ms: each forward right after a backward costs that much more, in the
+  // oracle's own bookkeeping (its states remember whether the last operation was a backward).
+  Checked checked;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    test::RandomChainSpec spec = spec_of(seed % 2 == 0 ? 5 : 4, seed % 3 != 0, false);
+    spec.integer_times = seed % 4 == 0;
+    spec.restarts = true;
+    check_chain(test::random_chain(9000 + seed, spec), true, seed % 3 == 0, checked);
+  }
+  CHECK(checked.chains == 300);
+  CHECK(checked.budgets > 1800);
+}
+
 TEST_CASE("with carried members the DP never overruns and is never faster than possible",
           "[solver][oracle]") {
   Checked checked;

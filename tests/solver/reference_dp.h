@@ -206,6 +206,7 @@ class ReferenceDp2 {
     bw_.push_back(0);
     nf_.push_back(0);
     context_ = chain.context_bytes;
+    restart_ = chain.restart_ms;
     // The caller keeps x_L from the loss to the step's end: every operation after the loss
     // holds it too, B_{L-1} right after the loss sharing what its state keeps of it.
     if (chain.output_held) {
@@ -264,7 +265,11 @@ class ReferenceDp2 {
         forwards += nf_[uj - 1];
         if (j > i + 1) forward = std::max(forward, x_[uj - 1] + x_[uj] + nt_[uj - 1]);
         if (m < after_loss(l) + x_[a] + g_[static_cast<std::size_t>(l) + 1] + forward) continue;
-        const double value = (forwards + opt(m - x_[a], j, l, false)) + opt(m, i, j - 1, taped);
+        // Its left part, right after the right part's B_j, begins with a restart (none when
+        // the right part is the loss alone).
+        const double restart = j < length_ ? restart_ : 0.0;
+        const double value =
+            ((forwards + restart) + opt(m - x_[a], j, l, false)) + opt(m, i, j - 1, taped);
         if (value < result.first) result = {value, j};
       }
       if (chain_fits(m, i, l, taped)) {
@@ -304,6 +309,7 @@ class ReferenceDp2 {
   std::vector<std::int64_t> x_, g_, sv_, gk_, hf_, ht_, ft_, nt_, bt_;
   std::vector<double> fw_, bw_, nf_;
   std::int64_t context_ = 0;
+  double restart_ = 0;
   std::map<std::tuple<std::int64_t, int, int, bool>, std::pair<double, int>> memo_;
 };
 

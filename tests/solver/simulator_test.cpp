@@ -94,6 +94,26 @@ TEST_CASE("the caller's output stays to the step's end; one made again is anothe
         released.trace.back().during.checkpoint_bytes + 100);
 }
 
+TEST_CASE("a restart costs restart_ms: each forward right after a backward", "[solver]") {
+  Chain chain = four_stages();
+  chain.restart_ms = 0.25;
+  // Two restarts: Fe_2 after B_3, Fe_0 after B_2. Fe_1 (after Fe_0) and the forwards before
+  // the loss are none.
+  const Sequence sequence =
+      parse_sequence("CF_0 Fn_1 CF_2 Fe_3 L B_3 Fe_2 B_2 Fe_0..1 B_1..0", chain.length());
+  const Simulation sim = simulate(chain, sequence);
+  CHECK(sim.restarts == 2);
+  CHECK(sim.makespan_ms == Approx(0.5 * 3 + 1.0 * 4 + 2.0 * 4 + 2 * 0.25));
+  CHECK(sim.trace[6].end_ms - sim.trace[6].start_ms == Approx(1.25));  // Fe_2
+  CHECK(sim.trace[8].end_ms - sim.trace[8].start_ms == Approx(1.25));  // Fe_0
+  CHECK(sim.trace[9].end_ms - sim.trace[9].start_ms == Approx(1.0));   // Fe_1
+  // Store-all has none; the time model's choice of forward times leaves restarts alone.
+  CHECK(simulate(chain, parse_sequence("Fe_0..3 L B_3..0", 4)).restarts == 0);
+  CHECK(simulate(chain, parse_sequence("Fe_0..3 L B_3..0", 4)).makespan_ms == Approx(12.0));
+  CHECK(simulate(chain, sequence, TimeModel{false}).makespan_ms ==
+        Approx(1.0 * 7 + 2.0 * 4 + 2 * 0.25));
+}
+
 TEST_CASE("temporaries count during their operation only", "[solver]") {
   Chain chain = four_stages();
   chain.stages[1].fwd_tmp_bytes = 1000;

@@ -27,6 +27,10 @@ struct RandomChainSpec {
   /// Whether the caller keeps x_L to the step's end (Chain::output_held) one chain in four
   /// only; off: always (the default).
   bool released_outputs = true;
+  /// A restart cost (Chain::restart_ms): 0 one chain in four, else up to 3 ms (whole
+  /// milliseconds with integer_times). Drawn after everything else: off, the chains are those
+  /// of the same seeds without it.
+  bool restarts = false;
 };
 
 /// A random chain; same seed, same chain.
@@ -105,7 +109,10 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
     chain.stages.push_back(stage);
   }
   if (spec.temporaries && uniform(0, 2) == 0) chain.loss_tmp_bytes = uniform(0, spec.max_bytes);
-  if (spec.released_outputs) chain.output_held = uniform(0, 3) != 0;  // drawn last
+  if (spec.released_outputs) chain.output_held = uniform(0, 3) != 0;
+  if (spec.restarts && uniform(0, 3) != 0)  // drawn last
+    chain.restart_ms = spec.integer_times ? static_cast<double>(uniform(1, 3))
+                                          : std::uniform_real_distribution<double>(0.0, 3.0)(rng);
   return chain;
 }
 

@@ -108,6 +108,11 @@ struct ProfileOptions {
   /// the logits (docs/cost-model.md, "The chain's output and the loss"). Recorded as the
   /// chain's output_held.
   REMAT_ARG(bool, output_held) = true;
+  /// With Timing::kPasses, the chain's restart_ms is measured on a GPU: stage 0's forward
+  /// without autograd right after the backward's last engine call, less the same forward
+  /// within a pass (docs/cost-model.md, "How times are taken"). On the CPU, where the backward
+  /// runs on the calling thread, it is 0 unless this is set (for the tests of the measurement).
+  REMAT_ARG(bool, measure_restart_on_cpu) = false;
 };
 
 struct Profile {

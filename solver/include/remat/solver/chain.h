@@ -115,6 +115,13 @@ struct Chain {
   /// and loss_tmp_bytes was measured with x_L held; with false, the runtime drops x_L after
   /// the loss, and loss_tmp_bytes was measured so.
   bool output_held = true;
+  /// The extra time of a restart: a forward that comes right after a backward, as each
+  /// recomputation begins. On a GPU the backward's engine call returns when its kernels are
+  /// queued, and the GPU waits for the recomputation's first launches, which a forward within
+  /// a pass hides behind the host's lead. The profiler measures it on CUDA; 0 on the CPU, where
+  /// the backward runs on the calling thread. Each forward right after a backward costs this
+  /// much more (docs/cost-model.md, "The time model").
+  double restart_ms = 0;
 
   /// Number of stages L.
   int length() const { return static_cast<int>(stages.size()); }

@@ -58,6 +58,8 @@ struct Simulation {
   std::int64_t nograd_forwards = 0;
   /// Number of forward operations with autograd.
   std::int64_t grad_forwards = 0;
+  /// Number of restarts: forwards right after a backward, each Chain::restart_ms longer.
+  std::int64_t restarts = 0;
   std::vector<OpRecord> trace;
 };
 
