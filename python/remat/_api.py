@@ -149,6 +149,12 @@ class Chain:
         value (False)."""
         return self._chain.output_held
 
+    @property
+    def restart_ms(self) -> float:
+        """What a forward right after a backward (a recomputation's start) costs more, in ms:
+        measured on a GPU, 0 on the CPU (docs/cost-model.md, "The time model")."""
+        return self._chain.restart_ms
+
     def __eq__(self, other: object) -> bool:
         """Chains are equal when their files would be (every figure, every name)."""
         return isinstance(other, Chain) and self.to_json() == other.to_json()
