@@ -200,6 +200,11 @@ InjectedFault InjectedFault::from_env() {
                     "store-thread-error:N, comma-separated)",
                     printable(text), why));
   };
+  const auto step_of = [&](const std::string& arg) {
+    const std::optional<long> step = whole_number(arg, 1, 1000000);
+    if (!step) throw bad("'" + arg + "' is not a step number");
+    return static_cast<int>(*step);
+  };
   std::size_t start = 0;
   while (start < text.size()) {
     const std::size_t end = std::min(text.find(',', start), text.size());
@@ -209,13 +214,9 @@ InjectedFault InjectedFault::from_env() {
     const std::string kind = item.substr(0, colon);
     const std::string arg = colon == std::string::npos ? "" : item.substr(colon + 1);
     if (kind == "step-error") {
-      const std::optional<long> step = whole_number(arg, 1, 1000000);
-      if (!step) throw bad("'" + arg + "' is not a step number");
-      fault.error_step = static_cast<int>(*step);
+      fault.error_step = step_of(arg);
     } else if (kind == "store-thread-error") {
-      const std::optional<long> step = whole_number(arg, 1, 1000000);
-      if (!step) throw bad("'" + arg + "' is not a step number");
-      fault.store_thread_error_step = static_cast<int>(*step);
+      fault.store_thread_error_step = step_of(arg);
     } else if (kind == "hold") {
       try {
         fault.hold_bytes = parse_size(arg);

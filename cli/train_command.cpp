@@ -14,10 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <exception>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -548,7 +548,7 @@ TrainSetup prepare(const TrainArgs& args) {
 // to the previous handler (std::abort).
 std::thread::id g_main_thread;
 std::terminate_handler g_previous_terminate = nullptr;
-std::string g_store_lost;  // "rank R: rank 0 stopped answering (... at HOST:PORT is gone"
+std::string g_store_lost;  // "rank R: rank 0 stopped answering (... at HOST:PORT failed"
 
 [[noreturn]] void on_terminate() {
   if (std::this_thread::get_id() != g_main_thread) {

@@ -163,16 +163,16 @@ def fidelity(data: dict, report: Report) -> None:
                            "backwards", "between ms", "traced step", "traced steps ms"], rows), "")
         # The restarts over every traced step of every schedule: what one costs beyond its
         # profile, against the other recomputations (the case for a restart cost in the model).
-        first = [restarts(t) for r in traced for t in r.get("traces", [r["trace"]])]
-        first = [x for x in first if x is not None]
-        count = sum(x["operations"] for x in first)
+        # Each traced step's recomputations and, among them, its restarts (older traces, without
+        # their operations, left out).
+        split = [(t["recompute"], restarts(t)) for r in traced for t in r.get("traces", [r["trace"]])]
+        split = [(every, first) for every, first in split if first is not None]
+        count = sum(first["operations"] for _, first in split)
         if count:
-            extra = sum(x["measured_ms"] - x["predicted_ms"] for x in first)
-            rest = [(t["recompute"], restarts(t)) for r in traced for t in r.get("traces", [r["trace"]])
-                    if restarts(t) is not None]
-            others = sum(a["operations"] - b["operations"] for a, b in rest)
-            others_extra = sum((a["measured_ms"] - b["measured_ms"]) - (a["predicted_ms"] - b["predicted_ms"])
-                               for a, b in rest)
+            extra = sum(first["measured_ms"] - first["predicted_ms"] for _, first in split)
+            others = sum(every["operations"] - first["operations"] for every, first in split)
+            others_extra = sum((every["measured_ms"] - first["measured_ms"])
+                               - (every["predicted_ms"] - first["predicted_ms"]) for every, first in split)
             line = (f"Restarts: {count} in the traced steps, each {extra / count:+.3f} ms beyond its "
                     f"profile on average")
             if others:
@@ -187,10 +187,8 @@ def fidelity(data: dict, report: Report) -> None:
             first = restarts(t)
             if first is not None and first["operations"]:
                 restart_extra = first["measured_ms"] - first["predicted_ms"]
-                extra = [(label, ms - restart_extra if label == "recomputations" else ms)
-                         for label, ms in extra]
-                extra = [("other recomputations" if label == "recomputations" else label, ms)
-                         for label, ms in extra]
+                extra = [("other recomputations", ms - restart_extra) if label == "recomputations"
+                         else (label, ms) for label, ms in extra]
                 extra.append((f"restarts ({first['operations']})", restart_extra))
             extra.append(("between operations", t["between_ms"]))
             extra.sort(key=lambda e: -abs(e[1]))
