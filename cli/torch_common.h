@@ -85,7 +85,7 @@ void print_peak_over_budget(const std::string& who, std::int64_t peak, std::int6
 /// - "store-thread-error:N": at step N, on each rank of a data-parallel job other than rank 0,
 ///   a thread that is not remat's throws std::system_error ("Connection reset by peer") and
 ///   nothing catches it, as LibTorch 1.13's rendezvous-store thread does when the connection
-///   to rank 0's store is reset (install_store_thread_handler).
+///   to rank 0's store is reset (GroupOptions::store_thread_exit_code).
 /// Unset or empty: no fault. A malformed value throws std::invalid_argument naming it.
 struct InjectedFault {
   int error_step = 0;

@@ -20,8 +20,6 @@
 #include <limits>
 #include <optional>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "cli.h"
@@ -538,46 +536,6 @@ TrainSetup prepare(const TrainArgs& args) {
   return {algorithm, std::move(in), backend, std::move(token_file)};
 }
 
-// LibTorch 1.13's TCPStore runs a thread for each store, on every rank (its watchKey
-// listener), that lets its socket errors escape: when the connection to rank 0's store is reset
-// (rank 0 killed), std::system_error ends that thread in std::terminate, and the rank would die
-// of SIGABRT instead of saying that rank 0 stopped answering. On a rank other than 0, a
-// std::system_error that escapes a thread other than the main one is such an error: remat's own
-// threads catch theirs, and c10d's collectives hand theirs to the main thread. It is reported
-// as the main thread reports the loss of rank 0, with the job's exit code 5. Anything else goes
-// to the previous handler (std::abort).
-std::thread::id g_main_thread;
-std::terminate_handler g_previous_terminate = nullptr;
-std::string g_store_lost;  // "rank R: rank 0 stopped answering (... at HOST:PORT failed"
-
-[[noreturn]] void on_terminate() {
-  if (std::this_thread::get_id() != g_main_thread) {
-    if (const std::exception_ptr error = std::current_exception()) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::system_error& e) {
-        fmt::print(stderr, "remat: {}; LibTorch's store thread said: {})\n", g_store_lost,
-                   printable(e.what()));
-        std::fflush(stderr);
-        std::_Exit(kExitDistributed);
-      } catch (...) {
-      }
-    }
-  }
-  if (g_previous_terminate != nullptr) g_previous_terminate();
-  std::abort();
-}
-
-void install_store_thread_handler(const distributed::Environment& env) {
-  if (env.rank == 0) return;
-  g_main_thread = std::this_thread::get_id();
-  g_store_lost = fmt::format(
-      "rank {}: rank 0 stopped answering (the connection to the rendezvous store it hosts at "
-      "{}:{} failed",
-      env.rank, env.master_addr, env.master_port);
-  g_previous_terminate = std::set_terminate(on_terminate);
-}
-
 int train(const TrainArgs& args_in, const std::optional<distributed::Environment>& env) {
   TrainArgs args = args_in;
   std::shared_ptr<distributed::Group> group;
@@ -589,11 +547,14 @@ int train(const TrainArgs& args_in, const std::optional<distributed::Environment
   if (args.threads > 0) torch::set_num_threads(args.threads);
   if (env) {
     quiet_c10d_log();
-    install_store_thread_handler(*env);
     const auto timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000));
     group = distributed::Group::create(
-        *env, in.device, distributed::GroupOptions().backend(backend).timeout(timeout));
+        *env, in.device, distributed::GroupOptions()
+                              .backend(backend)
+                              .timeout(timeout)
+                              // An error escaping LibTorch 1.13's store thread: rank 0 lost.
+                              .store_thread_exit_code(kExitDistributed));
   }
 
   try {

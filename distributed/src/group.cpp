@@ -14,14 +14,18 @@
 #include <csignal>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "backends.h"
 #include "remat/distributed/launcher.h"
+#include "remat/solver/text.h"
 
 namespace remat::distributed {
 namespace {
@@ -132,6 +136,72 @@ std::string rank_list(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + out;
 }
 
+// LibTorch 1.13's TCPStore runs a thread for each store client, on every rank (its watchKey
+// listener), that lets its socket errors escape: when the connection to rank 0's store is reset
+// (rank 0 killed), std::system_error ends that thread in std::terminate, and the rank would die
+// of SIGABRT instead of saying that rank 0 stopped answering. On a rank other than 0, a
+// std::system_error that escapes a thread other than the one that made the group is such an
+// error: remat's own threads catch theirs, and c10d's collectives hand theirs to the calling
+// thread. It is reported as that thread reports the loss of rank 0, with the exit code of
+// GroupOptions::store_thread_exit_code. Anything else goes to the previous handler.
+struct StoreThreadHandler {
+  std::mutex mutex;
+  bool installed = false;
+  std::thread::id group_thread;
+  std::terminate_handler previous = nullptr;
+  std::string lost;  // "rank R: rank 0 stopped answering (... at HOST:PORT failed"
+  int exit_code = 5;
+};
+StoreThreadHandler& store_thread_handler() {
+  static auto* handler = new StoreThreadHandler;  // never destroyed: a thread may end late
+  return *handler;
+}
+
+[[noreturn]] void on_terminate() {
+  StoreThreadHandler& h = store_thread_handler();
+  std::terminate_handler previous = nullptr;
+  {
+    // try_lock: a terminate inside install_store_thread_handler must not wait for itself.
+    std::unique_lock<std::mutex> lock(h.mutex, std::try_to_lock);
+    if (lock.owns_lock()) {
+      previous = h.previous;
+      if (std::this_thread::get_id() != h.group_thread) {
+        if (const std::exception_ptr error = std::current_exception()) {
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::system_error& e) {
+            fmt::print(stderr, "remat: {}; LibTorch's store thread said: {})\n", h.lost,
+                       printable(e.what()));
+            std::fflush(stderr);
+            std::_Exit(h.exit_code);
+          } catch (...) {
+          }
+        }
+      }
+    }
+  }
+  if (previous != nullptr) previous();
+  std::abort();
+}
+
+// Installs on_terminate once per process (ranks other than 0, unless exit_code is 0); a later
+// group's rank, address and code replace an earlier one's.
+void install_store_thread_handler(const Environment& env, int exit_code) {
+  if (env.rank == 0 || exit_code == 0) return;
+  StoreThreadHandler& h = store_thread_handler();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  h.group_thread = std::this_thread::get_id();
+  h.lost = fmt::format(
+      "rank {}: rank 0 stopped answering (the connection to the rendezvous store it hosts at "
+      "{} failed",
+      env.rank, host_port(env.master_addr, env.master_port));
+  h.exit_code = exit_code;
+  if (!h.installed) {
+    h.previous = std::set_terminate(on_terminate);
+    h.installed = true;
+  }
+}
+
 }  // namespace
 
 void Environment::check(const std::string& source) const {
@@ -214,6 +284,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
   const BackendKind kind = resolve_backend(options.backend(), device);
   check_backend(kind, device);
   const std::string where = host_port(env.master_addr, env.master_port);
+  install_store_thread_handler(env, options.store_thread_exit_code());
   // A name that does not resolve is said so, rather than left to the store's connect
   // (which rank 0 would report as a port in use, and the others as rank 0 not starting).
   if (const auto why = unresolvable(env.master_addr))

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -40,10 +41,13 @@ struct Job {
   std::vector<RankExit> exits;
   double seconds = 0;
 
+  // What rank `rank` caught (.err), then all it printed on its standard error (.stderr).
   std::string error(int rank) const {
-    std::ifstream in(dir / ("rank" + std::to_string(rank) + ".err"));
     std::stringstream text;
-    text << in.rdbuf();
+    for (const char* kind : {".err", ".stderr"}) {
+      std::ifstream in(dir / ("rank" + std::to_string(rank) + kind));
+      if (in) text << in.rdbuf() << "\n";
+    }
     return text.str();
   }
   std::vector<torch::Tensor> parameters(int rank, const std::string& kind) const {
@@ -392,6 +396,35 @@ TEST_CASE("a killed rank makes the others stop with an error naming it", "[distr
   // Noticed when the connections closed, long before the timeout.
   CHECK(job.seconds < timeout_ms / 1000.0);
   remove_tree(job.dir);
+}
+
+TEST_CASE("an error escaping LibTorch's store thread on a rank is rank 0 lost, exit 5",
+          "[distributed]") {
+  // LibTorch 1.13's store thread lets the error of a connection to rank 0's store that was
+  // reset escape (rank 0 killed): Group's terminate handler reports it as rank 0 lost, rather
+  // than the rank dying of SIGABRT. Rank 1's own thread throws the same way here.
+  const Job job = run_job(2, {"--steps", "3", "--fail", "store-thread", "--victim", "1", "--at", "1"},
+                          "store-thread");
+  CAPTURE(job.error(0), job.error(1));
+  CHECK(job.exits[1].code == 5);
+  CHECK(job.error(1).find("remat: rank 1: rank 0 stopped answering (the connection to the "
+                          "rendezvous store it hosts at 127.0.0.1:") != std::string::npos);
+  CHECK(job.error(1).find("LibTorch's store thread said: ") != std::string::npos);
+  CHECK(job.error(1).find("terminate called") == std::string::npos);
+  // Then rank 0 names rank 1, whose heartbeat stopped with it.
+  CHECK(job.exits[0].code == 5);
+  CHECK(job.error(0).find("rank 1 stopped answering") != std::string::npos);
+  remove_tree(job.dir);
+
+  // Without the handler (GroupOptions::store_thread_exit_code(0)), LibTorch's way: SIGABRT.
+  const Job plain = run_job(2,
+                            {"--steps", "3", "--fail", "store-thread", "--victim", "1", "--at", "1",
+                             "--store-thread-exit-code", "0"},
+                            "store-thread-0");
+  CAPTURE(plain.error(1));
+  CHECK(plain.exits[1].code == 128 + SIGABRT);
+  CHECK(plain.error(1).find("rank 0 stopped answering") == std::string::npos);
+  remove_tree(plain.dir);
 }
 
 TEST_CASE("a hung rank makes the others stop within the timeout, naming it", "[distributed]") {

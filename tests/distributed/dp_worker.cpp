@@ -21,6 +21,11 @@
 // loss.backward() under dp.no_sync(), then the second half with dp.backward().
 // --fail before-chain|before-barrier (throws), hang-before-barrier (alive, never at the
 // barrier), kill-before-barrier (SIGKILL), leave-before-barrier (returns 0, leaving the job).
+// --fail store-thread: at step S, the victim's thread of its own throws std::system_error
+// ("Connection reset by peer") and nothing catches it, as LibTorch 1.13's store thread does
+// when rank 0 is killed; the group's terminate handler ends the process (exit
+// --store-thread-exit-code C, default the group's 5; 0: no handler, SIGABRT).
+// A rank's standard error goes to <out>/rank<R>.stderr (what a terminate handler prints).
 // --misuse: makes a second DataParallel on the module (refused), or one on a frozen module
 // whose parameter is then unfrozen (refused at its backward).
 // --zero-grad: how each step clears the gradients (zero_() on each, the default; set to None
@@ -28,11 +33,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "dp_model.h"
 #include "remat/distributed.h"
@@ -53,6 +62,7 @@ struct Args {
   std::string misuse;              // second-dp, unfreeze (see above)
   int timeout_ms = 20000;
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
+  int store_thread_exit_code = 5;
 };
 
 void write(const std::string& path, const std::string& text) {
@@ -93,7 +103,12 @@ int main(int argc, char** argv) {
       a.misuse = value;
     else if (flag == "--bucket-bytes")
       a.bucket_bytes = std::stoll(value);
+    else if (flag == "--store-thread-exit-code")
+      a.store_thread_exit_code = std::stoi(value);
   }
+  if (const char* rank_text = std::getenv("RANK"); rank_text != nullptr && !a.out.empty())
+    if (std::freopen((a.out + "/rank" + rank_text + ".stderr").c_str(), "w", stderr) != nullptr)
+      std::setvbuf(stderr, nullptr, _IONBF, 0);
   int rank = -1;
   std::shared_ptr<Group> group;
   try {
@@ -105,7 +120,8 @@ int main(int argc, char** argv) {
     group = Group::create(env, torch::kCPU,
                           GroupOptions()
                               .timeout(std::chrono::milliseconds(a.timeout_ms))
-                              .startup_timeout(std::chrono::seconds(120)));
+                              .startup_timeout(std::chrono::seconds(120))
+                              .store_thread_exit_code(a.store_thread_exit_code));
     const std::string prefix = a.out + "/rank" + std::to_string(rank);
     const int hidden = rank == a.odd_rank ? a.odd_hidden : 32;
     std::int64_t worst_peak = 0, budget = 0;
@@ -154,6 +170,12 @@ int main(int argc, char** argv) {
             for (;;) ::pause();
           }
           if (a.fail == "throw") throw std::runtime_error("the victim's step failed on purpose");
+          if (a.fail == "store-thread") {
+            std::thread([] {
+              throw std::system_error(ECONNRESET, std::generic_category());
+            }).detach();
+            for (;;) ::pause();  // the process ends in that thread
+          }
         }
         if (a.zero_grad == "none")
           net->zero_grad(true);  // every gradient None, as LibTorch 2.x's default does

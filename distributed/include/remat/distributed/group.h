@@ -128,7 +128,19 @@ struct GroupOptions {
     startup_timeout_ = value;
     return *this;
   }
+  /// On a rank other than 0, the exit code of the process when a std::system_error escapes a
+  /// thread other than the one that called Group::create: LibTorch 1.13's store thread (the
+  /// listener of watchKey, on every rank) lets the error of a reset connection to rank 0's
+  /// store escape, and the rank would otherwise die of SIGABRT. The process prints "remat: rank
+  /// R: rank 0 stopped answering (the connection to the rendezvous store it hosts at HOST:PORT
+  /// failed; LibTorch's store thread said: ...)" and exits with this code (default 5, as
+  /// `remat train`); anything else goes on to the previous terminate handler. 0: no handler.
+  GroupOptions& store_thread_exit_code(int value) {
+    store_thread_exit_code_ = value;
+    return *this;
+  }
   BackendKind backend() const { return backend_; }
+  int store_thread_exit_code() const { return store_thread_exit_code_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   std::chrono::milliseconds startup_timeout() const {
     return startup_timeout_.count() > 0 ? startup_timeout_ : timeout_;
@@ -138,6 +150,7 @@ struct GroupOptions {
   BackendKind backend_ = BackendKind::kAuto;
   std::chrono::milliseconds timeout_ = std::chrono::seconds(300);
   std::chrono::milliseconds startup_timeout_{0};
+  int store_thread_exit_code_ = 5;
 };
 
 /// The processes of one job. Every collective call must be made by every rank, in the same
