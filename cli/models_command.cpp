@@ -11,6 +11,12 @@
 namespace remat::cli {
 namespace {
 
+nlohmann::json granularity_names(const models::ModelInfo& info) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const models::Granularity g : info.granularities) names.push_back(models::granularity_name(g));
+  return names;
+}
+
 struct ModelsArgs {
   std::string model;
   int batch = 2;  // training mode: BatchNorm needs more than one value per channel
@@ -68,8 +74,7 @@ int list_models(const ModelsArgs& args, Format format) {
           {"stages", stages},
           {"parameters", params},
           {"input", tokens ? "tokens" : "image"},
-          {"granularities",
-           info.has_granularity ? nlohmann::json{"block", "half"} : nlohmann::json{"block"}}};
+          {"granularities", granularity_names(info)}};
       if (tokens) {
         entry["default_sequence"] = info.default_sequence;
         entry["max_sequence"] = info.max_sequence;
@@ -93,7 +98,8 @@ int list_models(const ModelsArgs& args, Format format) {
   else
     fmt::print(
         "\nparameters at {} classes (image models); stages at block granularity (transformers "
-        "also have --granularity half: two per block);\n`remat models NAME --batch B "
+        "also have --granularity half: two per block; Inception v3 --granularity branch: one per "
+        "branch of its Mixed blocks);\n`remat models NAME --batch B "
         "--image H` (or --seq N) lists the stages\n",
         args.classes);
   return kExitOk;

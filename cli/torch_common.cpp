@@ -43,7 +43,9 @@ std::pair<int, int> parse_image(const std::string& text) {
 std::string ModelInput::label(int batch) const {
   const std::string input =
       tokens() ? fmt::format("seq{}", sequence) : fmt::format("{}x{}", height, width);
-  const char* split = granularity == models::Granularity::kHalfBlock ? " half" : "";
+  const std::string split = granularity == models::Granularity::kBlock
+                                ? ""
+                                : std::string(" ") + models::granularity_name(granularity);
   return fmt::format("{} b{} {}{} {}", info->name, batch, input, split, device.str());
 }
 
@@ -59,17 +61,23 @@ ModelInput resolve_model_input(const std::string& model, const std::string& imag
   in.info = &models::find_model(model);
   const models::ModelInfo& info = *in.info;
   if (!granularity.empty()) {
-    if (!info.has_granularity)
+    if (info.granularities.size() < 2)
       throw std::invalid_argument("--granularity: " + info.name +
                                   " has one granularity; --granularity is for the transformers "
-                                  "(vit_*, gpt2*)");
+                                  "(vit_*, gpt2*: block or half) and Inception v3 (block or "
+                                  "branch)");
+    std::string names;
+    for (const models::Granularity g : info.granularities)
+      names += (names.empty() ? "" : " or ") + std::string(models::granularity_name(g));
     try {
       in.granularity = models::parse_granularity(granularity);
     } catch (const c10::Error&) {
-      throw std::invalid_argument("bad --granularity '" + granularity +
-                                  "': expected block (one stage per transformer block) or half "
-                                  "(two: attention, MLP)");
+      throw std::invalid_argument("bad --granularity '" + granularity + "': " + info.name +
+                                  " takes " + names);
     }
+    if (!info.has_granularity(in.granularity))
+      throw std::invalid_argument("--granularity " + granularity + ": " + info.name + " takes " +
+                                  names);
   }
   if (in.tokens()) {
     if (!image.empty())

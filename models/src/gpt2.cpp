@@ -234,6 +234,8 @@ torch::nn::Sequential gpt2(const GPT2Options& o) {
                     " is not a multiple of n_head ", o.n_head());
   for (double p : {o.resid_pdrop(), o.embd_pdrop(), o.attn_pdrop()})
     TORCH_CHECK_VALUE(p >= 0 && p <= 1, "GPT-2: dropout probabilities must be in [0, 1]");
+  TORCH_CHECK_VALUE(o.granularity() != Granularity::kBranch,
+                    "GPT-2: granularity is block or half, not branch (Inception's)");
   auto chain = std::make_shared<detail::TorchvisionChainImpl>();
   Embeddings embeddings(o);
   chain->add("embeddings", embeddings, "transformer.");

@@ -1,5 +1,6 @@
 #include "remat/models/registry.h"
 
+#include <algorithm>
 #include <torch/nn/functional/loss.h>
 
 #include "remat/models/convnet.h"
@@ -77,11 +78,23 @@ const std::vector<ModelInfo>& registry() {
     add("vgg16_bn", "torchvision VGG-16 with BatchNorm", 32, 224, [](int c) { return vgg16_bn(V().num_classes(c)); });
     add("vgg19", "torchvision VGG-19", 32, 224, [](int c) { return vgg19(V().num_classes(c)); });
     add("vgg19_bn", "torchvision VGG-19 with BatchNorm", 32, 224, [](int c) { return vgg19_bn(V().num_classes(c)); });
-    add("inception_v3", "torchvision Inception v3 with its auxiliary classifier", 299, 299,
-        [](int c) { return inception_v3(InceptionV3Options().num_classes(c)); });
-    add("inception_v3_noaux", "torchvision Inception v3, aux_logits=False", 75, 299, [](int c) {
-      return inception_v3(InceptionV3Options().num_classes(c).aux_logits(false));
-    });
+    for (const bool aux : {true, false}) {
+      ModelInfo inception =
+          aux ? info("inception_v3", "torchvision Inception v3 with its auxiliary classifier", 299,
+                     299, [](int c) { return inception_v3(InceptionV3Options().num_classes(c)); })
+              : info("inception_v3_noaux", "torchvision Inception v3, aux_logits=False", 75, 299,
+                     [](int c) {
+                       return inception_v3(InceptionV3Options().num_classes(c).aux_logits(false));
+                     });
+      inception.granularities = {Granularity::kBlock, Granularity::kBranch};
+      inception.make_for = [aux](const ModelConfig& config) {
+        return inception_v3(InceptionV3Options()
+                                .num_classes(config.num_classes)
+                                .aux_logits(aux)
+                                .granularity(config.granularity));
+      };
+      all.push_back(std::move(inception));
+    }
     using D = DenseNetOptions;
     add("densenet121", "torchvision DenseNet-121", 32, 224, [](int c) { return densenet121(D().num_classes(c)); });
     add("densenet161", "torchvision DenseNet-161", 32, 224, [](int c) { return densenet161(D().num_classes(c)); });
@@ -95,7 +108,7 @@ const std::vector<ModelInfo>& registry() {
       vit.image_multiple = patch;
       vit.known_parameters = parameters;  // torchvision's (transformer_test.cpp builds them)
       vit.known_stages = layers + 2;
-      vit.has_granularity = true;
+      vit.granularities = {Granularity::kBlock, Granularity::kHalfBlock};
       vit.make_for = [make](const ModelConfig& config) {
         return make(ViTOptions()
                         .num_classes(config.num_classes)
@@ -114,7 +127,7 @@ const std::vector<ModelInfo>& registry() {
       lm.input = InputKind::kTokens;
       lm.vocab_size = static_cast<int>(options.vocab_size());
       lm.max_sequence = lm.default_sequence = static_cast<int>(options.n_positions());
-      lm.has_granularity = true;
+      lm.granularities = {Granularity::kBlock, Granularity::kHalfBlock};
       lm.known_parameters = gpt2_parameter_count(options);
       lm.known_stages = static_cast<int>(options.n_layer()) + 2;
       lm.make_for = [name](const ModelConfig& config) {
@@ -128,7 +141,13 @@ const std::vector<ModelInfo>& registry() {
 }
 
 torch::nn::Sequential ModelInfo::build(const ModelConfig& config) const {
+  TORCH_CHECK_VALUE(has_granularity(config.granularity), name, " has no ",
+                    granularity_name(config.granularity), " granularity");
   return make_for ? make_for(config) : make(config.num_classes);
+}
+
+bool ModelInfo::has_granularity(Granularity granularity) const {
+  return std::find(granularities.begin(), granularities.end(), granularity) != granularities.end();
 }
 
 std::int64_t parameter_count(const torch::nn::Module& module) {

@@ -14,13 +14,19 @@ namespace remat::models {
 Granularity parse_granularity(const std::string& text) {
   if (text == "block") return Granularity::kBlock;
   if (text == "half") return Granularity::kHalfBlock;
+  if (text == "branch") return Granularity::kBranch;
   TORCH_CHECK_VALUE(false, "unknown granularity '", text,
-                    "' (expected block: one stage per transformer block, or half: two, "
-                    "attention and MLP)");
+                    "' (expected block: one stage per block; half: two per transformer block, "
+                    "attention and MLP; branch: one per branch of Inception's Mixed blocks)");
 }
 
 const char* granularity_name(Granularity granularity) {
-  return granularity == Granularity::kBlock ? "block" : "half";
+  switch (granularity) {
+    case Granularity::kBlock: return "block";
+    case Granularity::kHalfBlock: return "half";
+    case Granularity::kBranch: return "branch";
+  }
+  return "?";
 }
 
 namespace {
@@ -189,6 +195,8 @@ torch::nn::Sequential vision_transformer(const ViTOptions& o) {
   TORCH_CHECK_VALUE(o.dropout() >= 0 && o.dropout() <= 1 && o.attention_dropout() >= 0 &&
                         o.attention_dropout() <= 1,
                     "vision transformer: dropout and attention_dropout must be in [0, 1]");
+  TORCH_CHECK_VALUE(o.granularity() != Granularity::kBranch,
+                    "vision transformer: granularity is block or half, not branch (Inception's)");
   auto chain = std::make_shared<detail::TorchvisionChainImpl>();
   chain->add("embed", PatchEmbedding(o), "");
   chain->rename("embed.pos_embedding", "encoder.pos_embedding");

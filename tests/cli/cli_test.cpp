@@ -1169,6 +1169,11 @@ TEST_CASE("the transformers: stages at --seq, trained on a token file, checked o
         "bad --granularity 'quarter'");
   fails({"profile", "--model", "resnet18", "--batch", "1", "--granularity", "half"},
         "resnet18 has one granularity");
+  // Each model takes its own granularities.
+  fails({"profile", "--model", "inception_v3_noaux", "--batch", "1", "--granularity", "half"},
+        "--granularity half: inception_v3_noaux takes block or branch");
+  fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "8", "--granularity", "branch"},
+        "--granularity branch: gpt2 takes block or half");
   fails({"train", "--model", "resnet18", "--batch", "1", "--budget", "50%", "--tokens", tokens},
         "--tokens is for the language models");
 }

@@ -3,6 +3,7 @@
 #include "remat/models.h"
 
 #include <catch2/catch.hpp>
+#include <map>
 #include <set>
 
 #include "models/model_checks.h"
@@ -37,6 +38,104 @@ TEST_CASE("stage counts and granularity", "[models]") {
   CHECK(densenet121()->size() == 1 + 58 + 3 + 1);  // stem, dense layers, transitions, head
   CHECK(inception_v3()->size() == 20);
   CHECK(inception_v3(InceptionV3Options().aux_logits(false))->size() == 19);
+  // One stage per branch: 4 in each InceptionA, C and E block, 3 in B and D (Mixed_6a, 7a).
+  const auto branches = InceptionV3Options().granularity(Granularity::kBranch);
+  CHECK(inception_v3(branches)->size() == 7 + 3 * 4 + 3 + 4 * 4 + 1 + 3 + 2 * 4 + 1);
+  CHECK(inception_v3(InceptionV3Options(branches).aux_logits(false))->size() == 50);
+  CHECK_THROWS_WITH(inception_v3(InceptionV3Options().granularity(Granularity::kHalfBlock)),
+                    Catch::Contains("granularity is block or branch, not half"));
+  CHECK_THROWS_WITH(find_model("resnet18").build(ModelConfig{10, 0, Granularity::kBranch}),
+                    Catch::Contains("resnet18 has no branch granularity"));
+}
+
+TEST_CASE("Inception v3 at branch granularity: one stage per branch, the same network",
+          "[models]") {
+  using namespace remat::models;
+  const auto stage_names = [](const nn::Sequential& net) {
+    std::vector<std::string> names;
+    for (const auto& child : net->named_children()) names.push_back(child.key());
+    return names;
+  };
+  for (const bool aux : {true, false}) {
+    DYNAMIC_SECTION((aux ? "with" : "without") << " the auxiliary classifier") {
+      const auto options = InceptionV3Options().num_classes(7).aux_logits(aux);
+      torch::manual_seed(3);
+      nn::Sequential block = inception_v3(options);
+      torch::manual_seed(3);
+      nn::Sequential branch = inception_v3(InceptionV3Options(options).granularity(Granularity::kBranch));
+      const auto names = stage_names(branch);
+      CHECK(std::vector<std::string>(names.begin() + 6, names.begin() + 11) ==
+            std::vector<std::string>{"maxpool2", "Mixed_5b_branch1x1", "Mixed_5b_branch5x5",
+                                     "Mixed_5b_branch3x3dbl", "Mixed_5b_branch_pool"});
+      // The same parameters and buffers, drawn alike from the same seed, under torchvision's
+      // names: the same weights load into both.
+      std::map<std::string, torch::Tensor> theirs;
+      for (const auto& p : block->named_parameters()) theirs[torchvision_name(block, p.key())] = p.value();
+      for (const auto& b : block->named_buffers()) theirs[torchvision_name(block, b.key())] = b.value();
+      std::size_t count = 0;
+      for (const auto& p : branch->named_parameters()) {
+        INFO(p.key());
+        const std::string name = torchvision_name(branch, p.key());
+        REQUIRE(theirs.count(name) == 1);
+        CHECK(torch::equal(theirs[name], p.value()));
+        ++count;
+      }
+      count += branch->named_buffers().size();
+      CHECK(count == theirs.size());
+      // Trained as plain Sequentials, the same outputs and gradients, bit for bit: the branch
+      // stages carry the same tensors, so autograd's graph is the block's.
+      const int image = aux ? 299 : 75;
+      const torch::Tensor x = torch::randn({2, 3, image, image});
+      const auto train = [&](nn::Sequential& net) {
+        net->train();
+        torch::manual_seed(4);  // the head's dropout
+        torch::Tensor input = x.clone().requires_grad_(true);
+        const remat::Tensors out = remat::run_stages(remat::stages_of(net), {input});
+        torch::Tensor loss = torch::zeros({});
+        for (const torch::Tensor& o : out) loss = loss + o.square().sum();
+        loss.backward();
+        std::vector<torch::Tensor> state(out.begin(), out.end());
+        state.push_back(input.grad());
+        for (const auto& p : net->parameters()) state.push_back(p.grad());
+        return state;
+      };
+      const auto a = train(block), b = train(branch);
+      REQUIRE(a.size() == b.size());
+      CHECK(a.size() == (aux ? 2u : 1u) + 1 + block->parameters().size());
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        INFO("tensor " << k);
+        CHECK(torch::equal(a[k], b[k]));
+      }
+    }
+  }
+}
+
+TEST_CASE("Inception v3's branch stages carry the block's input and finished branches",
+          "[models][profiler]") {
+  using namespace remat::models;
+  nn::Sequential net = inception_v3(
+      InceptionV3Options().num_classes(7).aux_logits(false).granularity(Granularity::kBranch));
+  const remat::Chain chain =
+      remat::profile(net, torch::randn({2, 3, 75, 75}), remat::ProfileOptions().measure_time(false))
+          .chain;
+  const auto find = [&](const std::string& name) -> const remat::Stage& {
+    for (const remat::Stage& s : chain.stages)
+      if (s.name == name) return s;
+    FAIL("no stage " << name);
+    return chain.stages.front();
+  };
+  // {x, b1} -> {x, b1, b5x5}: x and the first branch carried (one storage each), one new member.
+  const remat::Stage& second = find("Mixed_5b_branch5x5");
+  REQUIRE(second.outputs.size() == 3);
+  CHECK(second.outputs[0].carried_from == 0);
+  CHECK(second.outputs[1].carried_from == 1);
+  CHECK_FALSE(second.outputs[2].carried());
+  CHECK(second.outputs[2].bytes == 2 * 64 * 7 * 7 * 4);  // 75x75 makes Mixed_5b's maps 7x7
+  // The block's last stage: {x, b1, b5x5, b3x3dbl} -> {the four concatenated}, new.
+  const remat::Stage& last = find("Mixed_5b_branch_pool");
+  REQUIRE(last.outputs.size() == 1);
+  CHECK_FALSE(last.outputs[0].carried());
+  CHECK(last.outputs[0].bytes == 2 * 256 * 7 * 7 * 4);
 }
 
 TEST_CASE("options: zero_init_residual, DenseNet's free configuration", "[models]") {
@@ -214,8 +313,11 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
   for (const auto& info : remat::models::registry()) {
     if (info.name.rfind("convnet", 0) == 0) continue;  // covered by the runtime tests
     // The transformers, at small sizes and both granularities: transformer_test.cpp.
-    if (info.has_granularity) continue;
-    DYNAMIC_SECTION(info.name) {
+    if (info.has_granularity(remat::models::Granularity::kHalfBlock)) continue;
+    // Inception v3 at both granularities: its branch stages carry members.
+    for (const remat::models::Granularity granularity : info.granularities)
+    DYNAMIC_SECTION(info.name << " " << remat::models::granularity_name(granularity)) {
+      const remat::models::ModelConfig config{10, 0, granularity};
       const int image = std::max(info.min_image, 64);
       const torch::Tensor sample = torch::randn({2, 3, image, image});
       const torch::Tensor target = torch::randn({2, 10});
@@ -234,7 +336,7 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
         return state;
       };
       torch::manual_seed(1);
-      nn::Sequential plain_net = info.make(10);
+      nn::Sequential plain_net = info.build(config);
       const auto plain = step(plain_net, [&](const torch::Tensor& x) {
         return remat::run_stages(remat::stages_of(plain_net), {x});
       });
@@ -242,7 +344,7 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
                                 plain_net->buffers().size());
 
       torch::manual_seed(1);
-      nn::Sequential net = info.make(10);
+      nn::Sequential net = info.build(config);
       remat::Checkpointable chk(net);
       // Measured with an input that wants its gradient, as step() trains.
       const remat::Solution& s =

@@ -79,7 +79,7 @@ nn::Sequential port(const std::string& name) {
 std::vector<std::string> torchvision_cnns() {
   std::vector<std::string> names;
   for (const ModelInfo& info : registry())
-    if (info.input == InputKind::kImage && !info.has_granularity &&
+    if (info.input == InputKind::kImage && !info.has_granularity(Granularity::kHalfBlock) &&
         info.name.rfind("convnet", 0) != 0)
       names.push_back(info.name);
   return names;
@@ -153,9 +153,12 @@ TEST_CASE("the ports have torchvision's names and shapes at full size", "[models
   const auto expected = remat::test::read_shape_listing(reference("cnn_names.txt"));
   CHECK(expected.size() == 19);
   for (const auto& [model, names] : expected) {
-    DYNAMIC_SECTION(model) {
-      CHECK(remat::test::reference_shapes(find_model(model).make(1000)) == names);
-    }
+    // At every granularity (Inception v3's branch stages keep torchvision's names).
+    for (const Granularity granularity : find_model(model).granularities)
+      DYNAMIC_SECTION(model << " " << granularity_name(granularity)) {
+        CHECK(remat::test::reference_shapes(
+                  find_model(model).build(ModelConfig{1000, 0, granularity})) == names);
+      }
   }
 }
 
@@ -178,15 +181,27 @@ TEST_CASE("resnet18 trains like torchvision's: output, input gradient, statistic
 
 TEST_CASE("Inception v3's two heads in training mode match torchvision's InceptionOutputs",
           "[models][torchvision]") {
-  nn::Sequential net = inception_v3(InceptionV3Options().num_classes(10).dropout(0));
-  load_torchvision_weights(net, reference("inception_v3.pth"));
-  auto io = read_io("inception_v3");
-  net->train();
-  torch::NoGradGuard no_grad;
-  const auto outputs = net->forward<std::vector<torch::Tensor>>(io.at("train_input"));
-  REQUIRE(outputs.size() == 2);
-  CHECK(relative_error(outputs[0], io.at("train_logits")) < kTrainTolerance);
-  CHECK(relative_error(outputs[1], io.at("train_aux_logits")) < kTrainTolerance);
+  for (const Granularity granularity : {Granularity::kBlock, Granularity::kBranch}) {
+    DYNAMIC_SECTION(granularity_name(granularity)) {
+      nn::Sequential net = inception_v3(
+          InceptionV3Options().num_classes(10).dropout(0).granularity(granularity));
+      load_torchvision_weights(net, reference("inception_v3.pth"));
+      auto io = read_io("inception_v3");
+      torch::NoGradGuard no_grad;
+      if (granularity == Granularity::kBranch) {
+        // Eval mode, as the 19 ports' test runs the block granularity.
+        net->eval();
+        const auto eval = net->forward<std::vector<torch::Tensor>>(io.at("input"));
+        REQUIRE(eval.size() == 1);
+        CHECK(relative_error(eval[0], io.at("output")) < kTolerance);
+      }
+      net->train();
+      const auto outputs = net->forward<std::vector<torch::Tensor>>(io.at("train_input"));
+      REQUIRE(outputs.size() == 2);
+      CHECK(relative_error(outputs[0], io.at("train_logits")) < kTrainTolerance);
+      CHECK(relative_error(outputs[1], io.at("train_aux_logits")) < kTrainTolerance);
+    }
+  }
 }
 
 TEST_CASE("the vision transformer reproduces torchvision's, outputs and gradients",

@@ -18,9 +18,23 @@
 // to a tensor, as in the other models.
 // The auxiliary head needs Mixed_6e's output to be at least 17x17, that is a 299x299 input
 // (as in torchvision); without it the network accepts 75x75.
+//
+// Branch granularity (InceptionV3Options::granularity(Granularity::kBranch), `--granularity
+// branch`): each Mixed block is one stage per branch, named after the block and the branch's
+// first member: "Mixed_5b_branch1x1", "Mixed_5b_branch5x5", "Mixed_5b_branch3x3dbl",
+// "Mixed_5b_branch_pool", ... (Mixed_6a and Mixed_7a's last stage, "..._branch_pool", is their
+// max pooling). A branch's stage takes {x, the block's finished branches, rest} and returns
+// them with its own output after the finished branches: x, the finished branches and rest (the
+// auxiliary logits, after AuxLogits) are carried, one storage each. The block's last stage
+// returns {the branches concatenated, rest}, as the block does. So the schedule can keep some
+// branches' outputs and recompute the others, rather than a whole block. From "maxpool2" on,
+// every stage then takes and returns a list of members (its output is {logits} without
+// aux_logits). The parameters keep torchvision's names ("Mixed_5b.branch1x1.conv.weight"), the
+// same seed gives the same parameters at both granularities, and the outputs are the same.
 
 #include <torch/nn/modules/container/sequential.h>
 
+#include "remat/models/granularity.h"
 #include "remat/solver/arg.h"  // REMAT_ARG
 
 namespace remat::models {
@@ -34,6 +48,9 @@ struct InceptionV3Options {
   REMAT_ARG(bool, transform_input) = false;
   /// Dropout before the last linear layer.
   REMAT_ARG(double, dropout) = 0.5;
+  /// kBlock: one stage per Mixed block; kBranch: one per branch (see above). kHalfBlock is a
+  /// transformer's: a c10::ValueError.
+  REMAT_ARG(Granularity, granularity) = Granularity::kBlock;
 };
 
 /// Inception v3: 27,161,264 parameters at 1000 classes (23,834,568 without aux_logits).

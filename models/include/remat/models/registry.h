@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "remat/core/stage.h"  // remat::Tensors
-#include "remat/models/transformer.h"  // Granularity
+#include "remat/models/granularity.h"
 
 namespace remat::models {
 
@@ -30,7 +30,8 @@ struct ModelConfig {
   /// Input height and width; 0: the model's default. ViT's position embedding has one entry
   /// per patch of a square image of this size.
   int image = 0;
-  /// Transformers: one stage per block, or per half-block.
+  /// One stage per block (transformer block, Inception Mixed block), or finer: per half-block
+  /// (transformers), per branch (Inception v3). One of the model's ModelInfo::granularities.
   Granularity granularity = Granularity::kBlock;
 };
 
@@ -51,8 +52,9 @@ struct ModelInfo {
   int vocab_size = 0;
   int max_sequence = 0;
   int default_sequence = 0;
-  /// Whether the model has stages at two granularities (transformers).
-  bool has_granularity = false;
+  /// The granularities the model can be cut at, the default (kBlock) first: the transformers
+  /// also have kHalfBlock, Inception v3 kBranch.
+  std::vector<Granularity> granularities{Granularity::kBlock};
   /// Parameters and stages (at block granularity, 1000 classes), when known without building
   /// the model (the transformers: gpt2-xl's weights take 6 GB); 0: count them on a built one.
   std::int64_t known_parameters = 0;
@@ -62,6 +64,8 @@ struct ModelInfo {
 
   /// The model for `config`, by make_for when there is one.
   torch::nn::Sequential build(const ModelConfig& config) const;
+  /// Whether `granularity` is one of granularities.
+  bool has_granularity(Granularity granularity) const;
 };
 
 /// The training loss of the built-in classifiers, from the members of their output: the

@@ -29,16 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "remat/models/granularity.h"  // one stage per block (kBlock) or two (kHalfBlock)
 #include "remat/models/state_dict.h"
 #include "remat/solver/arg.h"  // REMAT_ARG
 
 namespace remat::models {
 
-/// One stage per transformer block, or two (attention; MLP).
-enum class Granularity { kBlock, kHalfBlock };
-/// "block" or "half" (what `--granularity` takes); throws c10::ValueError for anything else.
-Granularity parse_granularity(const std::string& text);
-const char* granularity_name(Granularity granularity);
 
 struct ViTOptions {
   /// Input height and width (square; a multiple of patch_size). The position embedding has
