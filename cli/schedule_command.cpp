@@ -50,7 +50,7 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   std::string algorithm(algorithm_name(solution.algorithm));
   if (solution.algorithm == Algorithm::kOptimal) {
     const Discretization& disc = solution.discretization;
-    if (disc.unit_bytes == 1 && disc.capacity_units == solution.budget_bytes) {
+    if (disc.unit_bytes == 1 && disc.capacity_units == solution.solved_budget_bytes) {
       algorithm += ", exact bytes";
     } else {
       algorithm +=
@@ -66,6 +66,13 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   if (options.reference_recurrence()) algorithm += ", reference recurrence";
   fmt::print("algorithm    {}\n", algorithm);
   fmt::print("budget       {}\n", format_bytes_exact(solution.budget_bytes));
+  // With carried members, the dynamic program's budget can be larger (its model counts them
+  // more than once; the sequence's exact peak fits the budget).
+  if (solution.algorithm == Algorithm::kOptimal && solution.ok() &&
+      solution.solved_budget_bytes != solution.budget_bytes)
+    fmt::print("solved for   {} (the dynamic program counts carried members once per "
+               "activation; the exact peak fits the budget)\n",
+               format_bytes_exact(solution.solved_budget_bytes));
   fmt::print("status       {}\n", status_name(solution.status));
   if (solution.ok()) {
     const double overhead =
@@ -122,6 +129,7 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
   if (solution.algorithm == Algorithm::kOptimal) {
     out["slots"] = solution.discretization.capacity_units;
     out["unit_bytes"] = solution.discretization.unit_bytes;
+    out["solved_budget_bytes"] = solution.solved_budget_bytes;
   } else if (solution.algorithm == Algorithm::kPeriodic) {
     out["segments"] = solution.parameter;
   } else if (solution.algorithm == Algorithm::kRevolve) {

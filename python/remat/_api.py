@@ -212,6 +212,10 @@ class Solution:
         lambda self: None if self._solution.min_feasible_budget_bytes < 0 else self._solution.min_feasible_budget_bytes,
         doc="The least budget the algorithm accepts; None when none is enough (too few slots).")
     solve_seconds = property(lambda self: self._solution.solve_seconds)
+    solved_budget_bytes = property(
+        lambda self: self._solution.solved_budget_bytes,
+        doc="optimal: the budget the dynamic program solved for; more than budget_bytes on a "
+            "chain with carried members, whose schedule's exact peak still fits the budget.")
     warning = property(lambda self: self._solution.warning)
     sequence = property(lambda self: self._solution.sequence,
                         doc="The operations, runs collapsed: 'CF_0 Fn_1..4 ...'.")

@@ -113,6 +113,7 @@ std::int64_t reference_slots(const Chain& chain, const SolveOptions& options,
 
 void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& out) {
   const std::int64_t budget = options.budget_bytes();
+  out.solved_budget_bytes = budget;
   const bool automatic = options.slots() == 0 && !options.reference_recurrence();
   // The memory the solve will need is estimated before anything is allocated.
   const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
@@ -200,6 +201,52 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
 
 std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
   return simulate(chain, sequence).peak_bytes;
+}
+
+// The bytes of the members carried over a stage, summed over the chain's activations x_1 ...
+// x_L: what the dynamic program may count more than once (0: it counts exactly).
+std::int64_t carried_bytes(const Chain& chain) {
+  std::int64_t total = 0;
+  for (const Stage& stage : chain.stages)
+    for (const Member& member : stage.outputs)
+      if (member.carried()) total += member.bytes;
+  return total;
+}
+
+// The search of SolveOptions::search_above_budget, after the DP's optimum `out` at the budget.
+// The DP's sequence for a larger budget B' is as fast or faster (more memory never makes the
+// optimum slower), and its exact peak grows with B' as the model's does, give or take what the
+// model counts more than once. That excess is at most twice the carried bytes (each carried
+// storage once more in each activation holding it, and in its gradient's), so beyond the
+// budget plus that, the DP's sequences that fit the budget exactly are all sequences the DP
+// finds at the budget plus that excess: the search stops there, or at the store-all peak. A
+// bisection on B' to 1/1024 of the budget keeps the fastest sequence whose simulated peak fits.
+void search_above_budget(const Chain& chain, const SolveOptions& options, Solution& out) {
+  const std::int64_t budget = options.budget_bytes();
+  const std::int64_t carried = carried_bytes(chain);
+  if (carried == 0 || !out.ok() || out.makespan_ms <= out.store_all_makespan_ms) return;
+  std::int64_t lo = budget;
+  std::int64_t hi = std::min(store_all_peak(chain), budget + 2 * carried);
+  const std::int64_t tolerance = std::max<std::int64_t>(1, budget / 1024);
+  SolveOptions probe_options = options;
+  while (hi - lo > tolerance) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    Solution probe;
+    probe.algorithm = out.algorithm;
+    probe.store_all_makespan_ms = out.store_all_makespan_ms;
+    solve_optimal(chain, probe_options.budget_bytes(mid), probe);
+    if (!probe.ok() || probe.peak_bytes > budget) {
+      hi = mid;
+      continue;
+    }
+    lo = mid;
+    if (probe.makespan_ms < out.makespan_ms) {
+      probe.budget_bytes = out.budget_bytes;
+      probe.min_feasible_budget_bytes = out.min_feasible_budget_bytes;
+      probe.solved_budget_bytes = mid;
+      out = std::move(probe);
+    }
+  }
 }
 
 // Revolve: the most checkpoints whose sequence fits (more checkpoints, fewer recomputations).
@@ -295,6 +342,8 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
   switch (options.algorithm()) {
     case Algorithm::kOptimal:
       solve_optimal(chain, options, out);
+      if (options.search_above_budget() && options.slots() == 0 && !options.reference_recurrence())
+        search_above_budget(chain, options, out);
       break;
     case Algorithm::kStoreAll: {
       finish_heuristic(chain, options, detail::store_all_sequence(length), -1, out);

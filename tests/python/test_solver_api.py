@@ -58,6 +58,7 @@ def test_solve_is_a_result_with_a_status(chain):
     full = chain.store_all_peak()
     best = remat.solve(chain, "100%")
     assert best.ok and best.status == "optimal" and best.peak_bytes == full
+    assert best.solved_budget_bytes == best.budget_bytes  # no carried members
     least = chain.min_budget()
     s = remat.solve(chain, least)
     assert s.ok and s.peak_bytes <= least and s.makespan_ms > best.makespan_ms

@@ -62,6 +62,13 @@ struct SolveOptions {
   /// return a sequence that exceeds the budget (reported in Solution::warning) or miss one that
   /// fits; docs/algorithms.md explains. Off by default.
   REMAT_ARG(bool, reference_recurrence) = false;
+  /// `optimal` with automatic slots, on a chain with carried members: the dynamic program counts
+  /// a carried storage in every activation it is in, so that its sequence can peak well below
+  /// the budget. Then the DP also solves for larger budgets (a bisection, up to the store-all
+  /// peak), and the fastest of its sequences whose exact (simulated) peak fits the budget is
+  /// the result (Solution::solved_budget_bytes says for which budget). Never slower than the
+  /// DP at the budget itself; false turns it off. docs/algorithms.md, "Carried members".
+  REMAT_ARG(bool, search_above_budget) = true;
 };
 
 /// How a solve ended: `optimal` (the dynamic program's optimum for its discretization),
@@ -99,6 +106,10 @@ struct Solution {
   std::int64_t min_feasible_budget_bytes = 0;
   /// `optimal` only: the discretization used.
   Discretization discretization;
+  /// `optimal` only: the budget the dynamic program solved for. The budget, or more on a chain
+  /// with carried members (SolveOptions::search_above_budget), whose sequence's exact peak
+  /// still fits the budget.
+  std::int64_t solved_budget_bytes = 0;
   /// `periodic`: segments used; `revolve`: checkpoints used (x_0 included); else 0.
   int parameter = 0;
   double solve_seconds = 0;
