@@ -69,12 +69,20 @@ struct Setup {
   torch::Tensor sample, target;
   remat::Chain chain;
 
+  // `model` is a registry name, or NAME@GRANULARITY for another granularity than the block
+  // (inception_v3@branch).
   Setup(const std::string& model, torch::Device dev, int batch_, int image_)
       : name(model), device(dev), batch(batch_) {
-    const remat::models::ModelInfo& info = remat::models::find_model(model);
+    const std::size_t at = model.find('@');
+    const remat::models::ModelInfo& info = remat::models::find_model(model.substr(0, at));
+    remat::models::ModelConfig config;
+    config.num_classes = classes;
+    if (at != std::string::npos)
+      config.granularity = remat::models::parse_granularity(model.substr(at + 1));
     image = image_ > 0 ? image_ : info.default_image;
+    config.image = image;
     torch::manual_seed(0);
-    net = info.make(classes);
+    net = info.build(config);
     net->to(device);
     net->train();
     for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);

@@ -1,5 +1,6 @@
 // remat models: the built-in models with their stage and parameter counts, or one model's
 // stages with their output shapes and bytes at a given input.
+#include <algorithm>
 #include <fmt/core.h>
 #include <torch/utils.h>
 
@@ -128,6 +129,7 @@ int show_model(const ModelsArgs& args, Format format) {
   std::int64_t total = 0;
   Tensors members = {x};
   for (std::size_t i = 0; i < stages.size(); ++i) {
+    const Tensors input = members;
     try {
       members = stages[i].module->forward(members, {});
     } catch (const c10::OutOfMemoryError&) {
@@ -142,9 +144,12 @@ int show_model(const ModelsArgs& args, Format format) {
     for (const torch::Tensor& m : members) {
       bytes += static_cast<std::int64_t>(m.nbytes());
       shapes.push_back(m.sizes().vec());
+      // A member carried from the input (the same tensor) is counted where it was made.
+      const bool carried = std::any_of(input.begin(), input.end(),
+                                       [&](const torch::Tensor& t) { return t.is_same(m); });
+      if (!carried) total += static_cast<std::int64_t>(m.nbytes());
     }
     const std::int64_t params = models::parameter_count(*stages[i].module->nn_module());
-    total += bytes;
     if (format == Format::kJson)
       rows.push_back({{"name", stages[i].name},
                       {"output_shapes", shapes},
@@ -161,8 +166,9 @@ int show_model(const ModelsArgs& args, Format format) {
                                       {"stages", rows}}
                            .dump(2));
   else
-    fmt::print("\nall stage outputs together: {} (what store-all keeps at least, before what\n"
-               "each stage saves for its backward; `remat profile` measures that)\n",
+    fmt::print("\nall stage outputs together: {} (each storage once: what store-all keeps at "
+               "least, before what\neach stage saves for its backward; `remat profile` "
+               "measures that)\n",
                format_bytes(total));
   return kExitOk;
 }

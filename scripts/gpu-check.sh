@@ -17,7 +17,8 @@
 # list's; GPU mode's default is all but cpu-tests, CPU mode's all but build, tests and
 # cpu-tests; on a fresh machine, build must be among them),
 # --build DIR (default build-gpu), --out DIR (default $OUT), --models resnet50:128:224,...
-# (throughput models, batch sizes and image sizes).
+# (throughput models, batch sizes and image sizes; a model may be NAME@GRANULARITY, remat's
+# stages at that granularity, e.g. inception_v3@branch:64:299).
 # Environment: REMAT_PYTHON, the Python with torch and torchvision (default python3).
 # Exit status: 0 when every part ran and passed; 1 when a test failed or a measured peak
 # exceeded its budget (the other parts still run); 2 for bad arguments.
@@ -71,8 +72,8 @@ if [ "$mode" = gpu ]; then
     export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   fi
   distributed_args=(--model resnet50 --batch 64 --image 224 --steps 10 --budget 50%)
-  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3 --batch 32 --steps 10 --warmup 3)
-  [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,vgg16:64:224
+  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3,inception_v3@branch --batch 32 --steps 10 --warmup 3)
+  [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,inception_v3@branch:64:299,vgg16:64:224
   throughput_args=(--steps 10 --warmup 3)
   baseline_args=(--steps 10 --warmup 3)
   # PyTorch's sublinear-memory reimplementation: resnet152, batch 16, 5459 MiB -> 2455 MiB
@@ -87,7 +88,7 @@ else
   device=cpu
   [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python
   distributed_args=(--model resnet18 --batch 2 --image 32 --steps 2 --budget 100% --repeat 1)
-  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1 --traced 2)
+  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux@branch --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1 --traced 2)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
   throughput_args=(--steps 3 --warmup 1 --repeat 1)
   baseline_args=(--steps 3 --warmup 1)
@@ -208,7 +209,8 @@ throughput_runs() {
     [ -n "$image" ] || { say "bad model entry '$spec': expected MODEL:BATCH:IMAGE"; exit 2; }
     work=$work_dir/$model-b$batch-$image
     say "$model, batch $batch: PyTorch (plain and checkpoint_sequential for K = 2 .. 2 sqrt(L))"
-    run "$python" bench/pytorch_baseline.py --model "$model" --batch "$batch" --image "$image" --device "$device" \
+    # MODEL@GRANULARITY (inception_v3@branch): remat's stages; PyTorch's are torchvision's.
+    run "$python" bench/pytorch_baseline.py --model "${model%@*}" --batch "$batch" --image "$image" --device "$device" \
       --segments all "${baseline_args[@]}" --json "$work-pytorch.json" || { status=1; continue; }
     say "$model, batch $batch: remat (plain LibTorch, optimal at $budgets% of store-all, periodic)"
     run "$build/bin/remat_training_bench" throughput --model "$model" --batch "$batch" --image "$image" --device "$device" \
