@@ -1052,6 +1052,7 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   CHECK(by_name["gpt2-xl"]["stages"] == 50);
   CHECK(by_name["gpt2-medium"]["granularities"] == nlohmann::json{"block", "half"});
   CHECK(by_name["resnet18"]["granularities"] == nlohmann::json{"block"});
+  CHECK(by_name["inception_v3_noaux"]["granularities"] == nlohmann::json{"block", "branch"});
 
   const RunResult stages = run_remat({"models", "resnet18", "--batch", "2", "--image", "64"});
   INFO(describe(stages));
@@ -1073,6 +1074,18 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   CHECK(inception["stages"][15]["output_bytes"] == (2 * 768 * 17 * 17 + 2 * 10) * 4);
   CHECK(inception["stages"][16]["output_shapes"] == Shapes{{2, 1280, 8, 8}, {2, 10}});
   CHECK(inception["stages"][19]["output_shapes"] == Shapes{{2, 10}, {2, 10}});
+  // By branch: the block's input and finished branches carried, the last concatenating them.
+  const RunResult branches = run_remat({"models", "inception_v3_noaux", "--image", "75",
+                                        "--granularity", "branch", "--format", "json"});
+  INFO(describe(branches));
+  REQUIRE(branches.exit_code == 0);
+  const auto by_branch = nlohmann::json::parse(branches.out);
+  REQUIRE(by_branch["stages"].size() == 50);
+  CHECK(by_branch["stages"][8]["name"] == "Mixed_5b_branch5x5");
+  CHECK(by_branch["stages"][8]["output_shapes"] ==
+        Shapes{{2, 192, 7, 7}, {2, 64, 7, 7}, {2, 64, 7, 7}});
+  CHECK(by_branch["stages"][10]["name"] == "Mixed_5b_branch_pool");
+  CHECK(by_branch["stages"][10]["output_shapes"] == Shapes{{2, 256, 7, 7}});
 
   const RunResult unknown = run_remat({"models", "resnet9000"});
   CHECK(unknown.exit_code == 2);
