@@ -326,6 +326,14 @@ double Chain::store_all_ms() const {
   return total;
 }
 
+std::int64_t Chain::carried_bytes() const {
+  std::int64_t total = 0;
+  for (const Stage& stage : stages)
+    for (const Member& member : stage.outputs)
+      if (member.carried()) total += member.bytes;
+  return total;
+}
+
 void Chain::validate(const std::string& source) const {
   auto check_bytes = [&](std::int64_t bytes, const std::string& where) {
     if (bytes < 0) fail(source, where, str_cat("(", bytes, ") must not be negative"));

@@ -203,16 +203,6 @@ std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
   return simulate(chain, sequence).peak_bytes;
 }
 
-// The bytes of the members carried over a stage, summed over the chain's activations x_1 ...
-// x_L: what the dynamic program may count more than once (0: it counts exactly).
-std::int64_t carried_bytes(const Chain& chain) {
-  std::int64_t total = 0;
-  for (const Stage& stage : chain.stages)
-    for (const Member& member : stage.outputs)
-      if (member.carried()) total += member.bytes;
-  return total;
-}
-
 // The search of SolveOptions::search_above_budget, after the DP's optimum `out` at the budget.
 // The DP's sequence for a larger budget B' is as fast or faster (more memory never makes the
 // optimum slower), and its exact peak grows with B' as the model's does, give or take what the
@@ -223,7 +213,7 @@ std::int64_t carried_bytes(const Chain& chain) {
 // bisection on B' to 1/1024 of the budget keeps the fastest sequence whose simulated peak fits.
 void search_above_budget(const Chain& chain, const SolveOptions& options, Solution& out) {
   const std::int64_t budget = options.budget_bytes();
-  const std::int64_t carried = carried_bytes(chain);
+  const std::int64_t carried = chain.carried_bytes();
   if (carried == 0 || !out.ok() || out.makespan_ms <= out.store_all_makespan_ms) return;
   std::int64_t lo = budget;
   std::int64_t hi = std::min(store_all_peak(chain), budget + 2 * carried);

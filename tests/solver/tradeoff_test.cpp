@@ -43,6 +43,38 @@ TEST_CASE("tradeoff: optimal points equal a solve at each budget, in exact bytes
   }
 }
 
+TEST_CASE("tradeoff: with carried members, optimal points are solve()'s, its search included",
+          "[solver][tradeoff]") {
+  // Automatic slots on small chains (exact bytes): the table answers solve()'s search above
+  // the budget (SolveOptions::search_above_budget) with the same probes.
+  int faster = 0;
+  for (std::uint64_t seed = 0; seed < 60; ++seed) {
+    remat::test::RandomChainSpec spec;
+    spec.max_length = 5;
+    spec.max_bytes = 12;
+    spec.partial_keeps = true;
+    spec.carried = true;
+    const remat::Chain chain = remat::test::random_chain(600 + seed, spec);
+    if (chain.carried_bytes() == 0) continue;
+    INFO(remat::chain_to_json(chain));
+    const remat::Tradeoff t = remat::tradeoff(chain, remat::TradeoffOptions().points(9).threads(1));
+    REQUIRE(t.unit_bytes == 1);
+    for (std::size_t k = 0; k < t.budgets.size(); ++k) {
+      INFO("budget " << t.budgets[k]);
+      const remat::TradeoffPoint& p = t.optimal[k];
+      const remat::Solution s = remat::solve(chain, SolveOptions(t.budgets[k]).threads(1));
+      REQUIRE(p.feasible == s.ok());
+      if (!s.ok()) continue;
+      CHECK(p.makespan_ms == Approx(s.makespan_ms).epsilon(1e-12));
+      CHECK(p.peak_bytes <= t.budgets[k]);
+      const remat::Solution alone = remat::solve(
+          chain, SolveOptions(t.budgets[k]).threads(1).search_above_budget(false));
+      if (p.makespan_ms < alone.makespan_ms * (1 - 1e-12)) ++faster;
+    }
+  }
+  CHECK(faster > 0);  // the search matters on these chains
+}
+
 TEST_CASE("tradeoff: revolve and periodic points are those of solve()", "[solver][tradeoff]") {
   for (std::uint64_t seed = 50; seed <= 60; ++seed) {
     const remat::Chain chain = remat::test::random_chain(seed);

@@ -141,6 +141,10 @@ struct Chain {
   void set_input(std::int64_t bytes, bool grad = true);
   /// Time of store-all: every forward with autograd, then every backward.
   double store_all_ms() const;
+  /// The bytes of the members carried over a stage, summed over the activations x_1 ... x_L:
+  /// what the dynamic program may count more than once (docs/algorithms.md, "Carried
+  /// members"); 0 when no member is carried.
+  std::int64_t carried_bytes() const;
 
   /// Checks every invariant of the cost model and the limits above (kMaxChainBytes per size,
   /// kMaxChainTotalBytes in all, kMaxStageMs per time, kMaxStages); throws ChainError naming
