@@ -211,30 +211,49 @@ std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
 // budget plus that, the DP's sequences that fit the budget exactly are all sequences the DP
 // finds at the budget plus that excess: the search stops there, or at the store-all peak. A
 // bisection on B' to 1/1024 of the budget keeps the fastest sequence whose simulated peak fits.
+// One persistent table, built for the largest B', answers every probe (its top row holds the
+// optimum for every capacity), with its unit: a rebuild and a simulation per probe.
 void search_above_budget(const Chain& chain, const SolveOptions& options, Solution& out) {
   const std::int64_t budget = options.budget_bytes();
   const std::int64_t carried = chain.carried_bytes();
   if (carried == 0 || !out.ok() || out.makespan_ms <= out.store_all_makespan_ms) return;
+  // Below the store-all peak (checked by solve_optimal), which is at most kMaxChainTotalBytes:
+  // no overflow.
   std::int64_t lo = budget;
   std::int64_t hi = std::min(store_all_peak(chain), budget + 2 * carried);
   const std::int64_t tolerance = std::max<std::int64_t>(1, budget / 1024);
-  SolveOptions probe_options = options;
+  if (hi - lo <= tolerance) return;
+  const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
+  const detail::TableMemory memory(chain, options.threads());
+  std::string coarsened;
+  const std::int64_t slots =
+      detail::slots_within_memory(memory, limit, hi, detail::slot_count(chain, 0), true, coarsened);
+  const Discretization disc = detail::discretize_filled(hi, slots);
+  const detail::UnitChain units =
+      detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false);
+  const detail::MinMemoryTable min_memory(units, disc.capacity_units);
+  if (!detail::fits(units, min_memory, disc.capacity_units)) return;
+  const detail::PersistentTable table(units, min_memory, disc.capacity_units - units.context,
+                                      options.threads());
+  const TimeModel time{options.use_nograd_time()};
   while (hi - lo > tolerance) {
     const std::int64_t mid = lo + (hi - lo) / 2;
-    Solution probe;
-    probe.algorithm = out.algorithm;
-    probe.store_all_makespan_ms = out.store_all_makespan_ms;
-    solve_optimal(chain, probe_options.budget_bytes(mid), probe);
-    if (!probe.ok() || probe.peak_bytes > budget) {
+    const std::int64_t capacity =
+        std::min(disc.capacity_units, mid / disc.unit_bytes) - units.context;
+    Sequence sequence;
+    if (capacity - units.x[0] >= 0 && table.value(0, chain.length(), capacity) < detail::kInfinity)
+      sequence = table.rebuild(capacity);
+    Simulation sim = sequence.empty() ? Simulation{} : simulate(chain, sequence, time);
+    if (sequence.empty() || sim.peak_bytes > budget) {
       hi = mid;
       continue;
     }
     lo = mid;
-    if (probe.makespan_ms < out.makespan_ms) {
-      probe.budget_bytes = out.budget_bytes;
-      probe.min_feasible_budget_bytes = out.min_feasible_budget_bytes;
-      probe.solved_budget_bytes = mid;
-      out = std::move(probe);
+    if (sim.makespan_ms < out.makespan_ms) {
+      out.discretization = Discretization{disc.unit_bytes, capacity + units.context};
+      out.solved_budget_bytes = mid;
+      out.warning = coarsened;
+      accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
     }
   }
 }
