@@ -80,7 +80,7 @@ MUTATIONS = [
      "if (uj > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj]);",
      "the dynamic program forgets a no-grad forward's temporary in a bound"),
     ("search-unchecked", "solver/src/solve.cpp",
-     "if (!probe.ok() || probe.peak_bytes > budget) {", "if (!probe.ok()) {",
+     "if (sequence.empty() || sim.peak_bytes > budget) {", "if (sequence.empty()) {",
      "the search above the budget keeps a sequence whose exact peak exceeds the budget"),
     ("search-none", "solver/src/solve.cpp",
      "std::min(store_all_peak(chain), budget + 2 * carried);", "budget;",
