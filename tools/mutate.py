@@ -83,7 +83,7 @@ MUTATIONS = [
      "if (sequence.empty() || sim.peak_bytes > budget) {", "if (sequence.empty()) {",
      "the search above the budget keeps a sequence whose exact peak exceeds the budget"),
     ("search-none", "solver/src/solve.cpp",
-     "std::min(store_all_peak(chain), budget + 2 * carried);", "budget;",
+     "std::min(store_all_bytes, budget + 2 * carried);", "budget;",
      "the search above the budget never searches"),
     ("plot-off-scale", "report/src/plots.cpp",
      "const bool off_scale = p.makespan_ms > y.d1;", "const bool off_scale = false;",

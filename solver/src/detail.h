@@ -253,6 +253,24 @@ class PersistentTable {
   std::int64_t stored_bytes_ = 0;
 };
 
+// The table's sequence for a budget of `bytes` (its capacity at most, in its unit, the context
+// left out), or an empty one where it finds none.
+Sequence table_sequence(const PersistentTable& table, const UnitChain& chain,
+                        const Discretization& disc, std::int64_t bytes);
+
+// SolveOptions::search_above_budget on a chain with carried members, for solve() and
+// tradeoff() (solve.cpp says why it works): a bisection on budgets above `budget`, up to the
+// budget plus twice the carried bytes or `store_all_bytes` (the store-all peak), to 1/1024 of
+// the budget, over `sequence_at(bytes)` (empty where there is none), while the best is slower
+// than store-all. Calls `improve(bytes, sequence, simulation)` for each sequence whose exact
+// peak fits `budget` and that is faster than the best so far, starting from `best_ms`. Does
+// nothing without carried members, or when the range is within the tolerance (then
+// `sequence_at` is never called).
+void search_above_budget(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes,
+                         double best_ms, const TimeModel& time,
+                         const std::function<Sequence(std::int64_t)>& sequence_at,
+                         const std::function<void(std::int64_t, Sequence, Simulation)>& improve);
+
 // Pieces of rotor's nested form, shared by the sequences the tables rebuild: a segment (i, i)
 // (the loss at the chain's end, else Fe_i B_i), and a leaf's forwards CF_i Fn_{i+1} .. Fn_{j-1}.
 inline void append_single_stage(int i, int length, Sequence& out) {

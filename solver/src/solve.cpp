@@ -203,59 +203,48 @@ std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
   return simulate(chain, sequence).peak_bytes;
 }
 
-// The search of SolveOptions::search_above_budget, after the DP's optimum `out` at the budget.
-// The DP's sequence for a larger budget B' is as fast or faster (more memory never makes the
-// optimum slower), and its exact peak grows with B' as the model's does, give or take what the
-// model counts more than once. That excess is at most twice the carried bytes (each carried
-// storage once more in each activation holding it, and in its gradient's), so beyond the
-// budget plus that, the DP's sequences that fit the budget exactly are all sequences the DP
-// finds at the budget plus that excess: the search stops there, or at the store-all peak. A
-// bisection on B' to 1/1024 of the budget keeps the fastest sequence whose simulated peak fits.
-// One persistent table, built for the largest B', answers every probe (its top row holds the
-// optimum for every capacity), with its unit: a rebuild and a simulation per probe.
-void search_above_budget(const Chain& chain, const SolveOptions& options, Solution& out) {
+// SolveOptions::search_above_budget after the DP's optimum `out` at the budget
+// (detail::search_above_budget). One persistent table, built for the largest budget the search
+// may try at its first probe, answers every probe (its top row holds the optimum for every
+// capacity), with its unit: a rebuild and a simulation per probe.
+void search_optimal_above_budget(const Chain& chain, const SolveOptions& options, Solution& out) {
+  // Without carried members nothing to search: no store-all simulation either.
+  if (!out.ok() || chain.carried_bytes() == 0) return;
   const std::int64_t budget = options.budget_bytes();
-  const std::int64_t carried = chain.carried_bytes();
-  if (carried == 0 || !out.ok() || out.makespan_ms <= out.store_all_makespan_ms) return;
-  // Below the store-all peak (checked by solve_optimal), which is at most kMaxChainTotalBytes:
-  // no overflow.
-  std::int64_t lo = budget;
-  std::int64_t hi = std::min(store_all_peak(chain), budget + 2 * carried);
-  const std::int64_t tolerance = std::max<std::int64_t>(1, budget / 1024);
-  if (hi - lo <= tolerance) return;
-  const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
-  const detail::TableMemory memory(chain, options.threads());
+  const std::int64_t store_all = store_all_peak(chain);
+  const std::int64_t largest = std::min(store_all, budget + 2 * chain.carried_bytes());
   std::string coarsened;
-  const std::int64_t slots =
-      detail::slots_within_memory(memory, limit, hi, detail::slot_count(chain, 0), true, coarsened);
-  const Discretization disc = detail::discretize_filled(hi, slots);
-  const detail::UnitChain units =
-      detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false);
-  const detail::MinMemoryTable min_memory(units, disc.capacity_units);
-  if (!detail::fits(units, min_memory, disc.capacity_units)) return;
-  const detail::PersistentTable table(units, min_memory, disc.capacity_units - units.context,
-                                      options.threads());
-  const TimeModel time{options.use_nograd_time()};
-  while (hi - lo > tolerance) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    const std::int64_t capacity =
-        std::min(disc.capacity_units, mid / disc.unit_bytes) - units.context;
-    Sequence sequence;
-    if (capacity - units.x[0] >= 0 && table.value(0, chain.length(), capacity) < detail::kInfinity)
-      sequence = table.rebuild(capacity);
-    Simulation sim = sequence.empty() ? Simulation{} : simulate(chain, sequence, time);
-    if (sequence.empty() || sim.peak_bytes > budget) {
-      hi = mid;
-      continue;
+  Discretization disc;
+  std::unique_ptr<detail::UnitChain> units;
+  std::unique_ptr<detail::MinMemoryTable> min_memory;
+  std::unique_ptr<detail::PersistentTable> table;
+  bool built = false;
+  const auto sequence_at = [&](std::int64_t bytes) {
+    if (!built) {
+      built = true;
+      const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
+      const detail::TableMemory memory(chain, options.threads());
+      const std::int64_t slots = detail::slots_within_memory(
+          memory, limit, largest, detail::slot_count(chain, 0), true, coarsened);
+      disc = detail::discretize_filled(largest, slots);
+      units = std::make_unique<detail::UnitChain>(
+          detail::make_unit_chain(chain, disc.unit_bytes, options.use_nograd_time(), false));
+      min_memory = std::make_unique<detail::MinMemoryTable>(*units, disc.capacity_units);
+      if (detail::fits(*units, *min_memory, disc.capacity_units))
+        table = std::make_unique<detail::PersistentTable>(
+            *units, *min_memory, disc.capacity_units - units->context, options.threads());
     }
-    lo = mid;
-    if (sim.makespan_ms < out.makespan_ms) {
-      out.discretization = Discretization{disc.unit_bytes, capacity + units.context};
-      out.solved_budget_bytes = mid;
-      out.warning = coarsened;
-      accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
-    }
-  }
+    return table ? detail::table_sequence(*table, *units, disc, bytes) : Sequence{};
+  };
+  detail::search_above_budget(
+      chain, budget, store_all, out.makespan_ms, TimeModel{options.use_nograd_time()}, sequence_at,
+      [&](std::int64_t bytes, Sequence sequence, Simulation sim) {
+        const std::int64_t units_used = std::min(disc.capacity_units, bytes / disc.unit_bytes);
+        out.discretization = Discretization{disc.unit_bytes, units_used};
+        out.solved_budget_bytes = bytes;
+        out.warning = coarsened;
+        accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
+      });
 }
 
 // Revolve: the most checkpoints whose sequence fits (more checkpoints, fewer recomputations).
@@ -352,7 +341,7 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
     case Algorithm::kOptimal:
       solve_optimal(chain, options, out);
       if (options.search_above_budget() && options.slots() == 0 && !options.reference_recurrence())
-        search_above_budget(chain, options, out);
+        search_optimal_above_budget(chain, options, out);
       break;
     case Algorithm::kStoreAll: {
       finish_heuristic(chain, options, detail::store_all_sequence(length), -1, out);
@@ -407,4 +396,49 @@ std::int64_t min_feasible_slots(const Chain& chain, const SolveOptions& options)
   return detail::min_slots(chain, options);
 }
 
+namespace detail {
+
+Sequence table_sequence(const PersistentTable& table, const UnitChain& chain,
+                        const Discretization& disc, std::int64_t bytes) {
+  const std::int64_t capacity =
+      std::min(disc.capacity_units, bytes / disc.unit_bytes) - chain.context;
+  if (capacity - chain.x[0] >= 0 && table.value(0, chain.length, capacity) < kInfinity)
+    return table.rebuild(capacity);
+  return {};
+}
+
+// The DP's sequence for a larger budget B' is as fast or faster (more memory never makes the
+// optimum slower), and its exact peak grows with B' as the model's does, give or take what the
+// model counts more than once. That excess is at most twice the carried bytes (each carried
+// storage once more in each activation holding it, and in its gradient's), so beyond the
+// budget plus that, the DP's sequences that fit the budget exactly are all sequences the DP
+// finds at the budget plus that excess: the search stops there, or at the store-all peak.
+// Below the store-all peak, which is at most kMaxChainTotalBytes, nothing overflows.
+void search_above_budget(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes,
+                         double best_ms, const TimeModel& time,
+                         const std::function<Sequence(std::int64_t)>& sequence_at,
+                         const std::function<void(std::int64_t, Sequence, Simulation)>& improve) {
+  const std::int64_t carried = chain.carried_bytes();
+  if (carried == 0 || budget >= store_all_bytes) return;
+  const double store_all_ms = chain.store_all_ms();
+  std::int64_t lo = budget;
+  std::int64_t hi = std::min(store_all_bytes, budget + 2 * carried);
+  const std::int64_t tolerance = std::max<std::int64_t>(1, budget / 1024);
+  while (hi - lo > tolerance && best_ms > store_all_ms) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    Sequence sequence = sequence_at(mid);
+    Simulation sim = sequence.empty() ? Simulation{} : simulate(chain, sequence, time);
+    if (sequence.empty() || sim.peak_bytes > budget) {
+      hi = mid;
+      continue;
+    }
+    lo = mid;
+    if (sim.makespan_ms < best_ms) {
+      best_ms = sim.makespan_ms;
+      improve(mid, std::move(sequence), std::move(sim));
+    }
+  }
+}
+
+}  // namespace detail
 }  // namespace remat

@@ -105,7 +105,6 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   // solve() has it: none below optimal's least budget, even where the table's coarser unit would
   // find a sequence, and no store-all shortcut at or above the store-all peak.
   const bool given_slots = options.slots() > 0;
-  const std::int64_t carried = chain.carried_bytes();
   const std::int64_t largest = given_slots ? to : std::min(to, out.store_all_peak_bytes - 1);
   std::vector<std::size_t> own_solves;  // points that need a solve of their own
   out.optimal.resize(out.budgets.size());
@@ -139,43 +138,24 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
         continue;
       }
       Sequence sequence;
-      // The table's sequence for a budget in bytes, if it finds one.
-      const auto at = [&](std::int64_t bytes) {
-        const std::int64_t capacity =
-            std::min(disc.capacity_units, bytes / disc.unit_bytes) - units.context;
-        if (capacity - units.x[0] >= 0 &&
-            table->value(0, chain.length(), capacity) < detail::kInfinity)
-          return table->rebuild(capacity);
-        return Sequence{};
-      };
       if (!given_slots && budget >= out.store_all_peak_bytes) {
         sequence = detail::store_all_sequence(chain.length());
       } else if (table) {
-        sequence = at(budget);
+        sequence = detail::table_sequence(*table, units, disc, budget);
       }
       if (sequence.empty()) {
         own_solves.push_back(k);
         continue;
       }
       out.optimal[k] = point_of(chain, sequence, time, budget);
-      if (given_slots || !table || budget >= out.store_all_peak_bytes || carried == 0) continue;
-      // solve()'s search above the budget, on the table (solve.cpp, search_above_budget).
-      std::int64_t lo = budget;
-      std::int64_t hi = std::min(out.store_all_peak_bytes, budget + 2 * carried);
-      const std::int64_t tolerance = std::max<std::int64_t>(1, budget / 1024);
-      while (hi - lo > tolerance &&
-             out.optimal[k].makespan_ms > out.store_all_makespan_ms) {
-        const std::int64_t mid = lo + (hi - lo) / 2;
-        const Sequence probe = at(mid);
-        const Simulation sim = probe.empty() ? Simulation{} : simulate(chain, probe, time);
-        if (probe.empty() || sim.peak_bytes > budget) {
-          hi = mid;
-          continue;
-        }
-        lo = mid;
-        if (sim.makespan_ms < out.optimal[k].makespan_ms)
-          out.optimal[k] = TradeoffPoint{budget, true, sim.makespan_ms, sim.peak_bytes, 0};
-      }
+      // solve()'s search above the budget, on the table.
+      if (given_slots || !table) continue;
+      detail::search_above_budget(
+          chain, budget, out.store_all_peak_bytes, out.optimal[k].makespan_ms, time,
+          [&](std::int64_t bytes) { return detail::table_sequence(*table, units, disc, bytes); },
+          [&](std::int64_t, const Sequence&, const Simulation& sim) {
+            out.optimal[k] = TradeoffPoint{budget, true, sim.makespan_ms, sim.peak_bytes, 0};
+          });
     }
   }
   // Rounding at the table's unit: a solve of its own, once the table is freed (a solve
