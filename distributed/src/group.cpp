@@ -185,16 +185,16 @@ StoreThreadHandler& store_thread_handler() {
 }
 
 // Installs on_terminate once per process (ranks other than 0, unless exit_code is 0); a later
-// group's rank, address and code replace an earlier one's.
-void install_store_thread_handler(const Environment& env, int exit_code) {
-  if (env.rank == 0 || exit_code == 0) return;
+// group's rank, store address (`where`, HOST:PORT) and code replace an earlier one's.
+void install_store_thread_handler(int rank, const std::string& where, int exit_code) {
+  if (rank == 0 || exit_code == 0) return;
   StoreThreadHandler& h = store_thread_handler();
   std::lock_guard<std::mutex> lock(h.mutex);
   h.group_thread = std::this_thread::get_id();
   h.lost = fmt::format(
       "rank {}: rank 0 stopped answering (the connection to the rendezvous store it hosts at "
       "{} failed",
-      env.rank, host_port(env.master_addr, env.master_port));
+      rank, where);
   h.exit_code = exit_code;
   if (!h.installed) {
     h.previous = std::set_terminate(on_terminate);
@@ -284,7 +284,7 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
   const BackendKind kind = resolve_backend(options.backend(), device);
   check_backend(kind, device);
   const std::string where = host_port(env.master_addr, env.master_port);
-  install_store_thread_handler(env, options.store_thread_exit_code());
+  install_store_thread_handler(env.rank, where, options.store_thread_exit_code());
   // A name that does not resolve is said so, rather than left to the store's connect
   // (which rank 0 would report as a port in use, and the others as rank 0 not starting).
   if (const auto why = unresolvable(env.master_addr))
