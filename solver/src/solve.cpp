@@ -212,6 +212,9 @@ void search_optimal_above_budget(const Chain& chain, const SolveOptions& options
   if (!out.ok() || chain.carried_bytes() == 0) return;
   const std::int64_t budget = options.budget_bytes();
   const std::int64_t store_all = store_all_peak(chain);
+  // At or above store-all nothing to search (and budget + 2 * carried could overflow there:
+  // the budget may be the largest int64). Below it, nothing overflows (see search_above_budget).
+  if (budget >= store_all) return;
   const std::int64_t largest = std::min(store_all, budget + 2 * chain.carried_bytes());
   std::string coarsened;
   Discretization disc;

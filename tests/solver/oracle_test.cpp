@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -253,6 +255,30 @@ TEST_CASE("without carried members solve() solves for the budget itself", "[solv
       CHECK(searched.sequence == plain.sequence);
     }
   }
+}
+
+TEST_CASE("with carried members, budgets at and above store-all, up to int64's largest, are "
+          "store-all solved for the budget itself",
+          "[solver][oracle]") {
+  // The search above the budget adds twice the carried bytes to the budget: at int64's largest
+  // that overflowed (found by fuzz_solver under UBSan, which the sanitizer build also runs).
+  constexpr std::int64_t kLargest = std::numeric_limits<std::int64_t>::max();
+  int carrying = 0;
+  for (std::uint64_t seed = 0; seed < 40; ++seed) {
+    const Chain chain = test::random_chain(7000 + seed, spec_of(4, seed % 2 == 0, true));
+    if (chain.carried_bytes() == 0) continue;
+    ++carrying;
+    const std::int64_t top = store_all_peak(chain);
+    for (const std::int64_t budget : {top, top + 1, kLargest - chain.carried_bytes(), kLargest}) {
+      INFO("seed " << seed << ", budget " << budget);
+      const Solution solution = solve(chain, SolveOptions(budget).threads(1));
+      REQUIRE(solution.ok());
+      CHECK(solution.solved_budget_bytes == budget);
+      CHECK(solution.sequence == solve(chain, SolveOptions(top).threads(1)).sequence);
+      CHECK(solution.peak_bytes == top);
+    }
+  }
+  CHECK(carrying >= 12);
 }
 
 TEST_CASE("the DP is the best nested schedule when no-grad forwards need more than autograd ones",
