@@ -105,7 +105,7 @@ consumer build "$torch_prefix"
 
 # 4c. The Python package, built by pip against the same PyTorch, and its tests.
 step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
-"$venv_python" -m pip install -q .
+"$venv_python" -m pip install -q . --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON
 "$venv_python" -m pytest -q -p no:cacheprovider tests/python
 
 # 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer. At -O1: this

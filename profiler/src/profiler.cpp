@@ -121,21 +121,29 @@ class ModelState {
   }
 
   ~ModelState() {
-    try {
-      torch::NoGradGuard no_grad;
+    // A destructor must not throw. Each part is restored even if another failed: a stage's
+    // set_training_modes runs the stage's own code (a Python module's), which may.
+    const auto attempt = [](auto&& restore) {
+      try {
+        restore();
+      } catch (...) {
+      }
+    };
+    torch::NoGradGuard no_grad;
+    attempt([&] {
       for (auto& entry : grads_) {
         if (entry.grad)
           entry.param.mutable_grad() = *entry.grad;
         else
           entry.param.mutable_grad() = torch::Tensor();
       }
+    });
+    attempt([&] {
       for (auto& entry : buffers_) entry.buffer.copy_(entry.saved);
-      for (auto& entry : modes_) entry.module->set_training_modes(entry.modes);
-      set_generator_state(c10::Device(c10::kCPU), cpu_rng_);
-      if (device_.is_cuda()) set_generator_state(device_, cuda_rng_);
-    } catch (...) {
-      // A destructor must not throw; restoring plain tensors does not fail in practice.
-    }
+    });
+    for (auto& entry : modes_) attempt([&] { entry.module->set_training_modes(entry.modes); });
+    attempt([&] { set_generator_state(c10::Device(c10::kCPU), cpu_rng_); });
+    if (device_.is_cuda()) attempt([&] { set_generator_state(device_, cuda_rng_); });
   }
 
  private:

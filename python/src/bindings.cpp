@@ -47,7 +47,7 @@ std::vector<NamedStage> to_stages(const std::vector<StageSpec>& specs) {
 // go when profiling ends, with the GIL released).
 std::shared_ptr<py::object> hold(py::object object) {
   return std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* held) {
-    py::gil_scoped_acquire gil;
+    const PythonScope python;
     delete held;
   });
 }
@@ -63,7 +63,7 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
     // Called by the profiler on the caller's thread, which holds the GIL.
     auto holder = hold(std::move(loss));
     options.loss([holder](const Tensors& outputs) {
-      py::gil_scoped_acquire gil;
+      const PythonScope python;
       py::list members;
       for (const torch::Tensor& t : outputs) members.append(to_python(t));
       const py::object value = (*holder)(members);
@@ -77,7 +77,7 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
   if (!progress.is_none()) {
     auto holder = hold(std::move(progress));
     options.progress([holder](int stage, int stages, const std::string& stage_name) {
-      py::gil_scoped_acquire gil;
+      const PythonScope python;
       (*holder)(stage, stages, stage_name);
     });
   }
@@ -149,6 +149,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       chain_python_cause(error);
     } catch (const std::invalid_argument& error) {
       PyErr_SetString(PyExc_ValueError, error.what());
+    } catch (python_error& error) {
+      // torch's, from a Python backward that autograd's engine ran, passed on untouched (an
+      // interruption, PythonStage::interrupts): its own exception, as torch raises it.
+      error.restore();
     }
   });
 

@@ -1,5 +1,6 @@
 #include "python_stage.h"
 
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -23,7 +24,7 @@ py::object to_python(const torch::Tensor& tensor) {
 
 PythonStage::PythonStage(py::object function, bool takes_context)
     : function_(std::move(function)), takes_context_(takes_context) {
-  py::gil_scoped_acquire gil;
+  const PythonScope python;
   if (!PyCallable_Check(function_.ptr()))
     throw StageError("a " + python_type_name(function_) + " is not callable");
   is_module_ = py::isinstance(function_, py::module_::import("torch.nn").attr("Module"));
@@ -33,7 +34,7 @@ PythonStage::PythonStage(py::object function, bool takes_context)
 PythonStage::~PythonStage() {
   // The last reference may go in an autograd thread, without the GIL.
   if (Py_IsInitialized()) {
-    py::gil_scoped_acquire gil;
+    const PythonScope python;
     function_ = py::object();
   } else {
     function_.release();  // the interpreter is gone: nothing to decrement
@@ -41,7 +42,7 @@ PythonStage::~PythonStage() {
 }
 
 Tensors PythonStage::forward(const Tensors& inputs, const Tensors& context) {
-  py::gil_scoped_acquire gil;
+  const PythonScope python;
   const std::size_t count = inputs.size() + (takes_context_ ? context.size() : 0);
   py::tuple args(count);
   for (std::size_t k = 0; k < count; ++k)
@@ -66,23 +67,29 @@ Tensors PythonStage::forward(const Tensors& inputs, const Tensors& context) {
 }
 
 bool PythonStage::interrupts(const std::exception_ptr& error) const {
+  const PythonScope python;
+  // The Python exception's type, held by `error` while it lives.
+  py::handle type;
   try {
     std::rethrow_exception(error);
-  } catch (const py::error_already_set& python_error) {
-    py::gil_scoped_acquire gil;
-    // KeyboardInterrupt, SystemExit, GeneratorExit: BaseExceptions that are not Exceptions.
-    return !python_error.matches(PyExc_Exception) ||
-           python_error.matches(py::module_::import("torch").attr("OutOfMemoryError"));
+  } catch (const py::error_already_set& python_error) {  // a forward's, or the loss's
+    type = python_error.type();
+  } catch (const python_error& python_error) {  // torch's: a backward's, from autograd's engine
+    type = python_error.type;
   } catch (...) {
   }
-  return false;
+  if (!type) return false;
+  // KeyboardInterrupt, SystemExit, GeneratorExit: BaseExceptions that are not Exceptions.
+  const py::object out_of_memory = py::module_::import("torch").attr("OutOfMemoryError");
+  return !PyErr_GivenExceptionMatches(type.ptr(), PyExc_Exception) ||
+         PyErr_GivenExceptionMatches(type.ptr(), out_of_memory.ptr());
 }
 
 void PythonStage::add_note(const std::exception_ptr& error, const std::string& note) const {
   try {
     std::rethrow_exception(error);
   } catch (const py::error_already_set& python_error) {
-    py::gil_scoped_acquire gil;
+    const PythonScope python;
     try {
       const py::object& value = python_error.value();
       if (py::hasattr(value, "add_note")) value.attr("add_note")(note);  // Python 3.11 on
@@ -95,7 +102,7 @@ void PythonStage::add_note(const std::exception_ptr& error, const std::string& n
 
 std::vector<torch::Tensor> PythonStage::tensors_of(const char* method) const {
   if (!is_module_) return {};
-  py::gil_scoped_acquire gil;
+  const PythonScope python;
   std::vector<torch::Tensor> out;
   for (const py::handle t : function_.attr(method)()) out.push_back(THPVariable_Unpack(t.ptr()));
   return out;
@@ -140,7 +147,7 @@ py::list norms_of(const py::object& module) {
 std::shared_ptr<py::list> gil_owned(py::list list) {
   return std::shared_ptr<py::list>(new py::list(std::move(list)), [](py::list* owned) {
     if (Py_IsInitialized()) {
-      py::gil_scoped_acquire gil;
+      const PythonScope python;
       delete owned;
     } else {
       owned->release();  // the interpreter is gone: nothing to decrement
@@ -153,11 +160,11 @@ std::shared_ptr<py::list> gil_owned(py::list list) {
 
 StageModule::NormFreezer PythonStage::norm_freezer() {
   if (!is_module_) return nullptr;
-  py::gil_scoped_acquire gil;
+  const PythonScope python;
   py::list found = norms_of(function_);
   if (found.empty()) return nullptr;
   return [norms = gil_owned(std::move(found))]() -> std::function<void()> {
-    py::gil_scoped_acquire gil;
+    const PythonScope python;
     // (module, momentum, num_batches_tracked) of each.
     std::shared_ptr<py::list> saved = gil_owned(py::list());
     for (const py::handle m : *norms) {
@@ -166,7 +173,7 @@ StageModule::NormFreezer PythonStage::norm_freezer() {
       m.attr("num_batches_tracked") = py::none();  // the batch is counted only if a tensor
     }
     return [saved]() {
-      py::gil_scoped_acquire gil;
+      const PythonScope python;
       for (const py::handle entry : *saved) {
         const py::tuple t = py::reinterpret_borrow<py::tuple>(entry);
         t[0].attr("momentum") = t[1];
@@ -178,7 +185,7 @@ StageModule::NormFreezer PythonStage::norm_freezer() {
 }
 
 std::vector<bool> PythonStage::training_modes() const {
-  py::gil_scoped_acquire gil;
+  const PythonScope python;
   if (!is_module_) return {};
   std::vector<bool> modes;
   for (const py::handle m : function_.attr("modules")()) modes.push_back(m.attr("training").cast<bool>());
@@ -186,7 +193,7 @@ std::vector<bool> PythonStage::training_modes() const {
 }
 
 void PythonStage::set_training_modes(const std::vector<bool>& modes) {
-  py::gil_scoped_acquire gil;
+  const PythonScope python;
   if (!is_module_) return;
   std::size_t k = 0;
   // modules() is in pre-order, as training_modes() listed them; each flag is set alone.
@@ -197,7 +204,7 @@ void PythonStage::set_training_modes(const std::vector<bool>& modes) {
 }
 
 void PythonStage::train(bool on) {
-  py::gil_scoped_acquire gil;
+  const PythonScope python;
   if (is_module_) function_.attr("train")(on);
 }
 

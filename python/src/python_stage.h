@@ -6,7 +6,7 @@
 //
 // The C++ code calls it from any thread: from the caller's (measure, forward) and from the
 // autograd engine's (recomputations during backward, which Python starts with the GIL
-// released). Every call into Python takes the GIL here.
+// released). Every call into Python takes the GIL here, in a PythonScope.
 
 #include <pybind11/pybind11.h>
 
@@ -16,6 +16,24 @@
 #include "remat/core/stage.h"
 
 namespace remat::python {
+
+/// What C++ holds to call into Python, from any thread: the GIL, with any Python error pending
+/// on this thread set aside while the scope lasts and put back as it was at its end. torch's
+/// autograd engine leaves one there: PythonEngine::execute restores a Python backward's error
+/// into the thread before rethrowing it (for THPEngine_run_backward to return), also when C++
+/// called the engine, as the profiler and the runtime do. Python run while an error is pending
+/// misbehaves, far from the cause: torch.nn modules made afterwards lacked their parameters
+/// ("'Linear' object has no attribute 'weight'") in the next tests.
+class PythonScope {
+ public:
+  PythonScope() = default;
+  PythonScope(const PythonScope&) = delete;
+  PythonScope& operator=(const PythonScope&) = delete;
+
+ private:
+  pybind11::gil_scoped_acquire gil_;  // first: the pending error is the GIL holder's
+  pybind11::error_scope pending_;
+};
 
 /// A new Python reference to `tensor` (a torch.Tensor sharing it); needs the GIL.
 pybind11::object to_python(const torch::Tensor& tensor);

@@ -222,8 +222,26 @@ def test_interruptions_while_measuring_pass_through_untouched(error):
         def forward(self, x):
             raise error
 
-    with pytest.raises(type(error)):
+    with pytest.raises(type(error)) as raised:
         remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), Raises()), torch.randn(2, 8), progress=False)
+    assert raised.value is error
+    # So does one from a backward, which autograd's engine rethrows as torch's python_error.
+    class Interrupts(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            raise error
+
+    class RaisesInBackward(nn.Module):
+        def forward(self, x):
+            return Interrupts.apply(x)
+
+    with pytest.raises(type(error)) as raised:
+        remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), RaisesInBackward()), torch.randn(2, 8), progress=False)
+    assert raised.value is error
     # An ordinary exception stays the stage's failure, named.
     class Fails(nn.Module):
         def forward(self, x):
@@ -259,6 +277,62 @@ def test_interruptions_while_measuring_pass_through_untouched(error):
     with pytest.raises(ValueError, match="the loss function failed") as failure:
         remat.Checkpointable(nn.Sequential(nn.Linear(8, 8)), torch.randn(2, 8), loss=bad_loss, progress=False)
     assert isinstance(failure.value.__cause__, LookupError)
+
+
+def test_a_failed_backward_leaves_the_model_as_it_was():
+    # torch's autograd engine, called from C++ (by the profiler, and by the runtime within a
+    # backward), restores a Python backward's error into the thread before rethrowing it. remat
+    # then called Python with that error pending: setting the stages' training flags back failed
+    # at the first stage, so measuring left the model in training mode and the random generator
+    # where its forwards had moved it, and CPython misbehaved later (new nn.Linear objects
+    # lacking their weight, in the next tests).
+    fail = [True]
+
+    class Backward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            if fail[0]:
+                raise ZeroDivisionError("in backward")
+            return g * 2
+
+    class FailsBackward(nn.Module):
+        def forward(self, x):
+            return Backward.apply(x)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), FailsBackward(), nn.Linear(8, 8), nn.Tanh(),
+                          nn.Linear(8, 8)).eval()
+    x = torch.randn(4, 8)
+    state = torch.get_rng_state()
+    with pytest.raises(ValueError, match="backward failed: in backward"):
+        remat.Checkpointable(model, x, progress=False)
+    assert not any(m.training for m in model.modules())
+    assert torch.equal(torch.get_rng_state(), state)
+    assert hasattr(nn.Linear(8, 8), "weight")
+    # In training, with the stage recomputed: its backward fails within the runtime's, and the
+    # next step is plain training's.
+    model.train()
+    fail[0] = False
+    chk = remat.Checkpointable(model, x, progress=False)
+    chk.compute_sequence(chk.min_budget())
+    fail[0] = True
+    with pytest.raises(ZeroDivisionError, match="in backward"):
+        chk(x).sum().backward()
+    assert all(m.training for m in model.modules())
+    fail[0] = False
+    model.zero_grad()
+    torch.manual_seed(1)
+    chk(x).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.manual_seed(1)
+    model(x).sum().backward()
+    assert all(torch.equal(a, p.grad) for a, p in zip(got, model.parameters()))
+    assert hasattr(nn.Linear(8, 8), "weight")
 
 
 def test_the_default_budget_and_the_chosen_algorithm_hold_across_measurements():
