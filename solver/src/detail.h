@@ -258,10 +258,15 @@ class PersistentTable {
 Sequence table_sequence(const PersistentTable& table, const UnitChain& chain,
                         const Discretization& disc, std::int64_t bytes);
 
+// The largest budget SolveOptions::search_above_budget tries above `budget`: the budget plus
+// twice the carried bytes, or the store-all peak `store_all_bytes` where that is smaller;
+// `budget` itself where there is nothing to search (no carried members, or a budget at or
+// above store-all, where the sum could overflow: the budget may be int64's largest).
+std::int64_t search_ceiling(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes);
+
 // SolveOptions::search_above_budget on a chain with carried members, for solve() and
-// tradeoff() (solve.cpp says why it works): a bisection on budgets above `budget`, up to the
-// budget plus twice the carried bytes or `store_all_bytes` (the store-all peak), to 1/1024 of
-// the budget, over `sequence_at(bytes)` (empty where there is none), while the best is slower
+// tradeoff() (solve.cpp says why it works): a bisection on budgets above `budget`, up to
+// search_ceiling, to 1/1024 of the budget, over `sequence_at(bytes)` (empty where there is none), while the best is slower
 // than store-all. Calls `improve(bytes, sequence, simulation)` for each sequence whose exact
 // peak fits `budget` and that is faster than the best so far, starting from `best_ms`. Does
 // nothing without carried members, or when the range is within the tolerance (then

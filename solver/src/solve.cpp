@@ -212,10 +212,8 @@ void search_optimal_above_budget(const Chain& chain, const SolveOptions& options
   if (!out.ok() || chain.carried_bytes() == 0) return;
   const std::int64_t budget = options.budget_bytes();
   const std::int64_t store_all = store_all_peak(chain);
-  // At or above store-all nothing to search (and budget + 2 * carried could overflow there:
-  // the budget may be the largest int64). Below it, nothing overflows (see search_above_budget).
-  if (budget >= store_all) return;
-  const std::int64_t largest = std::min(store_all, budget + 2 * chain.carried_bytes());
+  const std::int64_t largest = detail::search_ceiling(chain, budget, store_all);
+  if (largest <= budget) return;
   std::string coarsened;
   Discretization disc;
   std::unique_ptr<detail::UnitChain> units;
@@ -417,15 +415,20 @@ Sequence table_sequence(const PersistentTable& table, const UnitChain& chain,
 // budget plus that, the DP's sequences that fit the budget exactly are all sequences the DP
 // finds at the budget plus that excess: the search stops there, or at the store-all peak.
 // Below the store-all peak, which is at most kMaxChainTotalBytes, nothing overflows.
+std::int64_t search_ceiling(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes) {
+  const std::int64_t carried = chain.carried_bytes();
+  if (carried == 0 || budget >= store_all_bytes) return budget;
+  return std::min(store_all_bytes, budget + 2 * carried);
+}
+
 void search_above_budget(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes,
                          double best_ms, const TimeModel& time,
                          const std::function<Sequence(std::int64_t)>& sequence_at,
                          const std::function<void(std::int64_t, Sequence, Simulation)>& improve) {
-  const std::int64_t carried = chain.carried_bytes();
-  if (carried == 0 || budget >= store_all_bytes) return;
-  const double store_all_ms = chain.store_all_ms();
   std::int64_t lo = budget;
-  std::int64_t hi = std::min(store_all_bytes, budget + 2 * carried);
+  std::int64_t hi = search_ceiling(chain, budget, store_all_bytes);
+  if (hi <= lo) return;
+  const double store_all_ms = chain.store_all_ms();
   const std::int64_t tolerance = std::max<std::int64_t>(1, budget / 1024);
   while (hi - lo > tolerance && best_ms > store_all_ms) {
     const std::int64_t mid = lo + (hi - lo) / 2;

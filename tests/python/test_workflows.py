@@ -33,6 +33,30 @@ def same(a: list, b: list) -> bool:
         (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y)) for x, y in zip(a, b))
 
 
+def raising_in_backward(error) -> nn.Module:
+    """A stage computing 2x through an autograd.Function whose backward raises error(), or
+    returns 2g where error() is None: autograd's engine rethrows what it raises as torch's
+    python_error."""
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            raised = error()
+            if raised is not None:
+                raise raised
+            return g * 2
+
+    class Stage(nn.Module):
+        def forward(self, x):
+            return Double.apply(x)
+
+    return Stage()
+
+
 @pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
 def test_backward_calls_it_cannot_serve_are_refused_and_a_whole_backward_stays_exact():
     model = net()
@@ -226,21 +250,9 @@ def test_interruptions_while_measuring_pass_through_untouched(error):
         remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), Raises()), torch.randn(2, 8), progress=False)
     assert raised.value is error
     # So does one from a backward, which autograd's engine rethrows as torch's python_error.
-    class Interrupts(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, g):
-            raise error
-
-    class RaisesInBackward(nn.Module):
-        def forward(self, x):
-            return Interrupts.apply(x)
-
     with pytest.raises(type(error)) as raised:
-        remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), RaisesInBackward()), torch.randn(2, 8), progress=False)
+        remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), raising_in_backward(lambda: error)), torch.randn(2, 8),
+                             progress=False)
     assert raised.value is error
     # An ordinary exception stays the stage's failure, named.
     class Fails(nn.Module):
@@ -254,21 +266,9 @@ def test_interruptions_while_measuring_pass_through_untouched(error):
     assert isinstance(cause, ArithmeticError) and str(cause) == "bad"
     assert "raise ArithmeticError" in "".join(traceback.format_tb(cause.__traceback__))
     # So is a backward's, raised in autograd's engine.
-    class Backward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, g):
-            raise ZeroDivisionError("in backward")
-
-    class FailsBackward(nn.Module):
-        def forward(self, x):
-            return Backward.apply(x)
-
     with pytest.raises(ValueError, match=r"stage 1 \(1\): backward failed: in backward") as failure:
-        remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), FailsBackward()), torch.randn(2, 8), progress=False)
+        remat.Checkpointable(nn.Sequential(nn.Linear(8, 8), raising_in_backward(lambda: ZeroDivisionError("in backward"))),
+                             torch.randn(2, 8), progress=False)
     assert isinstance(failure.value.__cause__, ZeroDivisionError)
     # So is the loss function's.
     def bad_loss(y):
@@ -287,25 +287,9 @@ def test_a_failed_backward_leaves_the_model_as_it_was():
     # where its forwards had moved it, and CPython misbehaved later (new nn.Linear objects
     # lacking their weight, in the next tests).
     fail = [True]
-
-    class Backward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, g):
-            if fail[0]:
-                raise ZeroDivisionError("in backward")
-            return g * 2
-
-    class FailsBackward(nn.Module):
-        def forward(self, x):
-            return Backward.apply(x)
-
+    fails = raising_in_backward(lambda: ZeroDivisionError("in backward") if fail[0] else None)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), FailsBackward(), nn.Linear(8, 8), nn.Tanh(),
-                          nn.Linear(8, 8)).eval()
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), fails, nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8)).eval()
     x = torch.randn(4, 8)
     state = torch.get_rng_state()
     with pytest.raises(ValueError, match="backward failed: in backward"):
@@ -327,11 +311,11 @@ def test_a_failed_backward_leaves_the_model_as_it_was():
     model.zero_grad()
     torch.manual_seed(1)
     chk(x).sum().backward()
-    got = [p.grad.clone() for p in model.parameters()]
+    got = grads(model)
     model.zero_grad()
     torch.manual_seed(1)
     model(x).sum().backward()
-    assert all(torch.equal(a, p.grad) for a, p in zip(got, model.parameters()))
+    assert all(g is not None for g in got) and same(got, grads(model))
     assert hasattr(nn.Linear(8, 8), "weight")
 
 
