@@ -34,7 +34,7 @@ void run_backward(std::vector<torch::autograd::Edge> edges, std::vector<torch::T
   if (edges.empty()) return;
   ++calls;
   const torch::Tensor seed = torch::empty({0}, gradients.front().options().requires_grad(false));
-  auto source = std::make_shared<GradientSource>(std::move(edges), std::move(gradients));
+  auto source = make_node<GradientSource>(std::move(edges), std::move(gradients));
   source->add_input_metadata(seed);
   torch::autograd::Engine::get_default_engine().execute(
       {torch::autograd::Edge(std::move(source), 0)}, {seed}, /*keep_graph=*/false,

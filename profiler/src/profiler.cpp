@@ -443,7 +443,7 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
     for (int pass = 0; pass < warmup + repeat; ++pass) {
       Marks marks(device, per_pass);
       std::vector<Tensors> outs(length);
-      std::vector<std::vector<std::shared_ptr<detail::GradientSink>>> sinks(length);
+      std::vector<std::vector<detail::NodePtr<detail::GradientSink>>> sinks(length);
       marks.mark();
       {
         Tensors x = inputs;
@@ -695,7 +695,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     // on the inputs and the outputs go: what stays alive is what the stage's graph keeps.
     const std::size_t n_in = x.size(), n_out = next.size();
     Tensors handed;
-    std::vector<std::shared_ptr<detail::GradientSink>> sinks;
+    std::vector<detail::NodePtr<detail::GradientSink>> sinks;
     std::vector<std::int64_t> in_bytes;
     std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> in_storage;
     for (std::size_t k = 0; k < n_in; ++k) {
@@ -822,7 +822,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     // keeps it only if the loss saved it (a leaf would be held by its gradient accumulator).
     const std::vector<Member>& members = result.chain.members(length);
     Tensors outputs;
-    std::vector<std::shared_ptr<detail::GradientSink>> sinks;
+    std::vector<detail::NodePtr<detail::GradientSink>> sinks;
     for (std::size_t k = 0; k < x.size(); ++k) {
       StageInput output = stage_input(x[k], members[k].grad);
       outputs.push_back(std::move(output.tensor));

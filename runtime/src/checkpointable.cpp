@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "executor.h"
+#include "remat/core/autograd_node.h"
 #include "remat/core/error.h"
 
 namespace remat {
@@ -398,15 +399,14 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
   for (const torch::Tensor& t : inputs) input_requires_grad.push_back(t.requires_grad());
   const std::vector<Member>& out_members = chain_->members(chain_->length());
   for (std::size_t m = 0; m < outputs.size(); ++m) graded.push_back(out_members[m].grad);
-  std::shared_ptr<ScheduleBackward> node(
-      new ScheduleBackward(std::move(executor), std::move(input_requires_grad), graded),
-      torch::autograd::deleteNode);
+  auto node = detail::make_node<ScheduleBackward>(std::move(executor),
+                                                 std::move(input_requires_grad), graded);
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   std::uint32_t nr = 0;
   for (std::size_t m = 0; m < outputs.size(); ++m) {
     if (!graded[m]) continue;
     nr = node->add_input_metadata(outputs[m]);
-    torch::autograd::impl::set_gradient_edge(outputs[m], {node, nr});
+    torch::autograd::impl::set_gradient_edge(outputs[m], torch::autograd::Edge(node, nr));
   }
   return outputs;
 }

@@ -364,7 +364,7 @@ void Executor::backward(std::size_t first, std::size_t last) {
     x_[uk].clear();
     std::vector<torch::autograd::Edge> below = std::move(fe_edge_[uk - 1]);
     fe_edge_[uk - 1].clear();
-    std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[uk]);
+    std::vector<NodePtr<GradientSink>> sinks = std::move(fe_sink_[uk]);
     fe_sink_[uk].clear();
     for (std::size_t m = 0; m < sinks.size(); ++m)
       if (sinks[m])
@@ -374,7 +374,7 @@ void Executor::backward(std::size_t first, std::size_t last) {
   }
   const auto ub = static_cast<std::size_t>(bottom);
   if (top != bottom) carried = Tensors(members_[ub].size());  // none, as asserted above
-  std::vector<std::shared_ptr<GradientSink>> sinks = std::move(fe_sink_[ub]);
+  std::vector<NodePtr<GradientSink>> sinks = std::move(fe_sink_[ub]);
   fe_sink_[ub].clear();
   detail::run_backward(std::move(roots), std::move(root_grads));
   Tensors grad_in(members_[ub].size());

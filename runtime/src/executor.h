@@ -160,7 +160,7 @@ class Executor {
   // graph keeps what its backward needs, we keep nothing) and the nodes that receive its input
   // members' gradients (null for a member that needs none).
   std::vector<std::vector<torch::autograd::Edge>> fe_edge_;
-  std::vector<std::vector<std::shared_ptr<GradientSink>>> fe_sink_;
+  std::vector<std::vector<NodePtr<GradientSink>>> fe_sink_;
   // y_[k]: gradients of x_k's members (undefined: none).
   std::vector<Tensors> y_;
   Tensors output_;  // x_L as returned to the caller

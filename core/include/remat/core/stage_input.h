@@ -7,6 +7,8 @@
 // plain autograd, and the profiler can see which. An activation of several members gets one
 // such input (and one sink) per member that has a gradient.
 
+#include "remat/core/autograd_node.h"
+
 #include <torch/csrc/autograd/function.h>
 #include <torch/types.h>
 
@@ -65,16 +67,16 @@ struct GradientSink : torch::autograd::Node {
 /// no gradient is wanted: then the tensor does not require grad).
 struct StageInput {
   torch::Tensor tensor;
-  std::shared_ptr<GradientSink> sink;
+  NodePtr<GradientSink> sink;
 };
 
 /// `value`'s storage as a stage input, with a gradient sink if `gradient`.
 inline StageInput stage_input(const torch::Tensor& value, bool gradient) {
   StageInput out{value.detach(), nullptr};
   if (gradient) {
-    out.sink = std::make_shared<GradientSink>();
+    out.sink = make_node<GradientSink>();
     out.sink->add_input_metadata(out.tensor);
-    torch::autograd::impl::set_gradient_edge(out.tensor, {out.sink, 0});
+    torch::autograd::impl::set_gradient_edge(out.tensor, torch::autograd::Edge(out.sink, 0));
   }
   return out;
 }

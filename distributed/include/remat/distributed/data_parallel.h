@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/core/autograd_node.h"
 #include "remat/core/stage.h"
 #include "remat/distributed/group.h"
 #include "remat/runtime/checkpointable.h"
@@ -146,7 +147,7 @@ class DataParallel {
   DataParallelOptions options_;
   std::vector<torch::Tensor> parameters_;
   std::vector<std::string> names_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<remat::detail::NodeHandle> accumulators_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<std::size_t> bucket_of_;      // per parameter
   std::vector<torch::Tensor> views_;        // per parameter: its slice of its bucket
