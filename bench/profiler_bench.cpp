@@ -113,7 +113,10 @@ int main(int argc, char** argv) {
     remat::profile(c.net, sample, remat::ProfileOptions().repeat(1));
     const double once = seconds_since(start);
     std::string shape;
-    for (std::size_t i = 0; i < c.input.size(); ++i) shape += (i ? "x" : "") + std::to_string(c.input[i]);
+    for (std::size_t i = 0; i < c.input.size(); ++i) {
+      if (i > 0) shape += 'x';  // not "" or "x" + ...: GCC 12 bug 105651 in C++20
+      shape += std::to_string(c.input[i]);
+    }
     std::printf("| %s | %zu | %s | %.3f | %.2f | %.0fx | %.2f | %.0fx |\n", c.name.c_str(), c.net->size(),
                 shape.c_str(), step, full, full / step, once, once / step);
     std::fflush(stdout);

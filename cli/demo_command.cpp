@@ -1,7 +1,7 @@
 // remat demo: the whole story on a small network, on CPU, in well under a minute: profile,
 // time against budget, a schedule at about half the store-all peak, and training steps with
 // it, measured against predicted.
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <torch/nn/modules/loss.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>

@@ -1,6 +1,6 @@
 // remat: optimal activation checkpointing for chains of layers. Subcommands are in
 // *_command.cpp; docs/cli.md documents them all.
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>

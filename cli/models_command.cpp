@@ -1,7 +1,7 @@
 // remat models: the built-in models with their stage and parameter counts, or one model's
 // stages with their output shapes and bytes at a given input.
 #include <algorithm>
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <torch/utils.h>
 
 #include <nlohmann/json.hpp>

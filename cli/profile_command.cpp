@@ -1,5 +1,5 @@
 // remat profile: measures a built-in model on a sample batch into a remat-chain/2 file.
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 

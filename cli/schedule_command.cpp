@@ -1,5 +1,5 @@
 // remat schedule: the best schedule of a chain file under a budget.
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <cstdio>
 #include <limits>

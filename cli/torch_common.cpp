@@ -1,6 +1,6 @@
 #include "torch_common.h"
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <torch/cuda.h>
 
 #include <algorithm>

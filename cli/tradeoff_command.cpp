@@ -1,5 +1,5 @@
 // remat tradeoff: predicted makespan against budget, for optimal, revolve and periodic.
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <cstdio>
 #include <memory>

@@ -1,7 +1,7 @@
 // remat train: real training steps (SGD on random data) with a schedule, printing per-step
 // time, peak activation memory and loss, against the schedule's prediction.
 #include <c10/util/Logging.h>
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 

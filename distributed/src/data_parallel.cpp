@@ -1,7 +1,7 @@
 #include "remat/distributed/data_parallel.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>

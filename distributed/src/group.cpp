@@ -1,6 +1,6 @@
 #include "remat/distributed/group.h"
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <torch/version.h>

@@ -3,7 +3,7 @@
 #include "remat/distributed.h"
 
 #include <dirent.h>
-#include <fmt/core.h>
+#include <fmt/format.h>
 #include <torch/torch.h>
 #include <unistd.h>
 

@@ -42,7 +42,10 @@ inline std::map<std::string, torch::Tensor> reference_state(const torch::nn::Seq
 /// "768,3,16,16".
 inline std::string shape_text(const torch::Tensor& t) {
   std::string shape;
-  for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+  for (int64_t d : t.sizes()) {
+    if (!shape.empty()) shape += ',';  // not "" or "," + ...: GCC 12 bug 105651 in C++20
+    shape += std::to_string(d);
+  }
   return shape;
 }
 

@@ -19,7 +19,12 @@ namespace {
 
 std::string testing_join(const std::vector<long>& values) {
   std::string out;
-  for (long v : values) out += (out.empty() ? "" : " ") + std::to_string(v);
+  for (long v : values) {
+    // Not `(out.empty() ? "" : " ") + std::to_string(v)`: GCC 12 in C++20 (PyTorch 2.15's
+    // headers ask for it) warns about that insertion at the front, wrongly (GCC bug 105651).
+    if (!out.empty()) out += ' ';
+    out += std::to_string(v);
+  }
   return out;
 }
 

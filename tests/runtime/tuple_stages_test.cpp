@@ -70,7 +70,11 @@ struct UpImpl : nn::Module {
   Tensors forward(const torch::Tensor& x, const torch::Tensor& skip,
                   const torch::Tensor& rest = {}) {
     const torch::Tensor up = torch::upsample_nearest2d(x, {skip.size(2), skip.size(3)});
-    Tensors out{body->forward(torch::cat({up, skip}, 1))};
+    // Reserved, not made of an initializer list and grown: GCC 12 then wrongly warns that
+    // growing reads past the list's one tensor (-Warray-bounds, in c10's intrusive_ptr).
+    Tensors out;
+    out.reserve(2);
+    out.push_back(body->forward(torch::cat({up, skip}, 1)));
     if (rest.defined()) out.push_back(rest);
     return out;
   }
