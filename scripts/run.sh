@@ -9,7 +9,9 @@
 # clone so that re-runs do not download it again: $REMAT_VENV, by default
 # ~/.cache/remat/venv-<pins>. The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
 # with the CUDA toolkit's nvcc); they run only where a GPU is. `test` also builds and tests
-# against Debian's LibTorch 1.13 (build-debian/), the solver under ASan+UBSan (build-asan/),
+# against Debian's LibTorch 1.13 (build-debian/), the Python package against the newest
+# PyTorch too (scripts/torch-newest-requirements.txt, in its own environment, through
+# scripts/torch-check.sh), the solver under ASan+UBSan (build-asan/),
 # runs the fuzz targets for about a minute each (scripts/fuzz.sh --ci), the mutation check
 # (tools/mutate.py) and the GPU check's CPU mode (scripts/gpu-check.sh --cpu, through
 # scripts/gpu-session.sh).
@@ -58,6 +60,14 @@ if [ "$mode" = test ] && ! cmp -s scripts/test-requirements.txt "$venv/remat-tes
   "$venv_python" -m pip install -q -r scripts/test-requirements.txt
   cp scripts/test-requirements.txt "$venv/remat-test-requirements.txt"
 fi
+# The newest PyTorch (scripts/torch-newest-requirements.txt), for the Python package's check
+# against it (4d): its environment is made in the background while remat compiles.
+if [ "$mode" = test ]; then
+  newest=$(sed -n 's/^torch==//p' scripts/torch-newest-requirements.txt)
+  newest_log=$(mktemp)
+  bash scripts/torch-check.sh "$newest" --venv-only > "$newest_log" 2>&1 &
+  newest_venv=$!
+fi
 torch_prefix=$("$venv_python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 step "PyTorch $("$venv_python" -c 'import torch; print(torch.__version__)') at $torch_prefix"
 
@@ -85,28 +95,20 @@ fi
 # 4b. Every test against PyTorch 2.x, then an installed remat used through find_package.
 step "tests (build/, PyTorch 2.x)"
 ctest --test-dir build --output-on-failure -j "$jobs"
-consumer() {  # consumer <build dir> [CMAKE_PREFIX_PATH entries...]
-  local build=$1; shift
-  rm -rf "$build/install-test" "$build/package-test"
-  cmake --install "$build" --prefix "$build/install-test" >/dev/null
-  local prefixes="$PWD/$build/install-test"
-  for p in "$@"; do prefixes="$prefixes;$p"; done
-  cmake -S tests/package -B "$build/package-test" -G Ninja -DCMAKE_PREFIX_PATH="$prefixes" >/dev/null
-  cmake --build "$build/package-test" | tail -n 20
-  "$build/package-test/consumer"
-  for component in report core profiler runtime models distributed; do  # each target alone
-    "$build/package-test/component_$component"
-  done
-  "$build/package-test/consumer_torch"
-  "$build/package-test/readme_example"
-}
 step "a project that uses find_package(remat), against PyTorch 2.x"
-consumer build "$torch_prefix"
+bash scripts/consumer-check.sh build "$torch_prefix"
 
 # 4c. The Python package, built by pip against the same PyTorch, and its tests.
 step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
 "$venv_python" -m pip install -q . --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON
 "$venv_python" -m pytest -q -p no:cacheprovider tests/python
+
+# 4d. The same against the newest PyTorch on PyPI, which users' `pip install .` most often
+# builds against (its LibTorch holds autograd nodes differently: docs/building.md).
+step "the Python package against PyTorch $newest (scripts/torch-check.sh $newest --python-only)"
+wait "$newest_venv" || { cat "$newest_log" >&2; echo "could not install PyTorch $newest" >&2; exit 1; }
+rm -f "$newest_log"
+bash scripts/torch-check.sh "$newest" --python-only
 
 # 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer. At -O1: this
 # build only runs the tests (no benchmark), whose time is LibTorch's, and -O1 compiles a
@@ -119,7 +121,7 @@ cmake --build build-debian -j "$jobs"
 step "tests (build-debian/, LibTorch 1.13)"
 ctest --test-dir build-debian --output-on-failure -j "$jobs"
 step "a project that uses find_package(remat), against LibTorch 1.13"
-consumer build-debian
+bash scripts/consumer-check.sh build-debian
 
 # 6. The solver, report and CLI tests under AddressSanitizer + UBSan (build-asan/, without the
 # LibTorch components: LibTorch itself is not instrumented). -O1 (what AddressSanitizer's

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds and tests remat against another PyTorch from PyPI than the pinned one
+# (scripts/torch-requirements.txt), for a new release or an old one that README.md claims:
+#
+#   bash scripts/torch-check.sh 2.15.0                        # torch alone
+#   bash scripts/torch-check.sh 2.14.1 --torchvision 0.29.2   # with the torchvision comparisons
+#   bash scripts/torch-check.sh 2.15.0 --python-only          # only pip install . and pytest
+#   bash scripts/torch-check.sh 2.15.0 --venv-only            # only make the environment
+#
+# In a virtual environment of its own, ~/.cache/remat/venv-torch-<version> (made once, with
+# the tests' Python packages of scripts/test-requirements.txt), it:
+# - configures and builds build-torch/<version>/, every CUDA source with the CUDA wheel, as
+#   scripts/run.sh does (without torchvision, the torchvision comparisons are left out);
+# - runs its tests (CTest) and the find_package consumer (scripts/consumer-check.sh);
+# - installs the Python package into that environment (pip install ., built in
+#   build-torch/<version>/python) and runs tests/python.
+# Needs what scripts/run.sh test installs (run it once first). Exit status: 0 when everything
+# passed, 1 when a build or a test failed, 2 for a wrong command line. docs/building.md lists
+# the versions checked so.
+set -euo pipefail
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || usage
+version=$1; shift
+case "$version" in [0-9]*.[0-9]*) ;; *) usage ;; esac
+torchvision="" python_only=0 venv_only=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torchvision) [ $# -ge 2 ] || usage; torchvision=$2; shift 2 ;;
+    --python-only) python_only=1; shift ;;
+    --venv-only) venv_only=1; shift ;;
+    *) usage ;;
+  esac
+done
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+started=$SECONDS
+step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"; }
+
+venv=${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-torch-$version${torchvision:+-vision-$torchvision}
+wanted="torch==$version${torchvision:+ torchvision==$torchvision}"
+if [ "$(cat "$venv/remat-wanted" 2>/dev/null)" != "$wanted" ]; then
+  step "installing $wanted and the tests' Python packages into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q $wanted -r scripts/test-requirements.txt \
+    scikit-build-core numpy
+  echo "$wanted" > "$venv/remat-wanted"
+fi
+python=$venv/bin/python
+[ "$venv_only" = 1 ] && { step "$wanted ready in $venv"; exit 0; }
+prefix=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+step "PyTorch $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)') at $prefix"
+if [ -z "${CUDACXX:-}" ]; then
+  if command -v nvcc >/dev/null; then export CUDACXX=$(command -v nvcc)
+  elif [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc
+  fi
+fi
+cuda=OFF
+"$python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)' && cuda=ON
+build=build-torch/$version
+
+if [ "$python_only" = 0 ]; then
+  step "building remat against it ($build/)"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
+    -DCMAKE_PREFIX_PATH="$prefix" -DREMAT_REQUIRE_CUDA=$cuda -DREMAT_PYTHON="$python" \
+    -DREMAT_TRANSFORMERS_PYTHON="$python" -DREMAT_BUILD_BENCH=OFF \
+    -DREMAT_SKIP_TORCHVISION_TESTS=$([ -n "$torchvision" ] && echo OFF || echo ON) >/dev/null
+  cmake --build "$build" -j "$jobs"
+  step "tests ($build/)"
+  ctest --test-dir "$build" --output-on-failure -j "$jobs"
+  step "a project that uses find_package(remat), against it"
+  bash scripts/consumer-check.sh "$build" "$prefix"
+fi
+
+step "the Python package against it: pip install . (built in $build/python), then pytest tests/python"
+"$python" -m pip install -q . --config-settings=build-dir="$build/python" \
+  --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON
+"$python" -m pytest -q -p no:cacheprovider tests/python
+step "all passed against PyTorch $version"
