@@ -579,9 +579,12 @@ std::string Group::await(const std::string& key, int from, const std::string& du
         if (store_->check({key})) break;
         throw std::runtime_error("another rank reported a failure");
       }
-      // The same for a rank that left the job (its heartbeat stopped with it).
+      // The same for a rank that left the job (its heartbeat stopped with it). A rank reports
+      // its failure before it leaves: one seen leaving has its report, if any, seen too, even
+      // when both came between the check of failures above and this one.
       if (store_->check({fmt::format("left/{}", from)})) {
         if (store_->check({key})) break;
+        if (any_failure_reported()) throw std::runtime_error("another rank reported a failure");
         failed_ = true;
         throw DistributedError(
             fmt::format("rank {}: {}: rank {} left the job without getting here (it ended, or "

@@ -605,6 +605,39 @@ TEST_CASE(
   CHECK(store->raced);
 }
 
+TEST_CASE("a failure reported just before its rank leaves is taken, not that the rank left",
+          "[distributed]") {
+  // Rank 0 reports its failure, then leaves, both between rank 1's look for reported failures
+  // and its look for ranks that left (seen once in a 2-rank job: rank 1 said that rank 0 left
+  // without reporting an error, where the job's error was rank 0's own). Made certain here.
+  struct Racing : c10d::HashStore {
+    bool raced = false;
+    bool check(const std::vector<std::string>& keys) override {
+      if (!raced && keys == std::vector<std::string>{"remat/left/0"}) {
+        raced = true;
+        set("remat/error/0", std::vector<std::uint8_t>{'f', 'a', 'i', 'l', 'e', 'd'});
+        set("remat/left/0", std::vector<std::uint8_t>{'1'});
+      }
+      return c10d::HashStore::check(keys);
+    }
+  };
+  auto store = c10::make_intrusive<Racing>();
+  remat::distributed::Collectives stand_in;
+  stand_in.rank = 1;
+  stand_in.size = 2;
+  remat::distributed::Group group(store, stand_in, std::chrono::seconds(10));
+  try {
+    group.check_same("the model", "A\n");
+    FAIL("rank 1 went on without rank 0's value");
+  } catch (const remat::distributed::DistributedError& error) {
+    const std::string said = error.what();
+    CAPTURE(said);
+    CHECK(said.find("another rank reported a failure") != std::string::npos);
+    CHECK(said.find("left the job") == std::string::npos);
+  }
+  CHECK(store->raced);
+}
+
 TEST_CASE("a failed group is not used again", "[distributed]") {
   // A user's trial: after a failure, the group's calls went on as if nothing had happened (a
   // barrier that rank 0 completed could then fail on rank 1).
