@@ -1,7 +1,8 @@
 #pragma once
 // remat's own autograd nodes (the stages' gradient sinks and sources, the schedule's backward
 // node), whichever smart pointer this LibTorch holds a node in: std::shared_ptr up to PyTorch
-// 2.14, c10::intrusive_ptr from 2.15, where torch::autograd::Node derives from
+// 2.12, c10::intrusive_ptr from 2.13 (the headers of 2.12, 2.13 and 2.14 say so; 2.15 was
+// built and tested), where torch::autograd::Node derives from
 // c10::intrusive_ptr_target and torch::autograd::deleteNode is gone. Told apart by the type of
 // torch::autograd::Edge::function, not by version numbers (README.md, "Supported LibTorch
 // versions").
@@ -18,7 +19,7 @@ namespace remat::detail {
 /// What this LibTorch's edges hold a node in: std::shared_ptr<Node> or c10::intrusive_ptr<Node>.
 using NodeHandle = decltype(torch::autograd::Edge::function);
 
-/// Whether NodeHandle is std::shared_ptr (PyTorch up to 2.14).
+/// Whether NodeHandle is std::shared_ptr (PyTorch up to 2.12).
 inline constexpr bool kSharedNodes = std::is_same_v<NodeHandle, std::shared_ptr<torch::autograd::Node>>;
 
 template <class Handle, class T>
