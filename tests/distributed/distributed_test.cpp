@@ -566,6 +566,40 @@ TEST_CASE("ranks started for jobs of different sizes are refused at start-up", "
   remove_tree(job.dir);
 }
 
+namespace {
+
+// A store that makes a race between two ranks certain: the first time this rank checks for
+// `key`, the other rank's `writes` land, between that check and the next. The check itself
+// answers as the store stood just before the writes when `answer_before` is true (the other
+// rank was a moment late), and after them otherwise.
+struct RacingStore : c10d::HashStore {
+  RacingStore(std::string key_, std::vector<std::pair<std::string, std::string>> writes_,
+              bool answer_before_)
+      : key(std::move(key_)), writes(std::move(writes_)), answer_before(answer_before_) {}
+  bool check(const std::vector<std::string>& keys) override {
+    if (raced || keys != std::vector<std::string>{key}) return c10d::HashStore::check(keys);
+    raced = true;
+    const bool before = c10d::HashStore::check(keys);
+    for (const auto& [written, value] : writes)
+      set(written, std::vector<std::uint8_t>(value.begin(), value.end()));
+    return answer_before ? before : c10d::HashStore::check(keys);
+  }
+  std::string key;
+  std::vector<std::pair<std::string, std::string>> writes;
+  bool answer_before;
+  bool raced = false;
+};
+
+// Rank 1 of a 2-rank job on `store`, with no process group behind it (only the store is used).
+remat::distributed::Group rank_one_of_two(const c10::intrusive_ptr<RacingStore>& store) {
+  remat::distributed::Collectives stand_in;
+  stand_in.rank = 1;
+  stand_in.size = 2;
+  return remat::distributed::Group(store, stand_in, std::chrono::seconds(10));
+}
+
+}  // namespace
+
 TEST_CASE(
     "a value published before a reported failure is still taken: every rank gives the same "
     "verdict",
@@ -574,24 +608,12 @@ TEST_CASE(
   // then, before rank 1 looks for reported failures, rank 0 publishes it, finds that the ranks
   // differ and reports that. Rank 1 must refuse the model too (an InputError, exit 2), not stop
   // as if rank 0 were lost. (CI saw it on a loaded machine: exit 5 on rank 1.)
-  struct Racing : c10d::HashStore {
-    bool raced = false;
-    bool check(const std::vector<std::string>& keys) override {
-      if (!raced && keys == std::vector<std::string>{"remat/check/0/0"}) {
-        raced = true;
-        const bool there = c10d::HashStore::check(keys);
-        set("remat/check/0/0", std::vector<std::uint8_t>{'A', '\n'});
-        set("remat/error/0", std::vector<std::uint8_t>{'d', 'i', 'f', 'f', 'e', 'r'});
-        return there;
-      }
-      return c10d::HashStore::check(keys);
-    }
-  };
-  auto store = c10::make_intrusive<Racing>();
-  remat::distributed::Collectives stand_in;
-  stand_in.rank = 1;
-  stand_in.size = 2;
-  remat::distributed::Group group(store, stand_in, std::chrono::seconds(10));
+  auto store = c10::make_intrusive<RacingStore>(
+      "remat/check/0/0",
+      std::vector<std::pair<std::string, std::string>>{{"remat/check/0/0", "A\n"},
+                                                       {"remat/error/0", "differ"}},
+      /*answer_before=*/true);
+  auto group = rank_one_of_two(store);
   try {
     group.check_same("the model", "B\n");
     FAIL("ranks that differ were accepted");
@@ -610,22 +632,12 @@ TEST_CASE("a failure reported just before its rank leaves is taken, not that the
   // Rank 0 reports its failure, then leaves, both between rank 1's look for reported failures
   // and its look for ranks that left (seen once in a 2-rank job: rank 1 said that rank 0 left
   // without reporting an error, where the job's error was rank 0's own). Made certain here.
-  struct Racing : c10d::HashStore {
-    bool raced = false;
-    bool check(const std::vector<std::string>& keys) override {
-      if (!raced && keys == std::vector<std::string>{"remat/left/0"}) {
-        raced = true;
-        set("remat/error/0", std::vector<std::uint8_t>{'f', 'a', 'i', 'l', 'e', 'd'});
-        set("remat/left/0", std::vector<std::uint8_t>{'1'});
-      }
-      return c10d::HashStore::check(keys);
-    }
-  };
-  auto store = c10::make_intrusive<Racing>();
-  remat::distributed::Collectives stand_in;
-  stand_in.rank = 1;
-  stand_in.size = 2;
-  remat::distributed::Group group(store, stand_in, std::chrono::seconds(10));
+  auto store = c10::make_intrusive<RacingStore>(
+      "remat/left/0",
+      std::vector<std::pair<std::string, std::string>>{{"remat/error/0", "failed"},
+                                                       {"remat/left/0", "1"}},
+      /*answer_before=*/false);
+  auto group = rank_one_of_two(store);
   try {
     group.check_same("the model", "A\n");
     FAIL("rank 1 went on without rank 0's value");
