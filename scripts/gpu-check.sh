@@ -42,6 +42,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "gpu-check: no output folder (set OUT or pass --out DIR)" >&2; exit 2; }
 mkdir -p "$out"
+source scripts/cuda-compiler.sh
 python=${REMAT_PYTHON:-python3}
 jobs=$(nproc 2>/dev/null || echo 2)
 log=$out/gpu-check.log
@@ -146,7 +147,7 @@ if has build; then
   # (GPU mode sourced .devdeps/env.sh at the start.)
   if [ "$mode" = cpu ] && [ -f .devdeps/env.sh ]; then source .devdeps/env.sh; fi
   torch_prefix=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-  export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+  remat_cuda_compiler || true
   cuda_flag=-DREMAT_REQUIRE_CUDA=ON
   [ "$mode" = cpu ] && cuda_flag=-DREMAT_REQUIRE_CUDA=OFF
   run cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -270,7 +271,7 @@ if has python; then
     # off: no network here, and scikit-build-core and pybind11 are installed), into a folder
     # of its own; then the Python tests, CUDA ones included.
     say "the Python package: pip install (no build isolation), then its tests"
-    export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    remat_cuda_compiler || true
     export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
     site=$build/python-site
     rm -rf "$site"

@@ -72,11 +72,9 @@ torch_prefix=$("$venv_python" -c 'import os, torch; print(os.path.dirname(torch.
 step "PyTorch $("$venv_python" -c 'import torch; print(torch.__version__)') at $torch_prefix"
 
 # The CUDA wheel's CMake files need the CUDA toolkit (nvcc) to configure.
-if [ -z "${CUDACXX:-}" ]; then
-  if command -v nvcc >/dev/null; then export CUDACXX=$(command -v nvcc)
-  elif [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc
-  else echo "remat: the CUDA toolkit (nvcc) is needed to build against PyTorch's CUDA wheel; install it or set CUDACXX" >&2; exit 1
-  fi
+source scripts/cuda-compiler.sh
+if ! remat_cuda_compiler; then
+  echo "remat: the CUDA toolkit (nvcc) is needed to build against PyTorch's CUDA wheel; install it or set CUDACXX" >&2; exit 1
 fi
 
 # 3. Build (Release) into build/ against that PyTorch, with every CUDA source.

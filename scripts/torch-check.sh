@@ -51,11 +51,8 @@ python=$venv/bin/python
 [ "$venv_only" = 1 ] && { step "$wanted ready in $venv"; exit 0; }
 prefix=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 step "PyTorch $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)') at $prefix"
-if [ -z "${CUDACXX:-}" ]; then
-  if command -v nvcc >/dev/null; then export CUDACXX=$(command -v nvcc)
-  elif [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc
-  fi
-fi
+source scripts/cuda-compiler.sh
+remat_cuda_compiler || true
 cuda=OFF
 "$python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)' && cuda=ON
 build=build-torch/$version
@@ -65,7 +62,7 @@ if [ "$python_only" = 0 ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
     -DCMAKE_PREFIX_PATH="$prefix" -DREMAT_REQUIRE_CUDA=$cuda -DREMAT_PYTHON="$python" \
     -DREMAT_TRANSFORMERS_PYTHON="$python" -DREMAT_BUILD_BENCH=OFF \
-    -DREMAT_SKIP_TORCHVISION_TESTS=$([ -n "$torchvision" ] && echo OFF || echo ON) >/dev/null
+    -DREMAT_SKIP_TORCHVISION_TESTS="$([ -n "$torchvision" ] && echo OFF || echo ON)" >/dev/null
   cmake --build "$build" -j "$jobs"
   step "tests ($build/)"
   ctest --test-dir "$build" --output-on-failure -j "$jobs"
