@@ -1,5 +1,6 @@
-# remat_check_torch(): after find_package(Torch), refuses a LibTorch that is not whole, and gives
-# the linker the library folders of pip's torch (remat_torch_link_paths, below).
+# remat_check_torch(): after find_package(Torch), refuses a LibTorch that is not whole, gives
+# the linker the library folders of pip's torch (remat_torch_link_paths, below), and asks for
+# the C++ standard that LibTorch's headers need (remat_torch_cxx_standard, below).
 # TorchConfig.cmake looks its libraries up on the system paths before its own folder: with pip's
 # torch named by its share/cmake folder and Debian's libtorch-dev installed, it links Debian's
 # libraries against pip's headers, which fails late and obscurely (or, worse, runs).
@@ -15,6 +16,47 @@ function(remat_check_torch)
       "configure a fresh build folder (docs/building.md).")
   endif()
   remat_torch_link_paths()
+  remat_torch_cxx_standard()
+endfunction()
+
+# remat_torch_cxx_standard(): code that includes LibTorch's headers is compiled with the C++
+# standard they require. remat itself is C++17, but PyTorch 2.14's headers stop with "C++20 or
+# later compatible compiler is required to use ATen" under C++17, and its TorchConfig.cmake
+# does not say so to the projects that use it (it sets CXX_STANDARD on the imported target,
+# which applies to nothing; 2.15's asks for cxx_std_20, as done here). The standard is read
+# from the check at the top of ATen/ATen.h (__cplusplus < 202002L), not from a version number,
+# and asked for as a compile feature of the torch target: every target that links LibTorch,
+# remat's and those of projects that use an installed remat, is then compiled as C++20.
+function(remat_torch_cxx_standard)
+  if(NOT TARGET torch)
+    return()
+  endif()
+  set(header "")
+  foreach(dir IN LISTS TORCH_INCLUDE_DIRS)
+    if(EXISTS "${dir}/ATen/ATen.h")
+      set(header "${dir}/ATen/ATen.h")
+      break()
+    endif()
+  endforeach()
+  if(NOT header)
+    return()
+  endif()
+  file(STRINGS "${header}" checks REGEX "__cplusplus < [0-9]+L" LIMIT_COUNT 1)
+  if(NOT checks MATCHES "__cplusplus < ([0-9]+)L")
+    return()
+  endif()
+  set(needed "${CMAKE_MATCH_1}")
+  if(needed GREATER_EQUAL 202302)
+    set(feature cxx_std_23)
+  elseif(needed GREATER_EQUAL 202002)
+    set(feature cxx_std_20)
+  else()
+    return()
+  endif()
+  get_target_property(features torch INTERFACE_COMPILE_FEATURES)
+  if(NOT features OR NOT feature IN_LIST features)
+    set_property(TARGET torch APPEND PROPERTY INTERFACE_COMPILE_FEATURES ${feature})
+  endif()
 endfunction()
 
 # remat_torch_link_paths(): where a program that links pip's LibTorch resolves the libraries
@@ -45,4 +87,37 @@ function(remat_torch_link_paths)
   if(NOT options OR NOT "LINKER:-rpath-link,${joined}" IN_LIST options)
     set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_OPTIONS "LINKER:-rpath-link,${joined}")
   endif()
+endfunction()
+
+# remat_torch_nvtx_hint(): before find_package(Torch). PyTorch 2.0's CMake files
+# (Caffe2/public/cuda.cmake) look for CUDA's nvToolsExt library in the CUDA toolkit, which
+# CUDA 12 and later no longer ship: with such a toolkit, find_package(Torch) stops
+# (LIBNVTOOLSEXT NOTFOUND). pip's torch of those releases comes with the library (the
+# nvidia-nvtx wheel, site-packages/nvidia/nvtx/lib), which is named to them here. Only done
+# for a torch whose CMake files look for it (later releases use NVTX 3, headers only), and
+# when LIBNVTOOLSEXT is not set already.
+function(remat_torch_nvtx_hint)
+  if(LIBNVTOOLSEXT)
+    return()
+  endif()
+  set(prefixes ${CMAKE_PREFIX_PATH})
+  if(Torch_DIR)
+    get_filename_component(from_dir "${Torch_DIR}/../../.." ABSOLUTE)
+    list(APPEND prefixes "${from_dir}")
+  endif()
+  foreach(prefix IN LISTS prefixes)
+    set(cuda_cmake "${prefix}/share/cmake/Caffe2/public/cuda.cmake")
+    file(GLOB library "${prefix}/../nvidia/nvtx/lib/libnvToolsExt.so*")
+    if(NOT EXISTS "${cuda_cmake}" OR NOT library)
+      continue()
+    endif()
+    file(STRINGS "${cuda_cmake}" looks REGEX "find_library\\(LIBNVTOOLSEXT")
+    if(looks)
+      list(GET library 0 library)
+      get_filename_component(library "${library}" ABSOLUTE)
+      message(STATUS "remat: nvToolsExt for this PyTorch's CMake files: ${library}")
+      set(LIBNVTOOLSEXT "${library}" CACHE FILEPATH "CUDA's nvToolsExt library (PyTorch 2.0's CMake files look for it)")
+      return()
+    endif()
+  endforeach()
 endfunction()
