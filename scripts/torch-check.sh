@@ -6,6 +6,13 @@
 #   bash scripts/torch-check.sh 2.14.1 --torchvision 0.29.2   # with the torchvision comparisons
 #   bash scripts/torch-check.sh 2.15.0 --python-only          # only pip install . and pytest
 #   bash scripts/torch-check.sh 2.15.0 --venv-only            # only make the environment
+#   bash scripts/torch-check.sh 2.0.1 --torchvision 0.15.2 --with 'numpy<2' \
+#        --transformers-python ~/.cache/remat/venv-<pins>/bin/python
+#
+# --with SPEC adds a pip requirement to the environment (an old torch needs numpy 1);
+# --transformers-python names the Python that writes the GPT-2 reference files, for a torch
+# that Hugging Face transformers no longer supports (transformers 5 needs torch 2.6 or later):
+# the files are read by remat's own readers, as for Debian's LibTorch 1.13 (scripts/run.sh).
 #
 # In a virtual environment of its own, ~/.cache/remat/venv-torch-<version> (made once, with
 # the tests' Python packages of scripts/test-requirements.txt), it:
@@ -18,14 +25,16 @@
 # passed, 1 when a build or a test failed, 2 for a wrong command line. docs/building.md lists
 # the versions checked so.
 set -euo pipefail
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 version=$1; shift
 case "$version" in [0-9]*.[0-9]*) ;; *) usage ;; esac
-torchvision="" python_only=0 venv_only=0
+torchvision="" python_only=0 venv_only=0 extra=() transformers_python=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --torchvision) [ $# -ge 2 ] || usage; torchvision=$2; shift 2 ;;
+    --with) [ $# -ge 2 ] || usage; extra+=("$2"); shift 2 ;;
+    --transformers-python) [ $# -ge 2 ] || usage; transformers_python=$2; shift 2 ;;
     --python-only) python_only=1; shift ;;
     --venv-only) venv_only=1; shift ;;
     *) usage ;;
@@ -37,14 +46,14 @@ started=$SECONDS
 step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"; }
 
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-torch-$version${torchvision:+-vision-$torchvision}
-wanted="torch==$version${torchvision:+ torchvision==$torchvision}"
+wanted="torch==$version${torchvision:+ torchvision==$torchvision}${extra[*]:+ ${extra[*]}}"
 if [ "$(cat "$venv/remat-wanted" 2>/dev/null)" != "$wanted" ]; then
   step "installing $wanted and the tests' Python packages into $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
   # shellcheck disable=SC2086
-  "$venv/bin/python" -m pip install -q $wanted -r scripts/test-requirements.txt \
-    scikit-build-core numpy
+  "$venv/bin/python" -m pip install -q "torch==$version" ${torchvision:+"torchvision==$torchvision"} \
+    -r scripts/test-requirements.txt scikit-build-core numpy ${extra[@]+"${extra[@]}"}
   echo "$wanted" > "$venv/remat-wanted"
 fi
 python=$venv/bin/python
@@ -61,7 +70,7 @@ if [ "$python_only" = 0 ]; then
   step "building remat against it ($build/)"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
     -DCMAKE_PREFIX_PATH="$prefix" -DREMAT_REQUIRE_CUDA=$cuda -DREMAT_PYTHON="$python" \
-    -DREMAT_TRANSFORMERS_PYTHON="$python" -DREMAT_BUILD_BENCH=OFF \
+    -DREMAT_TRANSFORMERS_PYTHON="${transformers_python:-$python}" -DREMAT_BUILD_BENCH=OFF \
     -DREMAT_SKIP_TORCHVISION_TESTS="$([ -n "$torchvision" ] && echo OFF || echo ON)" >/dev/null
   cmake --build "$build" -j "$jobs"
   step "tests ($build/)"
