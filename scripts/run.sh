@@ -98,7 +98,8 @@ bash scripts/consumer-check.sh build "$torch_prefix"
 
 # 4c. The Python package, built by pip against the same PyTorch, and its tests.
 step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
-"$venv_python" -m pip install -q . --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON
+"$venv_python" -m pip install -q . --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON \
+  --config-settings=cmake.define.REMAT_WERROR=ON
 "$venv_python" -m pytest -q -p no:cacheprovider tests/python
 
 # 4d. The same against the newest PyTorch on PyPI, which users' `pip install .` most often

@@ -81,6 +81,6 @@ fi
 
 step "the Python package against it: pip install . (built in $build/python), then pytest tests/python"
 "$python" -m pip install -q . --config-settings=build-dir="$build/python" \
-  --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON
+  --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON --config-settings=cmake.define.REMAT_WERROR=ON
 "$python" -m pytest -q -p no:cacheprovider tests/python
 step "all passed against PyTorch $version"

@@ -97,7 +97,9 @@ SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, st
 // The Python stages of a Python-made Checkpointable (none while it is being constructed).
 std::vector<PythonStage*> python_stages(PyObject* self) {
   std::vector<PythonStage*> out;
-  if (!py::detail::is_holder_constructed(self)) return out;
+  // What py::detail::is_holder_constructed does, which the pybind11 of torch 2.0 (2.10) lacks.
+  if (!reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder().holder_constructed())
+    return out;
   for (const NamedStage& stage : py::cast<CheckpointableImpl&>(py::handle(self)).stages())
     if (auto* python = dynamic_cast<PythonStage*>(stage.module.get())) out.push_back(python);
   return out;

@@ -80,7 +80,10 @@ bool PythonStage::interrupts(const std::exception_ptr& error) const {
   }
   if (!type) return false;
   // KeyboardInterrupt, SystemExit, GeneratorExit: BaseExceptions that are not Exceptions.
-  const py::object out_of_memory = py::module_::import("torch").attr("OutOfMemoryError");
+  // torch.OutOfMemoryError from 2.1; torch.cuda.OutOfMemoryError is that class too, and the
+  // only one in 2.0.
+  const py::object out_of_memory =
+      py::module_::import("torch").attr("cuda").attr("OutOfMemoryError");
   return !PyErr_GivenExceptionMatches(type.ptr(), PyExc_Exception) ||
          PyErr_GivenExceptionMatches(type.ptr(), out_of_memory.ptr());
 }
@@ -164,7 +167,7 @@ StageModule::NormFreezer PythonStage::norm_freezer() {
   py::list found = norms_of(function_);
   if (found.empty()) return nullptr;
   return [norms = gil_owned(std::move(found))]() -> std::function<void()> {
-    const PythonScope python;
+    const PythonScope python_to_freeze;
     // (module, momentum, num_batches_tracked) of each.
     std::shared_ptr<py::list> saved = gil_owned(py::list());
     for (const py::handle m : *norms) {
@@ -173,7 +176,7 @@ StageModule::NormFreezer PythonStage::norm_freezer() {
       m.attr("num_batches_tracked") = py::none();  // the batch is counted only if a tensor
     }
     return [saved]() {
-      const PythonScope python;
+      const PythonScope python_to_restore;
       for (const py::handle entry : *saved) {
         const py::tuple t = py::reinterpret_borrow<py::tuple>(entry);
         t[0].attr("momentum") = t[1];
