@@ -39,6 +39,7 @@
 #include <unordered_set>
 
 #include "detail.h"
+#include "remat/core/autocast_cache.h"
 #include "remat/core/generator_state.h"
 #include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
@@ -229,6 +230,7 @@ struct Runner {
       for (const torch::Tensor& t : *list) versions.push_back(t._version());
     Tensors out;
     try {
+      const detail::ForwardCastCache casts;
       out = stage.module->forward(x, context);
     } catch (const c10::OutOfMemoryError&) {
       throw;  // not the stage's fault: the caller may retry with less

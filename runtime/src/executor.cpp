@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "remat/core/autocast_cache.h"
 #include "remat/core/generator_state.h"
 #include "remat/profiler/memory_tracker.h"
 #include "remat/solver/check.h"
@@ -122,6 +123,7 @@ Tensors Executor::call(int i, const Tensors& x) {
   const NamedStage& stage = stages_[ui];
   Tensors out;
   try {
+    const detail::ForwardCastCache casts;
     out = stage.module->forward(x, context_);
   } catch (c10::Error& error) {
     error.add_context(failed_in(i));

@@ -372,6 +372,81 @@ TEST_CASE("under autocast, recomputations run as the forward did: bfloat16 on th
   check_autocast_training(torch::kCPU, c10::kBFloat16);
 }
 
+TEST_CASE("under autocast, a weight cast without autograd is not served to a forward with it",
+          "[runtime]") {
+  // Before PyTorch 2.2, autocast's cache served a weight's cast made without autograd to a later
+  // forward with autograd in the same autocast region (remat/core/autocast_cache.h). One Linear
+  // used by three stages, and a bfloat16 region around the whole forward: a stage run without
+  // autograd (CF, Fn) before another runs with it (Fe) made that one lose its share of the
+  // weight's gradient (seen against LibTorch 1.13). Without buffers, the state is the
+  // parameter gradients.
+  torch::set_num_threads(1);
+  const torch::Tensor sample = torch::randn({8, 16});
+  auto make = [] {
+    nn::Linear shared(16, 16);
+    return nn::Sequential(shared, nn::Tanh(), shared, nn::Tanh(), shared, nn::Tanh(),
+                          nn::Linear(16, 4));
+  };
+  const auto autocast_forward = [](auto forward) {
+    return [forward](const torch::Tensor& x) {
+      const AutocastScope scope(c10::kCPU, c10::kBFloat16);
+      return forward(x);
+    };
+  };
+  nn::Sequential reference_net = fresh(make);
+  const StepResult plain =
+      train(*reference_net,
+            autocast_forward([&](const torch::Tensor& x) { return reference_net->forward(x); }),
+            sample, 2, 5);
+  CHECK(plain.output.scalar_type() == c10::kBFloat16);
+
+  nn::Sequential probe = fresh(make);
+  remat::Chain chain;
+  {
+    const AutocastScope scope(c10::kCPU, c10::kBFloat16);
+    REQUIRE_NOTHROW(chain = remat::profile(probe, sample.clone().requires_grad_(true),
+                                           remat::ProfileOptions().repeat(1).warmup(0))
+                                .chain);
+  }
+  const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
+  const std::int64_t full = remat::store_all_peak(chain) + kR;
+  const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
+  bool fn_before_fe = false;  // of the shared weight's stages, in the forward phase
+  for (const std::int64_t budget : {least, (least + full) / 2, full}) {
+    INFO("at " << budget << " bytes");
+    nn::Sequential net = fresh(make);
+    remat::Checkpointable chk(net);
+    chk->set_chain(chain);
+    const remat::Solution& s = chk->compute_sequence(budget);
+    REQUIRE(s.ok());
+    INFO(remat::collapsed_string(s.sequence));
+    bool no_grad_seen = false;
+    for (const remat::Op& op : s.sequence) {
+      if (op.kind == remat::OpKind::kLoss) break;
+      if (op.stage > 4 || op.stage % 2 != 0) continue;  // the stages of the shared Linear
+      if (op.kind == remat::OpKind::kForwardNoGrad || op.kind == remat::OpKind::kForwardCheckpoint)
+        no_grad_seen = true;
+      if (op.kind == remat::OpKind::kForwardGrad && no_grad_seen) fn_before_fe = true;
+    }
+    const StepResult ours =
+        train(*net, autocast_forward([&](const torch::Tensor& x) { return chk->forward(x); }),
+              sample, 2, 5);
+    CHECK(torch::equal(plain.output, ours.output));
+    CHECK(torch::equal(plain.input_grad, ours.input_grad));
+    // Plain training casts the shared weight once, for its three uses, and sums their
+    // gradients in bfloat16 before the cast's backward; remat casts it again where it
+    // recomputes a stage, so the sums group otherwise: equal within bfloat16's rounding (a
+    // few 2^-8 of the largest), where a lost use would be a third of the gradient.
+    REQUIRE(plain.state.size() == ours.state.size());
+    for (std::size_t k = 0; k < plain.state.size(); ++k) {
+      INFO("parameter gradient " << k);
+      const double scale = plain.state[k].abs().max().item<double>();
+      CHECK((plain.state[k] - ours.state[k]).abs().max().item<double>() <= 0.02 * scale);
+    }
+  }
+  CHECK(fn_before_fe);  // the case that lost gradients was among those run
+}
+
 TEST_CASE("a chain measured under autocast is refused for steps without it", "[runtime]") {
   // Measured in bfloat16, run in float32: twice the activations the schedule planned for.
   const torch::Tensor sample = torch::randn({2, 3, 8, 8});
