@@ -191,6 +191,34 @@ TEST_CASE("transformers train checkpointed under a budget exactly as plain",
   }
 }
 
+namespace {
+
+// at::Context's switches of the attention kernels, where this LibTorch has them: 1.13 has none,
+// 2.0 has no cuDNN kernel (its switch came later). Detected, not read from a version number.
+#define REMAT_ATTENTION_SWITCH(name, setter)                                   \
+  template <typename Context>                                                  \
+  auto name(Context& context, bool on, int) -> decltype(context.setter(on)) { \
+    return context.setter(on);                                                 \
+  }                                                                            \
+  template <typename Context>                                                  \
+  void name(Context&, bool, long) {}
+REMAT_ATTENTION_SWITCH(use_flash, setSDPUseFlash)
+REMAT_ATTENTION_SWITCH(use_mem_efficient, setSDPUseMemEfficient)
+REMAT_ATTENTION_SWITCH(use_cudnn, setSDPUseCuDNN)
+REMAT_ATTENTION_SWITCH(use_math, setSDPUseMath)
+#undef REMAT_ATTENTION_SWITCH
+
+// The fused attention kernels on or off; the math one always on.
+void use_fused_attention(bool on) {
+  at::Context& context = at::globalContext();
+  use_flash(context, on, 0);
+  use_mem_efficient(context, on, 0);
+  use_cudnn(context, on, 0);
+  use_math(context, true, 0);
+}
+
+}  // namespace
+
 TEST_CASE("on CUDA, GPT-2 trains checkpointed as plain, attention dropout replayed by every kernel",
           "[models][transformer][runtime][cuda]") {
   REMAT_REQUIRE_CUDA();
@@ -212,12 +240,7 @@ TEST_CASE("on CUDA, GPT-2 trains checkpointed as plain, attention dropout replay
   // what one different dropout mask would do.
   for (const Backend& backend : {Backend{"math", true, 0.0}, Backend{"fused", false, 1e-4}}) {
     DYNAMIC_SECTION(backend.name << " attention") {
-#if TORCH_VERSION_MAJOR >= 2
-      at::globalContext().setSDPUseFlash(!backend.deterministic);
-      at::globalContext().setSDPUseMemEfficient(!backend.deterministic);
-      at::globalContext().setSDPUseCuDNN(!backend.deterministic);
-      at::globalContext().setSDPUseMath(true);
-#endif
+      use_fused_attention(!backend.deterministic);
       if (backend.deterministic) {
         setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/1);
         at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
@@ -264,11 +287,7 @@ TEST_CASE("on CUDA, GPT-2 trains checkpointed as plain, attention dropout replay
         }
       }
       at::globalContext().setDeterministicAlgorithms(false, false);
-#if TORCH_VERSION_MAJOR >= 2
-      at::globalContext().setSDPUseFlash(true);
-      at::globalContext().setSDPUseMemEfficient(true);
-      at::globalContext().setSDPUseCuDNN(true);
-#endif
+      use_fused_attention(true);
     }
   }
 }

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential as torch_checkpoint_sequential
 
 import remat
-from conftest import assert_same_training, step_peak, storage_peak
+from conftest import assert_same_training, step_peak, storage_peak, tensor_bytes
 
 
 def mlp() -> nn.Sequential:
@@ -118,14 +118,16 @@ def test_measured_peak_is_the_prediction_within_the_budget(net):
         peaks.append(measured)
         # Exact: the chain counts the input x_0 (live before the step, so not in the measured
         # peak) and the runtime's reserve; the loss's two scalars (8 bytes) are outside it.
-        assert measured + x.nbytes + reserve == solution.peak_bytes + 8, (budget, measured, solution.sequence)
+        assert measured + tensor_bytes(x) + reserve == solution.peak_bytes + 8, (budget, measured, solution.sequence)
         assert solution.peak_bytes <= budget
         # The tests' own count of the tensors alive at once, within the budget too.
         independent = peak(storage_peak, chk)
-        assert independent + x.nbytes + reserve <= budget + 8, (budget, independent, solution.sequence)
+        if independent is not None:  # (torch 2.1 and later)
+            assert independent + tensor_bytes(x) + reserve <= budget + 8, (budget, independent, solution.sequence)
         independents.append(independent)
     assert peaks[0] < plain  # recomputation saves memory
-    assert independents[0] < plain_independent  # as the independent count sees too
+    if plain_independent is not None:
+        assert independents[0] < plain_independent  # as the independent count sees too
 
 
 def test_a_step_that_lets_the_output_go_is_measured_so_and_predicted_exactly():
@@ -172,9 +174,10 @@ def test_a_step_that_lets_the_output_go_is_measured_so_and_predicted_exactly():
             assert solution.ok
             x.grad = None
             measured = step_peak(step)
-            assert measured + x.nbytes + reserve == solution.peak_bytes, (budget, measured, solution.sequence)
+            assert measured + tensor_bytes(x) + reserve == solution.peak_bytes, (budget, measured, solution.sequence)
             x.grad = None
-            assert storage_peak(step) + x.nbytes + reserve <= budget
+            independent = storage_peak(step)
+            assert independent is None or independent + tensor_bytes(x) + reserve <= budget
 
 
 def test_stages_from_lists_pairs_and_tuples():

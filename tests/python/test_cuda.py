@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import remat
-from conftest import assert_same_training, check_autocast_training
+from conftest import assert_same_training, check_autocast_training, tensor_bytes
 from test_checkpointable import cnn, train_step
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and remat._C.WITH_CUDA),
@@ -56,7 +56,7 @@ def test_cuda_peak_is_within_the_budget_and_at_the_prediction():
     x = torch.randn(8, 3, 32, 32, device="cuda", requires_grad=True)
     chk = remat.Checkpointable(model, x, progress=False)
     least, full = chk.min_budget(), chk.store_all_peak()
-    x0 = remat._C.counted_bytes("cuda", x.nbytes)
+    x0 = remat._C.counted_bytes("cuda", tensor_bytes(x))
     reserve = remat._C.runtime_reserve_bytes("cuda")
     # Parameter gradients are outside the budget (docs/runtime.md, "What the budget counts"):
     # allocated before the steps, as a loop whose zero_grad keeps them has them. (Left to the
