@@ -60,13 +60,25 @@ if [ "$mode" = test ] && ! cmp -s scripts/test-requirements.txt "$venv/remat-tes
   "$venv_python" -m pip install -q -r scripts/test-requirements.txt
   cp scripts/test-requirements.txt "$venv/remat-test-requirements.txt"
 fi
-# The newest PyTorch (scripts/torch-newest-requirements.txt), for the Python package's check
-# against it (4d): its environment is made in the background while remat compiles.
+# The newest and the oldest PyTorch the Python package admits (scripts/torch-newest- and
+# torch-oldest-requirements.txt), for its checks against them (4d): their environments are made
+# in the background while remat compiles.
+# pin_args FILE: torch-check.sh's arguments for a pin file: the version, then --with REQ for
+# each other requirement in it.
+pin_args() {
+  sed -n 's/^torch==//p' "$1"
+  grep -v -e '^#' -e '^torch==' -e '^[[:space:]]*$' "$1" | while read -r requirement; do
+    printf -- '--with\n%s\n' "$requirement"
+  done
+}
 if [ "$mode" = test ]; then
-  newest=$(sed -n 's/^torch==//p' scripts/torch-newest-requirements.txt)
-  newest_log=$(mktemp)
-  bash scripts/torch-check.sh "$newest" --venv-only > "$newest_log" 2>&1 &
+  mapfile -t newest < <(pin_args scripts/torch-newest-requirements.txt)
+  mapfile -t oldest < <(pin_args scripts/torch-oldest-requirements.txt)
+  newest_log=$(mktemp) oldest_log=$(mktemp)
+  bash scripts/torch-check.sh "${newest[@]}" --venv-only > "$newest_log" 2>&1 &
   newest_venv=$!
+  bash scripts/torch-check.sh "${oldest[@]}" --venv-only > "$oldest_log" 2>&1 &
+  oldest_venv=$!
 fi
 torch_prefix=$("$venv_python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 step "PyTorch $("$venv_python" -c 'import torch; print(torch.__version__)') at $torch_prefix"
@@ -103,11 +115,21 @@ step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
 "$venv_python" -m pytest -q -p no:cacheprovider tests/python
 
 # 4d. The same against the newest PyTorch on PyPI, which users' `pip install .` most often
-# builds against (its LibTorch holds autograd nodes differently: docs/building.md).
-step "the Python package against PyTorch $newest (scripts/torch-check.sh $newest --python-only)"
-wait "$newest_venv" || { cat "$newest_log" >&2; echo "could not install PyTorch $newest" >&2; exit 1; }
-rm -f "$newest_log"
-bash scripts/torch-check.sh "$newest" --python-only
+# builds against (its LibTorch holds autograd nodes differently and needs C++20), and against
+# the oldest the package admits (old string ABI, older pybind11 and autocast:
+# docs/building.md).
+# check_python_against JOB LOG VERSION [--with REQ]...: once the background JOB has made that
+# PyTorch's environment (its output in LOG), the package built against it and its tests.
+check_python_against() {
+  local job=$1 log=$2
+  shift 2
+  step "the Python package against PyTorch $1 (scripts/torch-check.sh $* --python-only)"
+  wait "$job" || { cat "$log" >&2; echo "could not install PyTorch $1" >&2; exit 1; }
+  rm -f "$log"
+  bash scripts/torch-check.sh "$@" --python-only
+}
+check_python_against "$newest_venv" "$newest_log" "${newest[@]}"
+check_python_against "$oldest_venv" "$oldest_log" "${oldest[@]}"
 
 # 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer. At -O1: this
 # build only runs the tests (no benchmark), whose time is LibTorch's, and -O1 compiles a
