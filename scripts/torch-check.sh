@@ -51,7 +51,6 @@ if [ "$(cat "$venv/remat-wanted" 2>/dev/null)" != "$wanted" ]; then
   step "installing $wanted and the tests' Python packages into $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
-  # shellcheck disable=SC2086
   "$venv/bin/python" -m pip install -q "torch==$version" ${torchvision:+"torchvision==$torchvision"} \
     -r scripts/test-requirements.txt scikit-build-core numpy ${extra[@]+"${extra[@]}"}
   echo "$wanted" > "$venv/remat-wanted"

@@ -90,6 +90,24 @@ class AutocastScope {
   c10::DeviceType device_;
 };
 
+// `forward`, each call inside `with torch.autocast(device, dtype)`.
+template <class Forward>
+auto under_autocast(c10::DeviceType device, c10::ScalarType dtype, Forward forward) {
+  return [=](const torch::Tensor& x) {
+    const AutocastScope scope(device, dtype);
+    return forward(x);
+  };
+}
+
+// The chain of `net`, measured on `sample` (which wants its gradient, as train() trains) under
+// autocast, as the steps will run.
+remat::Chain profile_under_autocast(nn::Sequential& net, const torch::Tensor& sample,
+                                    c10::DeviceType device, c10::ScalarType dtype,
+                                    const remat::ProfileOptions& options) {
+  const AutocastScope scope(device, dtype);
+  return remat::profile(net, sample.clone().requires_grad_(true), options).chain;
+}
+
 // Steps whose forward runs under autocast and whose backward (the recomputations) does not,
 // as torch.autocast's documentation has users write them: gradients, BatchNorm statistics
 // and dropout masks equal plain autocast training's, at the least budget and between.
@@ -100,25 +118,15 @@ void check_autocast_training(const torch::Device& device, c10::ScalarType dtype)
     net->to(device);
     return net;
   };
-  const auto autocast_forward = [&](auto& forward) {
-    return [&](const torch::Tensor& x) {
-      const AutocastScope scope(device.type(), dtype);
-      return forward(x);
-    };
-  };
   nn::Sequential reference_net = fresh(make);
   auto plain_forward = [&](const torch::Tensor& x) { return reference_net->forward(x); };
-  const StepResult plain = train(*reference_net, autocast_forward(plain_forward), sample, 2, 5);
+  const StepResult plain = train(*reference_net, under_autocast(device.type(), dtype, plain_forward),
+                                 sample, 2, 5);
   CHECK(plain.output.scalar_type() == dtype);  // autocast did run
 
   nn::Sequential probe = fresh(make);
-  remat::Chain chain;
-  {
-    const AutocastScope scope(device.type(), dtype);
-    chain = remat::profile(probe, sample.clone().requires_grad_(true),
-                           remat::ProfileOptions().measure_time(false))
-                .chain;
-  }
+  const remat::Chain chain = profile_under_autocast(probe, sample, device.type(), dtype,
+                                                    remat::ProfileOptions().measure_time(false));
   const std::int64_t kR = remat::runtime_reserve_bytes(device);
   const std::int64_t full = remat::store_all_peak(chain) + kR;
   const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
@@ -131,7 +139,8 @@ void check_autocast_training(const torch::Device& device, c10::ScalarType dtype)
       INFO(remat::collapsed_string(s.sequence));
       CHECK(s.sequence.size() > 2 * chain.stages.size() + 1);  // something is recomputed
       auto remat_forward = [&](const torch::Tensor& x) { return chk->forward(x); };
-      const StepResult ours = train(*net, autocast_forward(remat_forward), sample, 2, 5);
+      const StepResult ours =
+          train(*net, under_autocast(device.type(), dtype, remat_forward), sample, 2, 5);
       check_equal(plain, ours);
     }
   }
@@ -387,27 +396,16 @@ TEST_CASE("under autocast, a weight cast without autograd is not served to a for
     return nn::Sequential(shared, nn::Tanh(), shared, nn::Tanh(), shared, nn::Tanh(),
                           nn::Linear(16, 4));
   };
-  const auto autocast_forward = [](auto forward) {
-    return [forward](const torch::Tensor& x) {
-      const AutocastScope scope(c10::kCPU, c10::kBFloat16);
-      return forward(x);
-    };
-  };
   nn::Sequential reference_net = fresh(make);
-  const StepResult plain =
-      train(*reference_net,
-            autocast_forward([&](const torch::Tensor& x) { return reference_net->forward(x); }),
-            sample, 2, 5);
+  auto plain_forward = [&](const torch::Tensor& x) { return reference_net->forward(x); };
+  const StepResult plain = train(
+      *reference_net, under_autocast(c10::kCPU, c10::kBFloat16, plain_forward), sample, 2, 5);
   CHECK(plain.output.scalar_type() == c10::kBFloat16);
 
   nn::Sequential probe = fresh(make);
   remat::Chain chain;
-  {
-    const AutocastScope scope(c10::kCPU, c10::kBFloat16);
-    REQUIRE_NOTHROW(chain = remat::profile(probe, sample.clone().requires_grad_(true),
-                                           remat::ProfileOptions().repeat(1).warmup(0))
-                                .chain);
-  }
+  REQUIRE_NOTHROW(chain = profile_under_autocast(probe, sample, c10::kCPU, c10::kBFloat16,
+                                                 remat::ProfileOptions().repeat(1).warmup(0)));
   const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
   const std::int64_t full = remat::store_all_peak(chain) + kR;
   const std::int64_t least = remat::min_feasible_budget(chain, remat::SolveOptions(0)) + kR;
@@ -428,9 +426,9 @@ TEST_CASE("under autocast, a weight cast without autograd is not served to a for
         no_grad_seen = true;
       if (op.kind == remat::OpKind::kForwardGrad && no_grad_seen) fn_before_fe = true;
     }
+    auto remat_forward = [&](const torch::Tensor& x) { return chk->forward(x); };
     const StepResult ours =
-        train(*net, autocast_forward([&](const torch::Tensor& x) { return chk->forward(x); }),
-              sample, 2, 5);
+        train(*net, under_autocast(c10::kCPU, c10::kBFloat16, remat_forward), sample, 2, 5);
     CHECK(torch::equal(plain.output, ours.output));
     CHECK(torch::equal(plain.input_grad, ours.input_grad));
     // Plain training casts the shared weight once, for its three uses, and sums their
