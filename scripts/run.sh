@@ -10,11 +10,11 @@
 # ~/.cache/remat/venv-<pins>. The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
 # with the CUDA toolkit's nvcc); they run only where a GPU is. `test` also builds and tests
 # against Debian's LibTorch 1.13 (build-debian/), the Python package against the newest
-# PyTorch too (scripts/torch-newest-requirements.txt, in its own environment, through
-# scripts/torch-check.sh), the solver under ASan+UBSan (build-asan/),
-# runs the fuzz targets for about a minute each (scripts/fuzz.sh --ci), the mutation check
-# (tools/mutate.py) and the GPU check's CPU mode (scripts/gpu-check.sh --cpu, through
-# scripts/gpu-session.sh).
+# and the oldest PyTorch it admits too (scripts/torch-newest- and torch-oldest-requirements.txt,
+# each in its own environment, through scripts/torch-check.sh), the solver under ASan+UBSan
+# (build-asan/), runs the fuzz targets for about a minute each (scripts/fuzz.sh --ci), the
+# mutation check (tools/mutate.py) and the GPU check's CPU mode (scripts/gpu-check.sh --cpu,
+# through scripts/gpu-session.sh). It first checks that the disk has room for what it will make.
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
@@ -23,6 +23,24 @@ jobs=$(nproc 2>/dev/null || echo 2)
 started=$SECONDS
 step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"; }
 
+pins=scripts/torch-requirements.txt
+venv=${REMAT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-$(sha256sum "$pins" | cut -c1-12)}
+# The newest and the oldest PyTorch the Python package admits (scripts/torch-newest- and
+# torch-oldest-requirements.txt), for its checks against them (4d): their environments are made
+# in the background while remat compiles.
+# pin_args FILE: torch-check.sh's arguments for a pin file: the version, then --with REQ for
+# each other requirement in it.
+pin_args() {
+  sed -n 's/^torch==//p' "$1"
+  grep -v -e '^#' -e '^torch==' -e '^[[:space:]]*$' "$1" | while read -r requirement; do
+    printf -- '--with\n%s\n' "$requirement"
+  done
+}
+if [ "$mode" = test ]; then
+  mapfile -t newest < <(pin_args scripts/torch-newest-requirements.txt)
+  mapfile -t oldest < <(pin_args scripts/torch-oldest-requirements.txt)
+fi
+
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
 packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libgloo-dev python3-venv)
 [ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev ccache)
@@ -30,6 +48,24 @@ missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
 done
+
+# Disk space, before anything is installed: what this run will make that is not there yet, at
+# about the size it had on a fresh machine (docs/building.md, "Disk space").
+source scripts/disk-space.sh
+[ ${#missing[@]} -gt 0 ] && remat_will_take 2 /usr "the Debian packages"
+cmp -s "$pins" "$venv/remat-requirements.txt" || remat_will_take 6 "$venv" "the pinned PyTorch's environment"
+[ -d build ] || remat_will_take 3 build "build/"
+if [ "$mode" = test ]; then
+  newest_dir=$(bash scripts/torch-check.sh "${newest[@]}" --venv-path) ||
+    remat_will_take 7 "$newest_dir" "PyTorch ${newest[0]}'s environment"
+  oldest_dir=$(bash scripts/torch-check.sh "${oldest[@]}" --venv-path) ||
+    remat_will_take 6 "$oldest_dir" "PyTorch ${oldest[0]}'s environment"
+  [ -d build-debian ] || remat_will_take 3 build-debian "build-debian/"
+  remat_will_take 1 . "the other builds"
+fi
+step "checking the disk space"
+remat_check_disk || exit 1
+
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   sudo=""
@@ -40,8 +76,6 @@ fi
 
 # 2. PyTorch 2.x from PyPI, in a virtual environment outside the clone (reused while the pins
 # are unchanged; a half-made one is made again).
-pins=scripts/torch-requirements.txt
-venv=${REMAT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-$(sha256sum "$pins" | cut -c1-12)}
 if ! cmp -s "$pins" "$venv/remat-requirements.txt"; then
   step "installing PyTorch from PyPI into $venv ($(grep -v '^#' "$pins" | tr '\n' ' '))"
   python=$(command -v python3)
@@ -60,20 +94,7 @@ if [ "$mode" = test ] && ! cmp -s scripts/test-requirements.txt "$venv/remat-tes
   "$venv_python" -m pip install -q -r scripts/test-requirements.txt
   cp scripts/test-requirements.txt "$venv/remat-test-requirements.txt"
 fi
-# The newest and the oldest PyTorch the Python package admits (scripts/torch-newest- and
-# torch-oldest-requirements.txt), for its checks against them (4d): their environments are made
-# in the background while remat compiles.
-# pin_args FILE: torch-check.sh's arguments for a pin file: the version, then --with REQ for
-# each other requirement in it.
-pin_args() {
-  sed -n 's/^torch==//p' "$1"
-  grep -v -e '^#' -e '^torch==' -e '^[[:space:]]*$' "$1" | while read -r requirement; do
-    printf -- '--with\n%s\n' "$requirement"
-  done
-}
 if [ "$mode" = test ]; then
-  mapfile -t newest < <(pin_args scripts/torch-newest-requirements.txt)
-  mapfile -t oldest < <(pin_args scripts/torch-oldest-requirements.txt)
   newest_log=$(mktemp) oldest_log=$(mktemp)
   bash scripts/torch-check.sh "${newest[@]}" --venv-only > "$newest_log" 2>&1 &
   newest_venv=$!
@@ -127,6 +148,14 @@ check_python_against() {
   wait "$job" || { cat "$log" >&2; echo "could not install PyTorch $1" >&2; exit 1; }
   rm -f "$log"
   bash scripts/torch-check.sh "$@" --python-only
+  # Where this run has nearly filled the disk, that environment goes (the next run makes it
+  # again): what is left of the run needs about 6 GB.
+  local dir
+  dir=$(bash scripts/torch-check.sh "$@" --venv-path)
+  if [ "$(remat_free_gb "$dir")" -lt 8 ]; then
+    step "removing $dir to leave room ($(remat_free_gb "$dir") GB free; it is made again when needed)"
+    rm -rf "$dir"
+  fi
 }
 check_python_against "$newest_venv" "$newest_log" "${newest[@]}"
 check_python_against "$oldest_venv" "$oldest_log" "${oldest[@]}"

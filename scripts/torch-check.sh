@@ -6,6 +6,7 @@
 #   bash scripts/torch-check.sh 2.14.1 --torchvision 0.29.2   # with the torchvision comparisons
 #   bash scripts/torch-check.sh 2.15.0 --python-only          # only pip install . and pytest
 #   bash scripts/torch-check.sh 2.15.0 --venv-only            # only make the environment
+#   bash scripts/torch-check.sh 2.15.0 --venv-path            # print where it is (status 0: made)
 #   bash scripts/torch-check.sh 2.0.1 --torchvision 0.15.2 --with 'numpy<2' \
 #        --transformers-python ~/.cache/remat/venv-<pins>/bin/python
 #
@@ -22,14 +23,14 @@
 # - installs the Python package into that environment (pip install ., built in
 #   build-torch/<version>/python) and runs tests/python.
 # Needs what scripts/run.sh test installs (run it once first). Exit status: 0 when everything
-# passed, 1 when a build or a test failed, 2 for a wrong command line. docs/building.md lists
-# the versions checked so.
+# passed, 1 when a build or a test failed (with --venv-path: 0 when the environment is made, 1
+# when not yet), 2 for a wrong command line. docs/building.md lists the versions checked so.
 set -euo pipefail
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 version=$1; shift
 case "$version" in [0-9]*.[0-9]*) ;; *) usage ;; esac
-torchvision="" python_only=0 venv_only=0 extra=() transformers_python=""
+torchvision="" python_only=0 venv_only=0 venv_path=0 extra=() transformers_python=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --torchvision) [ $# -ge 2 ] || usage; torchvision=$2; shift 2 ;;
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
     --transformers-python) [ $# -ge 2 ] || usage; transformers_python=$2; shift 2 ;;
     --python-only) python_only=1; shift ;;
     --venv-only) venv_only=1; shift ;;
+    --venv-path) venv_path=1; shift ;;
     *) usage ;;
   esac
 done
@@ -47,6 +49,10 @@ step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 
 
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-torch-$version${torchvision:+-vision-$torchvision}
 wanted="torch==$version${torchvision:+ torchvision==$torchvision}${extra[*]:+ ${extra[*]}}"
+if [ "$venv_path" = 1 ]; then
+  echo "$venv"
+  [ "$(cat "$venv/remat-wanted" 2>/dev/null)" = "$wanted" ]; exit
+fi
 if [ "$(cat "$venv/remat-wanted" 2>/dev/null)" != "$wanted" ]; then
   step "installing $wanted and the tests' Python packages into $venv"
   rm -rf "$venv"
