@@ -53,13 +53,13 @@ done
 # about the size it had on a fresh machine (docs/building.md, "Disk space").
 source scripts/disk-space.sh
 [ ${#missing[@]} -gt 0 ] && remat_will_take 2 /usr "the Debian packages"
-cmp -s "$pins" "$venv/remat-requirements.txt" || remat_will_take 6 "$venv" "the pinned PyTorch's environment"
+cmp -s "$pins" "$venv/remat-requirements.txt" || remat_will_take 5 "$venv" "the pinned PyTorch's environment"
 [ -d build ] || remat_will_take 3 build "build/"
 if [ "$mode" = test ]; then
   newest_dir=$(bash scripts/torch-check.sh "${newest[@]}" --venv-path) ||
-    remat_will_take 7 "$newest_dir" "PyTorch ${newest[0]}'s environment"
+    remat_will_take 6 "$newest_dir" "PyTorch ${newest[0]}'s environment"
   oldest_dir=$(bash scripts/torch-check.sh "${oldest[@]}" --venv-path) ||
-    remat_will_take 6 "$oldest_dir" "PyTorch ${oldest[0]}'s environment"
+    remat_will_take 5 "$oldest_dir" "PyTorch ${oldest[0]}'s environment"
   [ -d build-debian ] || remat_will_take 3 build-debian "build-debian/"
   remat_will_take 1 . "the other builds"
 fi
