@@ -17,6 +17,48 @@ function(remat_check_torch)
   endif()
   remat_torch_link_paths()
   remat_torch_cxx_standard()
+  remat_torch_cuda_runtime()
+  set(REMAT_TORCH_CUDA_MISMATCH "${REMAT_TORCH_CUDA_MISMATCH}" PARENT_SCOPE)
+endfunction()
+
+# remat_torch_cuda_runtime(): after find_package(Torch), warns where the CUDA toolkit that
+# LibTorch's CMake files found (CUDA_VERSION) is of another major version than the CUDA this
+# LibTorch was built with (pip's torch/version.py, or the +cuXYZ of a LibTorch zip's
+# build-version). Those CMake files link programs against the toolkit's CUDA runtime: a program
+# then loads it beside LibTorch's own (pip's torch 2.0.1 with a CUDA 13 toolkit: libcudart.so.13
+# and libcudart.so.11.0), and needs a driver recent enough for the toolkit's. It builds, and runs
+# on CPU; on a GPU with an older driver, CUDA calls fail. Sets REMAT_TORCH_CUDA_MISMATCH (TRUE
+# or FALSE) in the caller's scope.
+function(remat_torch_cuda_runtime)
+  set(REMAT_TORCH_CUDA_MISMATCH FALSE PARENT_SCOPE)
+  if(NOT CUDA_VERSION MATCHES "^([0-9]+)\\.")
+    return()
+  endif()
+  set(toolkit_major "${CMAKE_MATCH_1}")
+  set(built "")
+  if(EXISTS "${TORCH_INSTALL_PREFIX}/version.py")
+    file(STRINGS "${TORCH_INSTALL_PREFIX}/version.py" lines REGEX "^cuda[^=]*= *'[0-9]+\\.[0-9]+")
+    if(lines MATCHES "'([0-9]+)\\.([0-9]+)")
+      set(built_major "${CMAKE_MATCH_1}")
+      set(built "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+    endif()
+  elseif(EXISTS "${TORCH_INSTALL_PREFIX}/build-version")
+    file(STRINGS "${TORCH_INSTALL_PREFIX}/build-version" lines REGEX "\\+cu[0-9]+")
+    if(lines MATCHES "\\+cu([0-9]+)([0-9])")
+      set(built_major "${CMAKE_MATCH_1}")
+      set(built "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+    endif()
+  endif()
+  if(NOT built OR built_major EQUAL toolkit_major)
+    return()
+  endif()
+  set(REMAT_TORCH_CUDA_MISMATCH TRUE PARENT_SCOPE)
+  message(WARNING "remat: this LibTorch was built with CUDA ${built}, and the CUDA toolkit that "
+    "its CMake files found is CUDA ${CUDA_VERSION}. They link programs against the toolkit's "
+    "CUDA runtime: remat's programs and Python module will load it beside LibTorch's own, and "
+    "need a GPU driver for CUDA ${toolkit_major}. Everything builds and runs on the CPU. For a GPU "
+    "whose driver is older, configure a fresh build folder with a CUDA ${built_major} toolkit "
+    "(CUDACXX=<its nvcc>; docs/building.md).")
 endfunction()
 
 # remat_torch_cxx_standard(): code that includes LibTorch's headers is compiled with the C++
