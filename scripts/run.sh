@@ -139,26 +139,26 @@ step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
 # builds against (its LibTorch holds autograd nodes differently and needs C++20), and against
 # the oldest the package admits (old string ABI, older pybind11 and autocast:
 # docs/building.md).
-# check_python_against JOB LOG VERSION [--with REQ]...: once the background JOB has made that
-# PyTorch's environment (its output in LOG), the package built against it and its tests.
+# check_python_against JOB LOG DIR VERSION [--with REQ]...: once the background JOB has made
+# that PyTorch's environment in DIR (its output in LOG), the package built against it and its
+# tests.
 check_python_against() {
-  local job=$1 log=$2
-  shift 2
+  local job=$1 log=$2 dir=$3 free
+  shift 3
   step "the Python package against PyTorch $1 (scripts/torch-check.sh $* --python-only)"
   wait "$job" || { cat "$log" >&2; echo "could not install PyTorch $1" >&2; exit 1; }
   rm -f "$log"
   bash scripts/torch-check.sh "$@" --python-only
   # Where this run has nearly filled the disk, that environment goes (the next run makes it
   # again): what is left of the run needs about 6 GB.
-  local dir
-  dir=$(bash scripts/torch-check.sh "$@" --venv-path)
-  if [ "$(remat_free_gb "$dir")" -lt 8 ]; then
-    step "removing $dir to leave room ($(remat_free_gb "$dir") GB free; it is made again when needed)"
+  free=$(remat_free_gb "$dir")
+  if [ "$free" -lt 8 ]; then
+    step "removing $dir to leave room ($free GB free; it is made again when needed)"
     rm -rf "$dir"
   fi
 }
-check_python_against "$newest_venv" "$newest_log" "${newest[@]}"
-check_python_against "$oldest_venv" "$oldest_log" "${oldest[@]}"
+check_python_against "$newest_venv" "$newest_log" "$newest_dir" "${newest[@]}"
+check_python_against "$oldest_venv" "$oldest_log" "$oldest_dir" "${oldest[@]}"
 
 # 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer. At -O1: this
 # build only runs the tests (no benchmark), whose time is LibTorch's, and -O1 compiles a

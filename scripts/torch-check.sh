@@ -49,11 +49,13 @@ step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 
 
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-torch-$version${torchvision:+-vision-$torchvision}
 wanted="torch==$version${torchvision:+ torchvision==$torchvision}${extra[*]:+ ${extra[*]}}"
+made=0
+[ "$(cat "$venv/remat-wanted" 2>/dev/null)" = "$wanted" ] && made=1
 if [ "$venv_path" = 1 ]; then
   echo "$venv"
-  [ "$(cat "$venv/remat-wanted" 2>/dev/null)" = "$wanted" ]; exit
+  [ "$made" = 1 ]; exit
 fi
-if [ "$(cat "$venv/remat-wanted" 2>/dev/null)" != "$wanted" ]; then
+if [ "$made" = 0 ]; then
   step "installing $wanted and the tests' Python packages into $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
