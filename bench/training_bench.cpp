@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -45,6 +46,10 @@ namespace {
 
 // How the profiles take their times (--timing); the same for every model of a run.
 remat::Timing profile_timing = remat::Timing::kAuto;
+// Where each profiled chain is saved (--chains; empty: not saved), and the first part of its
+// file's name (the subcommand): offline, `remat schedule --chain FILE` solves it again, and
+// what-if analyses of the solver run on a GPU's measured costs without a GPU.
+std::string chains_dir, chains_prefix;
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
@@ -105,6 +110,12 @@ struct Setup {
                                .loss([this](const remat::Tensors& out) { return loss(out); })
                                .output_held(false))
                 .chain;
+    if (chains_dir.empty()) return;
+    std::string file = chains_prefix + "-" + name + "-b" + std::to_string(batch) + "-" +
+                       std::to_string(image) + "-" + remat::timing_name(profile_timing) + ".json";
+    std::replace(file.begin(), file.end(), '@', '-');
+    std::filesystem::create_directories(chains_dir);
+    remat::save_chain(chain, (std::filesystem::path(chains_dir) / file).string());
   }
   torch::Tensor loss(const remat::Tensors& out) const {
     return remat::models::classification_loss(out, target);
@@ -616,6 +627,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--json", json_path, "Write the results as JSON");
     cmd->add_option("--markdown", markdown_path, "Write the tables as Markdown");
     cmd->add_flag("--malloc-defaults", malloc_defaults, "Leave glibc's malloc settings");
+    cmd->add_option("--chains", chains_dir,
+                    "Save each profiled chain as JSON into this folder "
+                    "(SUBCOMMAND-MODEL-bBATCH-IMAGE-TIMING.json)");
     cmd->add_option("--timing", timing_text,
                     "How the profiles take times: auto, stages or passes (remat profile --timing)")
         ->capture_default_str();
@@ -634,6 +648,7 @@ int main(int argc, char** argv) {
       throw std::invalid_argument(
           "--steps, --batch and --repeat must be at least 1, --warmup and --traced at least 0");
     profile_timing = remat::parse_timing(timing_text);
+    chains_prefix = app.got_subcommand("fidelity") ? "fidelity" : "throughput";
     const torch::Device device(device_text);
     if (device.is_cuda()) remat::exact_cuda_blocks();  // plain training measured alike
     if (threads > 0) torch::set_num_threads(threads);

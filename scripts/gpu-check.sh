@@ -187,13 +187,13 @@ fi
 if has fidelity; then
   say "fidelity: measured peak and step time against the prediction, at 100/75/50/30% of store-all"
   run "$build/bin/remat_training_bench" fidelity --device "$device" --budgets 100,75,50,30 \
-    "${fidelity_args[@]}" --json "$out/fidelity.json" --markdown "$out/fidelity.md" || status=1
+    "${fidelity_args[@]}" --chains "$out/chains" --json "$out/fidelity.json" --markdown "$out/fidelity.md" || status=1
   # The same with each stage timed alone (--timing stages), on the same machine: what timing
   # within whole passes (the default on a GPU) changes (docs/cost-model.md, "How times are taken").
   if [ "$mode" = gpu ]; then
     say "fidelity again, each stage timed alone (--timing stages)"
     run "$build/bin/remat_training_bench" fidelity --device "$device" --budgets 100,75,50,30 --timing stages \
-      "${fidelity_args[@]}" --json "$out/fidelity-stages.json" --markdown "$out/fidelity-stages.md" || status=1
+      "${fidelity_args[@]}" --chains "$out/chains" --json "$out/fidelity-stages.json" --markdown "$out/fidelity-stages.md" || status=1
   fi
 fi
 
@@ -216,7 +216,7 @@ throughput_runs() {
     say "$model, batch $batch: remat (plain LibTorch, optimal at $budgets% of store-all, periodic)"
     run "$build/bin/remat_training_bench" throughput --model "$model" --batch "$batch" --image "$image" --device "$device" \
       --budgets "$budgets" "${throughput_args[@]}" --pytorch-json "$work-pytorch.json" \
-      --json "$work.json" --markdown "$work.md" --svg "$work.svg" || { status=1; continue; }
+      --chains "$out/chains" --json "$work.json" --markdown "$work.md" --svg "$work.svg" || { status=1; continue; }
     tables+=("$work")
   done
   # One file of each kind: the tables, the results, the plots (one page).

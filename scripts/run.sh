@@ -210,7 +210,17 @@ for _ in 1 2; do  # about a minute in all; a check still running after 18 min ha
 done
 [ "$code" = 0 ] || { echo "the GPU check's CPU mode failed (exit $code)" >&2; exit 1; }
 # Its report (CPU times miss the GPU's targets: not --strict), and the report's own tests.
+# The chains it profiled are copied out (as from a GPU's results, for bench/gpu-profiles/) and
+# solved again from their files, as a machine without a GPU would.
+rm -rf build/gpu-check-cpu/chains
 "$venv_python" tools/gpu_results.py build/gpu-check-cpu/results.tar.gz \
-  --markdown build/gpu-check-cpu/report.md --img-dir build/gpu-check-cpu/img > /dev/null
+  --markdown build/gpu-check-cpu/report.md --img-dir build/gpu-check-cpu/img \
+  --chains-dir build/gpu-check-cpu/chains > /dev/null
+chains=(build/gpu-check-cpu/chains/*.json)
+[ -f "${chains[0]}" ] || { echo "the GPU check's CPU mode saved no chains" >&2; exit 1; }
+for chain in "${chains[@]}"; do  # exit 3: infeasible at 50%, a result, not a failure
+  code=0; build/bin/remat schedule --chain "$chain" --budget 50% > /dev/null || code=$?
+  [ "$code" = 0 ] || [ "$code" = 3 ] || { echo "remat schedule --chain $chain: exit $code" >&2; exit 1; }
+done
 "$venv_python" -m pytest -q -p no:cacheprovider tests/tools
 step "all tests passed"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the GPU check measured, against its targets, in Markdown for docs/performance.md.
 
-    python3 tools/gpu_results.py RESULTS [--markdown FILE] [--img-dir DIR] [--strict]
+    python3 tools/gpu_results.py RESULTS [--markdown FILE] [--img-dir DIR] [--chains-dir DIR] [--strict]
 
 RESULTS is the GPU check's output folder, or the results.tar.gz that scripts/gpu-session.sh
 hands back. Printed (and written to --markdown): the machine (environment.json), then each
@@ -16,7 +16,9 @@ part that ran, with every target of docs/gpu-check.md checked row by row:
 - transformers: remat's schedules against Hugging Face's gradient_checkpointing_enable() at
   its measured peak.
 --img-dir writes each network's throughput plot as its own SVG (gpu-throughput-MODEL.svg,
-gpu-reference-MODEL.svg), for docs/img/. Exit status: 0; with --strict, 1 when a target
+gpu-reference-MODEL.svg), for docs/img/. --chains-dir copies the chains the check profiled
+(chains/*.json: each model's measured stage costs on that GPU) into DIR, for
+bench/gpu-profiles/: `remat schedule --chain FILE` solves them again on any machine. Exit status: 0; with --strict, 1 when a target
 was missed; 2 when RESULTS cannot be read.
 """
 
@@ -313,11 +315,31 @@ def split_svgs(html: Path, prefix: str, runs: list[dict], out: Path) -> list[Pat
     return written
 
 
+def copy_chains(source: Path, out: Path) -> list[Path]:
+    """The chain files the check saved (remat_training_bench --chains), each checked to be a
+    remat chain (its format, name and stages) before it is copied."""
+    if not source.is_dir():
+        raise ValueError(f"no chains/ folder in the results (the check saves one from its fidelity "
+                         f"and throughput parts)")
+    written = []
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("*.json")):
+        chain = json.loads(path.read_text())
+        if not (isinstance(chain, dict) and str(chain.get("format", "")).startswith("remat-chain/")
+                and isinstance(chain.get("stages"), list) and chain["stages"]):
+            raise ValueError(f"{path.name}: not a remat chain")
+        target = out / path.name
+        target.write_text(path.read_text())
+        written.append(target)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", type=Path, help="the output folder, or results.tar.gz")
     p.add_argument("--markdown", type=Path, help="also write the report here")
     p.add_argument("--img-dir", type=Path, help="write each throughput plot here as an SVG")
+    p.add_argument("--chains-dir", type=Path, help="copy the profiled chains (chains/*.json) here")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target was missed")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -351,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                         for path in split_svgs(files[f"{prefix}.html"], f"gpu-{prefix}",
                                                json.loads(files[f"{prefix}.json"].read_text()), args.img_dir):
                             print(f"gpu_results: wrote {path}", file=sys.stderr)
+            if args.chains_dir:
+                for path in copy_chains(folder / "chains", args.chains_dir):
+                    print(f"gpu_results: wrote {path}", file=sys.stderr)
         except (OSError, ValueError, KeyError, TypeError) as error:
             print(f"gpu_results: {folder}: cannot read the results: {type(error).__name__}: {error}",
                   file=sys.stderr)

@@ -134,6 +134,30 @@ def test_tarball_and_plots(tmp_path: Path) -> None:
     assert (images / "gpu-throughput-net-b8.svg").read_text() == "<svg a='1'>x</svg>\n"
 
 
+def test_chains_copied_when_each_is_a_chain(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    (folder / "chains").mkdir(parents=True)
+    (folder / "gpu-check.log").write_text("== done\n")
+    chain = {"format": "remat-chain/2", "name": "net b8", "inputs": [{"bytes": 8}],
+             "stages": [{"name": "s0", "fwd_ms": 1.0, "bwd_ms": 2.0}]}
+    (folder / "chains" / "fidelity-net-b8-224-auto.json").write_text(json.dumps(chain))
+    (folder / "chains" / "notes.txt").write_text("not a chain, not copied")
+    out = tmp_path / "profiles"
+    assert gpu_results.main([str(folder), "--chains-dir", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["fidelity-net-b8-224-auto.json"]
+    assert json.loads((out / "fidelity-net-b8-224-auto.json").read_text()) == chain
+    # Something else under chains/, or no chains/ at all: the results cannot be read as asked.
+    (folder / "chains" / "bad.json").write_text(json.dumps({"format": "other", "stages": [1]}))
+    assert gpu_results.main([str(folder), "--chains-dir", str(tmp_path / "again")]) == 2
+    (folder / "chains" / "bad.json").unlink()
+    (folder / "chains" / "empty.json").write_text(json.dumps({"format": "remat-chain/2", "stages": []}))
+    assert gpu_results.main([str(folder), "--chains-dir", str(tmp_path / "again")]) == 2
+    for f in (folder / "chains").iterdir():
+        f.unlink()
+    (folder / "chains").rmdir()
+    assert gpu_results.main([str(folder), "--chains-dir", str(tmp_path / "again")]) == 2
+
+
 def test_unreadable_results_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "results.tar.gz"
     bad.write_text("not a tarball")
