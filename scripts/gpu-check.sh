@@ -85,6 +85,7 @@ if [ "$mode" = gpu ]; then
   transformer_args=(--models gpt2,gpt2-medium --batch 8 --seq 1024 --steps 10 --warmup 3)
   transformer_repeat=(--repeat 3)
   python_bench_args=(--device cuda --steps 10)
+  granularity_args=(--device cuda --batch 32)
 else
   device=cpu
   [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python
@@ -98,6 +99,7 @@ else
   transformer_args=(--models gpt2 --batch 1 --seq 32 --steps 1 --warmup 0)
   transformer_repeat=(--repeat 1)
   python_bench_args=(--device cpu --steps 1 --quick)
+  granularity_args=(--device cpu --quick)
 fi
 has() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for part in ${only//,/ }; do
@@ -287,6 +289,8 @@ if has python; then
   say "the Python benchmark: remat, checkpoint_sequential and rockmate at 75/50/35% of store-all"
   run "$python" bench/python_bench.py "${python_bench_args[@]}" --json "$out/python.json" \
     --markdown "$out/python.md" || status=1
+  say "finer stages: resnet50 by block, by convolution unit and by operation (predictions)"
+  run "$python" bench/granularity_bench.py "${granularity_args[@]}" --markdown "$out/granularity.md" || status=1
 fi
 
 if has cpu-tests; then
