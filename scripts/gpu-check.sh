@@ -289,7 +289,7 @@ if has python; then
   say "the Python benchmark: remat, checkpoint_sequential and rockmate at 75/50/35% of store-all"
   run "$python" bench/python_bench.py "${python_bench_args[@]}" --json "$out/python.json" \
     --markdown "$out/python.md" || status=1
-  say "finer stages: resnet50 by block, by convolution unit and by operation (predictions)"
+  say "finer stages: a ResNet by block, by convolution unit and by operation (predictions)"
   run "$python" bench/granularity_bench.py "${granularity_args[@]}" --markdown "$out/granularity.md" || status=1
 fi
 
