@@ -18,8 +18,8 @@ part that ran, with every target of docs/gpu-check.md checked row by row:
 --img-dir writes each network's throughput plot as its own SVG (gpu-throughput-MODEL.svg,
 gpu-reference-MODEL.svg), for docs/img/. --chains-dir copies the chains the check profiled
 (chains/*.json: each model's measured stage costs on that GPU) into DIR, for
-bench/gpu-profiles/: `remat schedule --chain FILE` solves them again on any machine. Exit status: 0; with --strict, 1 when a target
-was missed; 2 when RESULTS cannot be read.
+bench/gpu-profiles/: `remat schedule --chain FILE` solves them again on any machine. Exit
+status: 0; with --strict, 1 when a target was missed; 2 when RESULTS cannot be read.
 """
 
 from __future__ import annotations
@@ -316,21 +316,25 @@ def split_svgs(html: Path, prefix: str, runs: list[dict], out: Path) -> list[Pat
 
 
 def copy_chains(source: Path, out: Path) -> list[Path]:
-    """The chain files the check saved (remat_training_bench --chains), each checked to be a
-    remat chain (its format, name and stages) before it is copied."""
+    """The chain files the check saved (remat_training_bench --chains), copied into `out`
+    once every one of them is checked to be a remat chain (its format, a list of stages):
+    either all are copied or, with a ValueError, none."""
     if not source.is_dir():
-        raise ValueError(f"no chains/ folder in the results (the check saves one from its fidelity "
-                         f"and throughput parts)")
-    written = []
-    out.mkdir(parents=True, exist_ok=True)
-    for path in sorted(source.glob("*.json")):
-        chain = json.loads(path.read_text())
+        raise ValueError("no chains/ folder in the results (the check saves one from its fidelity "
+                         "and throughput parts)")
+    texts = {path.name: path.read_text() for path in sorted(source.glob("*.json"))}
+    if not texts:
+        raise ValueError("no chain in the results' chains/ folder")
+    for name, text in texts.items():
+        chain = json.loads(text)
         if not (isinstance(chain, dict) and str(chain.get("format", "")).startswith("remat-chain/")
                 and isinstance(chain.get("stages"), list) and chain["stages"]):
-            raise ValueError(f"{path.name}: not a remat chain")
-        target = out / path.name
-        target.write_text(path.read_text())
-        written.append(target)
+            raise ValueError(f"{name}: not a remat chain")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in texts.items():
+        (out / name).write_text(text)
+        written.append(out / name)
     return written
 
 

@@ -146,14 +146,17 @@ def test_chains_copied_when_each_is_a_chain(tmp_path: Path) -> None:
     assert gpu_results.main([str(folder), "--chains-dir", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["fidelity-net-b8-224-auto.json"]
     assert json.loads((out / "fidelity-net-b8-224-auto.json").read_text()) == chain
-    # Something else under chains/, or no chains/ at all: the results cannot be read as asked.
+    # Something else under chains/, or no chain, or no chains/ at all: the results cannot be
+    # read as asked, and nothing is copied.
     (folder / "chains" / "bad.json").write_text(json.dumps({"format": "other", "stages": [1]}))
     assert gpu_results.main([str(folder), "--chains-dir", str(tmp_path / "again")]) == 2
+    assert not (tmp_path / "again").exists()
     (folder / "chains" / "bad.json").unlink()
     (folder / "chains" / "empty.json").write_text(json.dumps({"format": "remat-chain/2", "stages": []}))
     assert gpu_results.main([str(folder), "--chains-dir", str(tmp_path / "again")]) == 2
     for f in (folder / "chains").iterdir():
         f.unlink()
+    assert gpu_results.main([str(folder), "--chains-dir", str(tmp_path / "again")]) == 2
     (folder / "chains").rmdir()
     assert gpu_results.main([str(folder), "--chains-dir", str(tmp_path / "again")]) == 2
 
