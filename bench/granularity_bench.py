@@ -40,21 +40,6 @@ import remat  # noqa: E402
 MIB = float(1 << 20)
 
 
-class Unit(nn.Module):
-    """One convolution unit of a residual block: (x[, h]) -> (x, relu(bn(conv(h or x)))), or,
-    for the block's last, relu(bn(conv(h)) + shortcut(x))."""
-
-    def __init__(self, conv: nn.Module, norm: nn.Module, first: bool, last: bool, downsample):
-        super().__init__()
-        self.conv, self.norm, self.first, self.last, self.downsample = conv, norm, first, last, downsample
-
-    def forward(self, x, h=None):
-        h = self.norm(self.conv(x if self.first else h))
-        if self.last:
-            return torch.relu(h + (self.downsample(x) if self.downsample is not None else x))
-        return x, torch.relu(h)
-
-
 class Conv(nn.Module):
     """The convolution of a unit alone: (x[, h]) -> (x, conv(h or x))."""
 
@@ -78,6 +63,18 @@ class Norm(nn.Module):
         if self.last:
             return torch.relu(h + (self.downsample(x) if self.downsample is not None else x))
         return x, torch.relu(h)
+
+
+class Unit(nn.Module):
+    """One convolution unit of a residual block, its Conv then its Norm: (x[, h]) ->
+    (x, relu(bn(conv(h or x)))), or, for the block's last, relu(bn(conv(h)) + shortcut(x))."""
+
+    def __init__(self, conv: nn.Module, norm: nn.Module, first: bool, last: bool, downsample):
+        super().__init__()
+        self.conv, self.norm = Conv(conv, first), Norm(norm, last, downsample)
+
+    def forward(self, x, h=None):
+        return self.norm(*self.conv(x, h))
 
 
 def block_parts(block: nn.Module) -> list[tuple[nn.Module, nn.Module]]:

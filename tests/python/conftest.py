@@ -29,6 +29,17 @@ def step_peak(step: Callable[[], Any]) -> int:
     return remat._C.peak_during(step, "cpu")
 
 
+def cuda_step_peak(step: Callable[[], Any]) -> int:
+    """Peak bytes of CUDA memory allocated during `step()` above what was live before it, by the
+    caching allocator's own statistics (independent of remat's tracker)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 class _StoragePeak(TorchDispatchMode):
     """Counts the storages that operators create, from their creation to their release, and
     keeps the peak of their sum. Written for the tests, independently of remat's tracker: it

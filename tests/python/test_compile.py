@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import remat
-from conftest import assert_same_training, step_peak, tensor_bytes
+from conftest import assert_same_training, cuda_step_peak, step_peak, tensor_bytes
 
 
 def _why_compile_cannot_run() -> str:
@@ -45,19 +45,6 @@ def compiled_stages_kept_compiled():
     torch._dynamo.reset()
 
 
-def _peak(step, device: str) -> int:
-    """The step's peak above what was live before it: remat's CPU tracker, or on CUDA the
-    caching allocator's own statistics."""
-    if device == "cpu":
-        return step_peak(step)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - before
-
-
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not (torch.cuda.is_available() and remat._C.WITH_CUDA), reason="no CUDA GPU, or remat built without CUDA"))])
 def test_compiled_stages_train_as_plain_compiled_stages(compiled_stages_kept_compiled, device):
@@ -72,9 +59,7 @@ def test_compiled_stages_train_as_plain_compiled_stages(compiled_stages_kept_com
     assert solution.ok and ("Fn" in solution.sequence or "CF" in solution.sequence)
     reserve = remat._C.runtime_reserve_bytes(device)
     x0 = remat._C.counted_bytes(device, tensor_bytes(x))
-    for p in our_modules.parameters():  # the gradients are not activations (docs/python.md)
-        p.grad = torch.zeros_like(p)
-    for p in plain_modules.parameters():
+    for p in (*our_modules.parameters(), *plain_modules.parameters()):  # not activations (docs/python.md)
         p.grad = torch.zeros_like(p)
     for seed in (1, 2):
         torch.manual_seed(seed)
@@ -85,7 +70,7 @@ def test_compiled_stages_train_as_plain_compiled_stages(compiled_stages_kept_com
             out = chk(x)  # kept to the step's end, as the chain has it (output_held, the default)
             out.square().mean().backward()
 
-        measured = _peak(step, device) + x0 + reserve
+        measured = (step_peak if device == "cpu" else cuda_step_peak)(step) + x0 + reserve
         # Inductor's dropout draws its seed from torch's generator: replayed, the same masks.
         assert_same_training(plain_modules, our_modules)
         if device == "cpu":  # every byte; the loss's two scalars (8 bytes) are outside the chain
