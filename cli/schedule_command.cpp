@@ -70,9 +70,16 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   // more than once; the sequence's exact peak fits the budget).
   if (solution.algorithm == Algorithm::kOptimal && solution.ok() &&
       solution.solved_budget_bytes != solution.budget_bytes)
-    fmt::print("solved for   {} (the dynamic program counts carried members once per "
-               "activation; the exact peak fits the budget)\n",
-               format_bytes_exact(solution.solved_budget_bytes));
+    fmt::print(
+        "solved for   {} (the dynamic program counts carried members once per "
+        "activation; the exact peak fits the budget)\n",
+        format_bytes_exact(solution.solved_budget_bytes));
+  // With runs of stages carrying a member, the sequence can be the merged chain's, expanded.
+  if (solution.algorithm == Algorithm::kOptimal && solution.ok() && solution.merged_stages > 0)
+    fmt::print(
+        "merged       solved as {} stages, each run of stages that carries a member as "
+        "one (every storage counted once)\n",
+        solution.merged_stages);
   fmt::print("status       {}\n", status_name(solution.status));
   if (solution.ok()) {
     const double overhead =
@@ -91,8 +98,8 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   fmt::print("solve time   {:.3f} s\n", solution.solve_seconds);
   if (solution.ok()) {
     const auto nograd = solution.simulation.nograd_forwards;
-    fmt::print("sequence     {} operations, {} forward{} without autograd", solution.sequence.size(),
-               nograd, nograd == 1 ? "" : "s");
+    fmt::print("sequence     {} operations, {} forward{} without autograd",
+               solution.sequence.size(), nograd, nograd == 1 ? "" : "s");
     // Restarts only where the chain gives them a cost (a profile taken on a GPU).
     if (chain.restart_ms > 0) {
       const auto restarts = solution.simulation.restarts;
@@ -123,13 +130,15 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
   out["reference_recurrence"] = options.reference_recurrence();
   if (chain.restart_ms > 0) {
     out["restart_ms"] = chain.restart_ms;
-    out["restarts"] = solution.ok() ? nlohmann::json(solution.simulation.restarts) : nlohmann::json();
+    out["restarts"] =
+        solution.ok() ? nlohmann::json(solution.simulation.restarts) : nlohmann::json();
   }
   if (!solution.warning.empty()) out["warning"] = solution.warning;
   if (solution.algorithm == Algorithm::kOptimal) {
     out["slots"] = solution.discretization.capacity_units;
     out["unit_bytes"] = solution.discretization.unit_bytes;
     out["solved_budget_bytes"] = solution.solved_budget_bytes;
+    out["merged_stages"] = solution.merged_stages;
   } else if (solution.algorithm == Algorithm::kPeriodic) {
     out["segments"] = solution.parameter;
   } else if (solution.algorithm == Algorithm::kRevolve) {
@@ -158,8 +167,7 @@ Action add_schedule_command(CLI::App& app) {
                   "optimal: memory slots N, as the reference rotor (default: automatic)");
   cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
   cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
-  cmd->add_option("--plot", args->plot,
-                  "Draw the schedule (timeline and memory) into FILE.svg");
+  cmd->add_option("--plot", args->plot, "Draw the schedule (timeline and memory) into FILE.svg");
   cmd->add_flag("--ignore-nograd-time", args->ignore_nograd_time,
                 "Cost Fn/CF with fwd_ms, as the reference does, even when fwd_nograd_ms is given");
   cmd->add_flag("--reference-recurrence", args->reference_recurrence,
@@ -193,7 +201,8 @@ Action add_schedule_command(CLI::App& app) {
     } else {
       print_text(chain, solution, options);
     }
-    if (!args->plot.empty() && solution.ok()) write_text_file(args->plot, schedule_svg(chain, solution));
+    if (!args->plot.empty() && solution.ok())
+      write_text_file(args->plot, schedule_svg(chain, solution));
     std::fflush(stdout);  // keep stdout and stderr in order when both go to one place
     if (!solution.warning.empty())
       fmt::print(stderr, "remat: warning: {}\n", printable(solution.warning));

@@ -216,6 +216,10 @@ class Solution:
         lambda self: self._solution.solved_budget_bytes,
         doc="optimal: the budget the dynamic program solved for; more than budget_bytes on a "
             "chain with carried members, whose schedule's exact peak still fits the budget.")
+    merged_stages = property(
+        lambda self: self._solution.merged_stages,
+        doc="optimal: 0, or the number of stages of the merged chain (each run of stages that "
+            "carries a member solved as one stage) whose schedule, expanded, this is.")
     warning = property(lambda self: self._solution.warning)
     sequence = property(lambda self: self._solution.sequence,
                         doc="The operations, runs collapsed: 'CF_0 Fn_1..4 ...'.")

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,7 +52,7 @@ struct UnitChain {
   std::vector<std::int64_t> sv, gk, hf, ht;  // 0..L
   std::vector<std::int64_t> ft, nt, bt;      // 0..L
   std::vector<double> fw, bw, nf;            // 0..L
-  double restart = 0;  // Chain::restart_ms
+  double restart = 0;                        // Chain::restart_ms
   // The restart of a leaf j: its left part starts right after B_j, unless j = L (the right
   // part is the loss alone).
   double restart_after(int j) const { return j < length ? restart : 0.0; }
@@ -266,15 +267,44 @@ std::int64_t search_ceiling(const Chain& chain, std::int64_t budget, std::int64_
 
 // SolveOptions::search_above_budget on a chain with carried members, for solve() and
 // tradeoff() (solve.cpp says why it works): a bisection on budgets above `budget`, up to
-// search_ceiling, to 1/1024 of the budget, over `sequence_at(bytes)` (empty where there is none), while the best is slower
-// than store-all. Calls `improve(bytes, sequence, simulation)` for each sequence whose exact
-// peak fits `budget` and that is faster than the best so far, starting from `best_ms`. Does
-// nothing without carried members, or when the range is within the tolerance (then
+// search_ceiling, to 1/1024 of the budget, over `sequence_at(bytes)` (empty where there is none),
+// while the best is slower than store-all. Calls `improve(bytes, sequence, simulation)` for each
+// sequence whose exact peak fits `budget` and that is faster than the best so far, starting from
+// `best_ms`. Does nothing without carried members, or when the range is within the tolerance (then
 // `sequence_at` is never called).
 void search_above_budget(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes,
                          double best_ms, const TimeModel& time,
                          const std::function<Sequence(std::int64_t)>& sequence_at,
                          const std::function<void(std::int64_t, Sequence, Simulation)>& improve);
+
+// SolveOptions::merge_carried_runs (merge.cpp): the chain with every run of stages that carry a
+// member over their inner activations merged into one stage. first[c] is the chain's first
+// stage in merged stage c, first.back() = L. A merged stage runs its stages in order (Fe, or
+// CF then Fn, or Fn), its backwards in reverse; its fields are such that an expanded sequence
+// runs on the chain in the merged chain's time, never above its peak, and with the same live
+// memory after each merged operation.
+struct MergedChain {
+  Chain chain;
+  std::vector<int> first;
+};
+// No merged chain when no run has two stages (nothing is carried over an inner activation), or
+// when merging would pass the chain limits (sums of times or sizes).
+std::optional<MergedChain> merge_carried_runs(const Chain& chain);
+// A sequence of the merged chain as a sequence of the chain.
+Sequence expand_merged(const Sequence& merged, const std::vector<int>& first);
+// solve() of the merged chain at the options' budget and, where it finds a sequence, that
+// sequence expanded and simulated on the chain (its peak and time checked against the merged
+// chain's: never above, the same).
+struct MergedCandidate {
+  Solution solution;
+  Sequence sequence;
+  Simulation simulation;
+};
+MergedCandidate merged_candidate(const Chain& chain, const MergedChain& merged,
+                                 const SolveOptions& options);
+// Whether a candidate's time beats the current result's by more than rounding: a tie keeps the
+// current one.
+bool faster(double candidate_ms, double current_ms);
 
 // Pieces of rotor's nested form, shared by the sequences the tables rebuild: a segment (i, i)
 // (the loss at the chain's end, else Fe_i B_i), and a leaf's forwards CF_i Fn_{i+1} .. Fn_{j-1}.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "detail.h"
 #include "discretization.h"
@@ -248,6 +249,32 @@ void search_optimal_above_budget(const Chain& chain, const SolveOptions& options
       });
 }
 
+// SolveOptions::merge_carried_runs after the chain's own result `out`: the merged chain's
+// sequence, expanded, where it is faster or `out` found none; the least budget is the smaller.
+void solve_merged_runs(const Chain& chain, const SolveOptions& options, Solution& out) {
+  if (chain.carried_bytes() == 0) return;
+  const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain);
+  if (!merged) return;
+  // Store-all needs no other candidate, nothing is faster: only the least budget.
+  if (out.ok() && out.makespan_ms <= out.store_all_makespan_ms) {
+    out.min_feasible_budget_bytes =
+        std::min(out.min_feasible_budget_bytes, min_feasible_budget(merged->chain, options));
+    return;
+  }
+  detail::MergedCandidate candidate = detail::merged_candidate(chain, *merged, options);
+  out.min_feasible_budget_bytes =
+      std::min(out.min_feasible_budget_bytes, candidate.solution.min_feasible_budget_bytes);
+  if (!candidate.solution.ok() ||
+      (out.ok() && !detail::faster(candidate.simulation.makespan_ms, out.makespan_ms)))
+    return;
+  out.discretization = candidate.solution.discretization;
+  out.solved_budget_bytes = candidate.solution.solved_budget_bytes;
+  out.warning = candidate.solution.warning;
+  out.merged_stages = merged->chain.length();
+  accept(std::move(candidate.sequence), std::move(candidate.simulation), candidate.solution.status,
+         out);
+}
+
 // Revolve: the most checkpoints whose sequence fits (more checkpoints, fewer recomputations).
 void solve_revolve(const Chain& chain, const SolveOptions& options, Solution& out) {
   const int length = chain.length();
@@ -343,6 +370,8 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
       solve_optimal(chain, options, out);
       if (options.search_above_budget() && options.slots() == 0 && !options.reference_recurrence())
         search_optimal_above_budget(chain, options, out);
+      if (options.merge_carried_runs() && options.slots() == 0 && !options.reference_recurrence())
+        solve_merged_runs(chain, options, out);
       break;
     case Algorithm::kStoreAll: {
       finish_heuristic(chain, options, detail::store_all_sequence(length), -1, out);
@@ -383,7 +412,14 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
     if (options.reference_recurrence() && options.slots() == 0)
       slots = detail::slots_within_memory(memory, limit, std::numeric_limits<std::int64_t>::max(),
                                           slots, false, ignored);
-    return detail::min_feasible_budget_for_slots(chain, options, slots);
+    std::int64_t least = detail::min_feasible_budget_for_slots(chain, options, slots);
+    // The merged chain's least budget, where solve() would try it.
+    if (options.merge_carried_runs() && options.slots() == 0 && !options.reference_recurrence() &&
+        chain.carried_bytes() > 0) {
+      if (const auto merged = detail::merge_carried_runs(chain))
+        least = std::min(least, min_feasible_budget(merged->chain, options));
+    }
+    return least;
   }
   SolveOptions copy = options;
   return solve(chain, copy.budget_bytes(0)).min_feasible_budget_bytes;
@@ -419,6 +455,28 @@ std::int64_t search_ceiling(const Chain& chain, std::int64_t budget, std::int64_
   const std::int64_t carried = chain.carried_bytes();
   if (carried == 0 || budget >= store_all_bytes) return budget;
   return std::min(store_all_bytes, budget + 2 * carried);
+}
+
+MergedCandidate merged_candidate(const Chain& chain, const MergedChain& merged,
+                                 const SolveOptions& options) {
+  MergedCandidate out;
+  out.solution = solve(merged.chain, options);
+  if (!out.solution.ok()) return out;
+  out.sequence = expand_merged(out.solution.sequence, merged.first);
+  out.simulation = simulate(chain, out.sequence, TimeModel{options.use_nograd_time()});
+  // What the merged stages' fields promise (merge.cpp).
+  REMAT_INTERNAL_ASSERT(out.simulation.peak_bytes <= out.solution.peak_bytes,
+                        "the merged chain's sequence peaks at ", out.simulation.peak_bytes,
+                        " bytes on the chain, above its merged peak ", out.solution.peak_bytes);
+  REMAT_INTERNAL_ASSERT(std::fabs(out.simulation.makespan_ms - out.solution.makespan_ms) <=
+                            1e-9 * std::max(1.0, out.solution.makespan_ms),
+                        "the merged chain's sequence takes ", out.simulation.makespan_ms,
+                        " ms on the chain, not its merged makespan ", out.solution.makespan_ms);
+  return out;
+}
+
+bool faster(double candidate_ms, double current_ms) {
+  return candidate_ms < current_ms * (1 - 1e-12);
 }
 
 void search_above_budget(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes,

@@ -4,13 +4,15 @@
 // than a solve at a smaller budget would use; where that rounding makes a small budget
 // infeasible, the point falls back to a solve of its own. On a chain with carried members the
 // table also answers solve()'s search above the budget (SolveOptions::search_above_budget):
-// larger capacities whose sequence's exact peak fits the budget, the same bisection.
+// larger capacities whose sequence's exact peak fits the budget, the same bisection; and, as in
+// solve(), the merged chain's sequence where it is faster (SolveOptions::merge_carried_runs).
 #include "remat/solver/tradeoff.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "detail.h"
@@ -34,8 +36,8 @@ TradeoffPoint point_of(const Chain& chain, const Sequence& sequence, const TimeM
 
 Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   chain.validate(detail::chain_source(chain));
-  REMAT_CHECK(options.points() >= 2, "tradeoff: points must be at least 2 (got ",
-              options.points(), ")");
+  REMAT_CHECK(options.points() >= 2, "tradeoff: points must be at least 2 (got ", options.points(),
+              ")");
   const TimeModel time{options.use_nograd_time()};
   const auto solve_options = [&](std::int64_t budget) {
     return SolveOptions(budget)
@@ -156,6 +158,24 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
           [&](std::int64_t, const Sequence&, const Simulation& sim) {
             out.optimal[k] = TradeoffPoint{budget, true, sim.makespan_ms, sim.peak_bytes, 0};
           });
+    }
+  }
+  // solve()'s merged runs (SolveOptions::merge_carried_runs) on the points the table answered,
+  // once the table is freed: the merged chain's solve at the point's budget, expanded, where
+  // it is faster (store-all is never beaten).
+  if (!given_slots && chain.carried_bytes() > 0) {
+    if (const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain)) {
+      std::vector<bool> own(out.budgets.size(), false);
+      for (const std::size_t k : own_solves) own[k] = true;
+      for (std::size_t k = 0; k < out.budgets.size(); ++k) {
+        TradeoffPoint& point = out.optimal[k];
+        if (own[k] || !point.feasible || point.makespan_ms <= out.store_all_makespan_ms) continue;
+        const detail::MergedCandidate candidate =
+            detail::merged_candidate(chain, *merged, solve_options(out.budgets[k]));
+        if (candidate.solution.ok() &&
+            detail::faster(candidate.simulation.makespan_ms, point.makespan_ms))
+          point = point_of(chain, candidate.sequence, time, out.budgets[k]);
+      }
     }
   }
   // Rounding at the table's unit: a solve of its own, once the table is freed (a solve

@@ -69,6 +69,16 @@ struct SolveOptions {
   /// the result (Solution::solved_budget_bytes says for which budget). Never slower than the
   /// DP at the budget itself; false turns it off. docs/algorithms.md, "Carried members".
   REMAT_ARG(bool, search_above_budget) = true;
+  /// `optimal` with automatic slots, on a chain whose inner activations carry members over
+  /// several stages (a skip that a run of stages carries to the stage that adds it back): the
+  /// dynamic program counts such a storage in every activation it is in. Then the chain with
+  /// each such run merged into one stage, in which every storage counts once, is solved too,
+  /// and its sequence, expanded to the chain's stages, is the result where it is faster and its
+  /// exact peak fits (Solution::merged_stages). A finer cut of a network is then never slower
+  /// than its cut at the runs' ends (a ResNet cut by layer against the same cut by residual
+  /// block), and the least budget is the smaller of the two; false turns it off.
+  /// docs/algorithms.md, "Carried members".
+  REMAT_ARG(bool, merge_carried_runs) = true;
 };
 
 /// How a solve ended: `optimal` (the dynamic program's optimum for its discretization),
@@ -110,6 +120,10 @@ struct Solution {
   /// with carried members (SolveOptions::search_above_budget), whose sequence's exact peak
   /// still fits the budget.
   std::int64_t solved_budget_bytes = 0;
+  /// `optimal` only: the number of stages of the merged chain (SolveOptions::merge_carried_runs)
+  /// whose sequence, expanded, this is; 0 when it is the chain's own. The discretization and
+  /// the solved budget are then the merged chain's solve's.
+  int merged_stages = 0;
   /// `periodic`: segments used; `revolve`: checkpoints used (x_0 included); else 0.
   int parameter = 0;
   double solve_seconds = 0;
