@@ -18,7 +18,9 @@ Each cut is checked to compute torchvision's output bit for bit (train mode, the
 then measured by remat.Checkpointable (5 timed repetitions per stage). Printed: each cut's
 stages, store-all time and peak, least budget, and for each budget (a fraction of the block
 cut's store-all peak) the optimal schedule's predicted time against that cut's own store-all
-time, with its predicted peak. docs/algorithms.md ("Carried members") quotes a run.
+time, with its predicted peak, and the merged chain's stage count where the schedule is that
+chain's, expanded (solve() merges each block's run of carrying stages into one stage too, and
+keeps the faster schedule). docs/algorithms.md ("Carried members") quotes a run.
 """
 
 from __future__ import annotations
@@ -170,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for chk in measured.values():
             solution = chk.compute_sequence(int(base * fraction))
+            merged = f", merged: {solution.merged_stages} stages" if solution.merged_stages else ""
             cells.append(f"{solution.makespan_ms / solution.store_all_makespan_ms:.3f} "
-                         f"({solution.peak_bytes / MIB:.1f} MiB)" if solution.ok else "infeasible")
+                         f"({solution.peak_bytes / MIB:.1f} MiB{merged})" if solution.ok else "infeasible")
         lines.append(f"| {fraction:.0%} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
