@@ -76,10 +76,8 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
         format_bytes_exact(solution.solved_budget_bytes));
   // With runs of stages carrying a member, the sequence can be the merged chain's, expanded.
   if (solution.algorithm == Algorithm::kOptimal && solution.ok() && solution.merged_stages > 0)
-    fmt::print(
-        "merged       solved as {} stages, each run of stages that carries a member as "
-        "one (every storage counted once)\n",
-        solution.merged_stages);
+    fmt::print("merged       solved as {} stages (each run of stages carrying a member as one)\n",
+               solution.merged_stages);
   fmt::print("status       {}\n", status_name(solution.status));
   if (solution.ok()) {
     const double overhead =
