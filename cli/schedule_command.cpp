@@ -21,6 +21,8 @@ struct ScheduleArgs {
   int threads = 0;
   bool ignore_nograd_time = false;
   bool reference_recurrence = false;
+  bool no_search_above_budget = false;
+  bool no_merged_runs = false;
   std::string plot;
 };
 
@@ -171,6 +173,12 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_flag("--reference-recurrence", args->reference_recurrence,
                 "optimal: check the chain step's memory as the published recurrence does "
                 "(reproduces the reference's numbers; may overrun with fwd_tmp_bytes)");
+  cmd->add_flag("--no-search-above-budget", args->no_search_above_budget,
+                "optimal, with carried members: do not also solve for larger budgets whose "
+                "schedule's exact peak fits (docs/algorithms.md, \"Carried members\")");
+  cmd->add_flag("--no-merged-runs", args->no_merged_runs,
+                "optimal, with carried members: do not also solve the chain with each run of "
+                "stages that carries a member merged into one stage");
 
   return [args, cmd]() -> int {
     const Format format = parse_format(args->format);
@@ -182,6 +190,9 @@ Action add_schedule_command(CLI::App& app) {
                 ") must be a positive number of slots");
     REMAT_CHECK(!args->reference_recurrence || algorithm == Algorithm::kOptimal,
                 "--reference-recurrence applies to --algorithm optimal only");
+    REMAT_CHECK(
+        !(args->no_search_above_budget || args->no_merged_runs) || algorithm == Algorithm::kOptimal,
+        "--no-search-above-budget and --no-merged-runs apply to --algorithm optimal only");
     check_solver_threads(args->threads);
     check_plot_path(args->plot);
     const Chain chain = load_chain(args->chain_path);
@@ -192,7 +203,9 @@ Action add_schedule_command(CLI::App& app) {
                                .slots(args->slots)
                                .threads(args->threads)
                                .use_nograd_time(!args->ignore_nograd_time)
-                               .reference_recurrence(args->reference_recurrence);
+                               .reference_recurrence(args->reference_recurrence)
+                               .search_above_budget(!args->no_search_above_budget)
+                               .merge_carried_runs(!args->no_merged_runs);
     const Solution solution = solve(chain, options);
     if (format == Format::kJson) {
       print_json(chain, solution, options);

@@ -766,9 +766,8 @@ TEST_CASE("profile measures a built-in model into a chain file", "[cli]") {
   CHECK_THAT(released_table.out,
              Catch::Contains("output           let go once the loss has its value"));
   // --timing passes: the table says how the times were taken.
-  const RunResult in_passes =
-      run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat", "1",
-                 "--timing", "passes"});
+  const RunResult in_passes = run_remat({"profile", "--model", "convnet", "--batch", "1", "--image",
+                                         "16", "--repeat", "1", "--timing", "passes"});
   INFO(describe(in_passes));
   REQUIRE(in_passes.exit_code == 0);
   CHECK_THAT(in_passes.out, Catch::Contains("times within whole passes (--timing passes)"));
@@ -875,8 +874,7 @@ std::string root_attribute(const std::string& svg, const std::string& key) {
 
 }  // namespace
 
-TEST_CASE("schedule counts the chain's restarts, and mentions them only where they cost",
-          "[cli]") {
+TEST_CASE("schedule counts the chain's restarts, and mentions them only where they cost", "[cli]") {
   TempDir dir;
   remat::Chain chain = remat::load_chain(kResnet18);
   REQUIRE(chain.restart_ms == 0);
@@ -904,10 +902,60 @@ TEST_CASE("schedule counts the chain's restarts, and mentions them only where th
       remat::simulate(chain, remat::parse_sequence(plain_ops, chain.length()));
   CHECK(out["makespan_ms"].get<double>() > plain["makespan_ms"].get<double>());
   CHECK(out["makespan_ms"].get<double>() <= plain_now.makespan_ms * (1 + 1e-12));
-  CHECK_THAT(run_remat({"schedule", "--chain", path, "--budget", "50%"}).out,
-             Catch::Contains(", " + std::to_string(sim.restarts) +
-                             (sim.restarts == 1 ? " restart" : " restarts") +
-                             " (0.500 ms each)\n"));
+  CHECK_THAT(
+      run_remat({"schedule", "--chain", path, "--budget", "50%"}).out,
+      Catch::Contains(", " + std::to_string(sim.restarts) +
+                      (sim.restarts == 1 ? " restart" : " restarts") + " (0.500 ms each)\n"));
+}
+
+TEST_CASE(
+    "schedule with carried members: the merged chain and the search above the budget, "
+    "each turned off by its option",
+    "[cli]") {
+  const std::string inception =
+      std::string(REMAT_SOURCE_DIR) + "/examples/chains/inception_v3-branch-b4-cpu.json";
+  const remat::Chain chain = remat::load_chain(inception);
+  const std::vector<std::string> base = {"--chain", inception, "--budget", "90%"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const json out = schedule_json(args, 0);
+    INFO(out.dump(2));
+    // Whichever chain it came from, the sequence is the chain's, and fits.
+    std::string ops;
+    for (const auto& op : out["sequence"]) ops += op.get<std::string>() + " ";
+    const remat::Simulation sim =
+        remat::simulate(chain, remat::parse_sequence(ops, chain.length()));
+    CHECK(sim.peak_bytes == out["peak_bytes"].get<std::int64_t>());
+    CHECK(sim.peak_bytes <= out["budget_bytes"].get<std::int64_t>());
+    CHECK(out["makespan_ms"].get<double>() == Approx(sim.makespan_ms).epsilon(1e-12));
+    return out;
+  };
+  const json both = with({});
+  const json search = with({"--no-merged-runs"});
+  const json merged = with({"--no-search-above-budget"});
+  const json alone = with({"--no-merged-runs", "--no-search-above-budget"});
+  CHECK(both["merged_stages"] == 16);
+  CHECK(merged["merged_stages"] == 16);
+  CHECK(search["merged_stages"] == 0);
+  CHECK(alone["merged_stages"] == 0);
+  CHECK(alone["solved_budget_bytes"] == alone["budget_bytes"]);
+  CHECK(search["solved_budget_bytes"].get<std::int64_t>() >
+        search["budget_bytes"].get<std::int64_t>());
+  // docs/algorithms.md quotes these: 1.9%, 6.0% and 8.2% above store-all.
+  CHECK(both["makespan_ms"].get<double>() < search["makespan_ms"].get<double>());
+  CHECK(search["makespan_ms"].get<double>() < alone["makespan_ms"].get<double>());
+  CHECK(merged["makespan_ms"] == both["makespan_ms"]);
+  CHECK_THAT(run_remat({"schedule", "--chain", inception, "--budget", "90%"}).out,
+             Catch::Contains("merged       solved as 16 stages"));
+  // Another algorithm refuses them (exit 2), as it does --slots.
+  for (const char* option : {"--no-merged-runs", "--no-search-above-budget"}) {
+    const RunResult run = run_remat(
+        {"schedule", "--chain", inception, "--budget", "90%", "--algorithm", "periodic", option});
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains("apply to --algorithm optimal only"));
+  }
 }
 
 TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]") {
@@ -1146,7 +1194,9 @@ TEST_CASE("the transformers: stages at --seq, trained on a token file, checked o
   };
   std::vector<std::string> with_bad = train;
   with_bad.back() = bad;
-  fails(with_bad, "bad.bin: token 65535 at byte 0 is not below the vocabulary's size 50257");  // before profiling
+  fails(with_bad,
+        "bad.bin: token 65535 at byte 0 is not below the vocabulary's size 50257");  // before
+                                                                                     // profiling
   with_bad.back() = dir.path();
   fails(with_bad, "not a regular file");
   fails({"profile", "--model", "gpt2", "--batch", "1", "--seq", "1025"},
@@ -1286,8 +1336,8 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   CHECK(predicted_names == operations);
   CHECK(measured_names == operations);
   const auto loss = std::find(operations.begin(), operations.end(), "L");
-  const auto after_loss = std::count_if(loss, operations.end(),
-                                        [](const std::string& op) { return op[0] != 'B' && op != "L"; });
+  const auto after_loss = std::count_if(
+      loss, operations.end(), [](const std::string& op) { return op[0] != 'B' && op != "L"; });
   CHECK(after_loss > 0);  // 90% recomputes
   CHECK(recomputations["predicted"] == after_loss);
   CHECK(recomputations["measured"] == after_loss);
@@ -1537,17 +1587,17 @@ TEST_CASE("train --nproc: an error escaping LibTorch's store thread is rank 0 lo
   // and the rank died of SIGABRT. REMAT_FAULT=store-thread-error:2 throws the same from a
   // thread on rank 1 at step 2, with any LibTorch: rank 1 must say rank 0 stopped answering and
   // exit 5, and rank 0, left alone, must stop with exit 5 too.
-  const RunResult run = run_remat(
-      {"train", "--model", "convnet", "--batch", "2", "--image", "16", "--classes", "10",
-       "--steps", "1000", "--threads", "1", "--repeat", "1", "--nproc", "2", "--budget", "100%",
-       "--timeout", "60"},
-      {"REMAT_FAULT=store-thread-error:2"});
+  const RunResult run =
+      run_remat({"train", "--model",  "convnet", "--batch",   "2", "--image",  "16", "--classes",
+                 "10",    "--steps",  "1000",    "--threads", "1", "--repeat", "1",  "--nproc",
+                 "2",     "--budget", "100%",    "--timeout", "60"},
+                {"REMAT_FAULT=store-thread-error:2"});
   INFO(describe(run));
   CHECK(run.exit_code == 5);
-  CHECK_THAT(run.err, Catch::Matches(
-                          "(.|\n)*remat: rank 1: rank 0 stopped answering \\(the connection to "
-                          "the rendezvous store it hosts at 127\\.0\\.0\\.1:[0-9]+ failed; "
-                          "LibTorch's store thread said: Connection reset by peer\\)\n(.|\n)*"));
+  CHECK_THAT(run.err,
+             Catch::Matches("(.|\n)*remat: rank 1: rank 0 stopped answering \\(the connection to "
+                            "the rendezvous store it hosts at 127\\.0\\.0\\.1:[0-9]+ failed; "
+                            "LibTorch's store thread said: Connection reset by peer\\)\n(.|\n)*"));
   CHECK_THAT(run.err, Catch::Contains("remat: rank 1 exited with code 5"));
   CHECK_THAT(run.err, Catch::Contains("remat: rank 0 exited with code 5"));
   CHECK_THAT(run.err, !Catch::Contains("terminate called"));
