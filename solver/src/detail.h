@@ -277,6 +277,13 @@ void search_above_budget(const Chain& chain, std::int64_t budget, std::int64_t s
                          const std::function<Sequence(std::int64_t)>& sequence_at,
                          const std::function<void(std::int64_t, Sequence, Simulation)>& improve);
 
+// The chain with the members of x_0 that have no gradient and that stage 0 carries on moved into
+// the context, from every activation that carries them (merge.cpp): the caller holds x_0 for the whole step, so such a storage
+// is live from start to end either way, counted once, as the context is. Every sequence has the same
+// peak, time and live memory on both chains; the dynamic program, which counts a carried member
+// in every activation it is in, counts these once. None when nothing is to move, or when an
+// activation would be left without a member.
+std::optional<Chain> pin_input_members(const Chain& chain);
 // SolveOptions::merge_carried_runs (merge.cpp): the chain with every run of stages that carry a
 // member over their inner activations merged into one stage. first[c] is the chain's first
 // stage in merged stage c, first.back() = L. A merged stage runs its stages in order (Fe, or

@@ -65,11 +65,6 @@ Stage merge_run(const Chain& chain, int first, int end) {
       saved[local].push_back(next[static_cast<std::size_t>(s)]);
   }
   const auto is_input = [&](int id) { return id < inputs; };
-  const auto sum = [&](const std::set<int>& set) {
-    std::int64_t total = 0;
-    for (const int id : set) total += bytes[static_cast<std::size_t>(id)];
-    return total;
-  };
   const std::vector<int>& last = ids.back();
   const std::set<int> output_ids(last.begin(), last.end());
 
@@ -103,54 +98,82 @@ Stage merge_run(const Chain& chain, int first, int end) {
   // the merged operation already counts. x_first's storages are the merged stage's input, held
   // by its forwards, and kept by its backward as long as any of the run keeps them; in the
   // backward, x_end's new storages are kept as long (saved outputs) and y_end's too.
+  // Linear in the run's members (a run can be a whole chain of 10,000 stages, where a mask is
+  // carried through every stage): flags and counts by storage, not sets per stage.
+  const std::size_t storages = bytes.size();
   std::int64_t fwd_peak = 0, nograd_peak = 0, bwd_peak = 0;
-  std::int64_t states = 0;
-  std::set<int> held;
+  std::int64_t states = 0, held_bytes = 0;
+  std::vector<char> held(storages, 0);
+  std::vector<int> seen(storages, -1);  // the forward that last counted the storage as a value
   for (int k = first; k < end; ++k) {
     const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
     const auto local = static_cast<std::size_t>(k - first);
     states += stage.state_bytes;
-    for (const int id : saved[local])
-      if (!is_input(id)) held.insert(id);
-    std::set<int> values;  // x_k, read, and x_{k+1}, made
+    for (const int id : saved[local]) {
+      const auto u = static_cast<std::size_t>(id);
+      if (is_input(id) || held[u]) continue;
+      held[u] = 1;
+      held_bytes += bytes[u];
+    }
+    // The values: x_k, read, and x_{k+1}, made (a carried storage once).
+    std::int64_t values = 0, unheld_values = 0;
     for (const std::size_t a : {local, local + 1})
-      for (const int id : ids[a])
-        if (!is_input(id)) values.insert(id);
-    std::set<int> during = held;
-    during.insert(values.begin(), values.end());
-    fwd_peak = std::max(fwd_peak, states + sum(during) + stage.fwd_tmp_bytes);
-    nograd_peak = std::max(nograd_peak, sum(values) + stage.nograd_tmp_bytes());
+      for (const int id : ids[a]) {
+        const auto u = static_cast<std::size_t>(id);
+        if (is_input(id) || seen[u] == k) continue;
+        seen[u] = k;
+        values += bytes[u];
+        if (!held[u]) unheld_values += bytes[u];
+      }
+    fwd_peak = std::max(fwd_peak, states + held_bytes + unheld_values + stage.fwd_tmp_bytes);
+    nograd_peak = std::max(nograd_peak, values + stage.nograd_tmp_bytes());
   }
   // Backward: B_{end-1} .. B_first. The gradient of a storage (not one of y_end's) is made by
   // the backward of the last activation it is in, and freed after the backward of the stage
-  // before the first (a member of x_first's stays: it is y_first's).
-  std::vector<int> first_in(bytes.size(), -1), last_in(bytes.size(), -1);
+  // before the first (a member of x_first's stays: it is y_first's): live during the backwards
+  // of stages max(first, first_in - 1) .. min(last_in, end - 1), summed by a difference array.
+  std::vector<int> first_in(storages, -1), last_in(storages, -1);
   for (int k = first; k <= end; ++k)
     for (const int id : ids[static_cast<std::size_t>(k - first)]) {
       if (first_in[static_cast<std::size_t>(id)] < 0) first_in[static_cast<std::size_t>(id)] = k;
       last_in[static_cast<std::size_t>(id)] = k;
     }
+  const auto span = static_cast<std::size_t>(end - first);
+  std::vector<std::int64_t> gradient_change(span + 1, 0);  // by k - first
   std::int64_t input_gradients = 0;  // y_first's new members, in the merged stage
-  for (int id = 0; id < inputs; ++id)
-    if (grad[static_cast<std::size_t>(id)] && output_ids.count(id) == 0)
-      input_gradients += bytes[static_cast<std::size_t>(id)];
+  for (std::size_t u = 0; u < storages; ++u) {
+    const int id = static_cast<int>(u);
+    if (!grad[u] || output_ids.count(id) != 0) continue;
+    if (is_input(id)) input_gradients += bytes[u];
+    const int lo = is_input(id) ? first : std::max(first, first_in[u] - 1);
+    const int hi = std::min(last_in[u], end - 1);
+    if (lo > hi) continue;
+    gradient_change[static_cast<std::size_t>(lo - first)] += bytes[u];
+    gradient_change[static_cast<std::size_t>(hi - first) + 1] -= bytes[u];
+  }
+  std::vector<std::int64_t> gradients(span, 0);
+  std::int64_t running = 0;
+  for (std::size_t k = 0; k < span; ++k) gradients[k] = running += gradient_change[k];
+  // What the autograd states of stages first .. k keep, run's own storages: counts by storage,
+  // all stages' at first, each backward releasing its stage's.
+  std::vector<int> keepers(storages, 0);
+  std::int64_t kept_bytes = 0;
+  for (const auto& ids_saved : saved)
+    for (const int id : ids_saved) {
+      const auto u = static_cast<std::size_t>(id);
+      if (is_input(id) || output_ids.count(id) != 0) continue;
+      if (keepers[u]++ == 0) kept_bytes += bytes[u];
+    }
   for (int k = end - 1; k >= first; --k) {
     const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
-    std::int64_t live = stage.bwd_tmp_bytes;
-    std::set<int> kept_now;  // stages first .. k still hold their autograd states
-    for (int s = first; s <= k; ++s) {
-      live += chain.stages[static_cast<std::size_t>(s)].state_bytes;
-      for (const int id : saved[static_cast<std::size_t>(s - first)])
-        if (!is_input(id) && output_ids.count(id) == 0) kept_now.insert(id);
+    const auto local = static_cast<std::size_t>(k - first);
+    bwd_peak = std::max(bwd_peak, states + kept_bytes + gradients[local] + stage.bwd_tmp_bytes);
+    states -= stage.state_bytes;
+    for (const int id : saved[local]) {
+      const auto u = static_cast<std::size_t>(id);
+      if (is_input(id) || output_ids.count(id) != 0) continue;
+      if (--keepers[u] == 0) kept_bytes -= bytes[u];
     }
-    live += sum(kept_now);
-    for (std::size_t id = 0; id < bytes.size(); ++id) {
-      if (!grad[id] || output_ids.count(static_cast<int>(id)) != 0 || last_in[id] < 0) continue;
-      const int made = last_in[id];
-      const int freed_after = is_input(static_cast<int>(id)) ? first - 1 : first_in[id] - 1;
-      if (k <= made && k >= freed_after) live += bytes[id];
-    }
-    bwd_peak = std::max(bwd_peak, live);
   }
   out.fwd_tmp_bytes = std::max<std::int64_t>(0, fwd_peak - new_output_bytes - out.state_bytes);
   out.fwd_nograd_tmp_bytes = std::max<std::int64_t>(0, nograd_peak - new_output_bytes);
@@ -159,6 +182,66 @@ Stage merge_run(const Chain& chain, int first, int end) {
 }
 
 }  // namespace
+
+std::optional<Chain> pin_input_members(const Chain& chain) {
+  const int length = chain.length();
+  // pinned[k][m]: member m of x_k is a member of x_0 without a gradient that stage 0 carries on.
+  std::vector<std::vector<char>> pinned(static_cast<std::size_t>(length) + 1);
+  pinned[0].assign(chain.inputs.size(), 0);
+  for (const Member& member : chain.stages[0].outputs)
+    if (member.carried() && !member.grad)
+      pinned[0][static_cast<std::size_t>(member.carried_from)] = 1;
+  bool carried = false;
+  for (int i = 0; i < length; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    for (const Member& member : chain.stages[ui].outputs) {
+      const bool pin =
+          member.carried() && pinned[ui][static_cast<std::size_t>(member.carried_from)] != 0;
+      pinned[ui + 1].push_back(pin ? 1 : 0);
+      carried = carried || pin;
+    }
+  }
+  // Every activation keeps a member (an input, a stage's output).
+  if (!carried) return std::nullopt;
+  for (const auto& flags : pinned)
+    if (std::count(flags.begin(), flags.end(), 1) == static_cast<std::ptrdiff_t>(flags.size()))
+      return std::nullopt;
+  // index[k][m]: member m of x_k's index once the pinned ones are gone (-1: pinned).
+  std::vector<std::vector<int>> index(pinned.size());
+  for (std::size_t k = 0; k < pinned.size(); ++k) {
+    int next = 0;
+    for (const char pin : pinned[k]) index[k].push_back(pin ? -1 : next++);
+  }
+  Chain out = chain;
+  out.inputs.clear();
+  for (std::size_t m = 0; m < chain.inputs.size(); ++m) {
+    if (index[0][m] >= 0)
+      out.inputs.push_back(chain.inputs[m]);
+    else
+      out.context_bytes += chain.inputs[m].bytes;
+  }
+  for (int i = 0; i < length; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    const Stage& stage = chain.stages[ui];
+    Stage& moved = out.stages[ui];
+    moved.outputs.clear();
+    moved.saved_inputs.clear();
+    moved.saved_outputs.clear();
+    for (std::size_t o = 0; o < stage.outputs.size(); ++o) {
+      if (index[ui + 1][o] < 0) continue;
+      Member member = stage.outputs[o];
+      if (member.carried())
+        member.carried_from = index[ui][static_cast<std::size_t>(member.carried_from)];
+      moved.outputs.push_back(member);
+    }
+    for (const int s : stage.saved_inputs)
+      if (index[ui][static_cast<std::size_t>(s)] >= 0)
+        moved.saved_inputs.push_back(index[ui][static_cast<std::size_t>(s)]);
+    for (const int s : stage.saved_outputs)
+      moved.saved_outputs.push_back(index[ui + 1][static_cast<std::size_t>(s)]);
+  }
+  return out;
+}
 
 std::optional<MergedChain> merge_carried_runs(const Chain& chain) {
   const int length = chain.length();

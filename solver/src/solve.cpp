@@ -360,6 +360,24 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
   REMAT_CHECK(options.budget_bytes() >= 0, "the budget (", options.budget_bytes(),
               " bytes) must not be negative");
   check_options(options);
+  // Members of x_0 carried on, without gradient: solved as context, which the dynamic program
+  // counts once (detail::pin_input_members); the same sequences, peaks and times.
+  if (options.algorithm() == Algorithm::kOptimal && !options.reference_recurrence()) {
+    if (const std::optional<Chain> pinned = detail::pin_input_members(chain)) {
+      Solution out = solve(*pinned, options);
+      if (out.ok()) {
+        Simulation sim = simulate(chain, out.sequence, TimeModel{options.use_nograd_time()});
+        REMAT_INTERNAL_ASSERT(sim.peak_bytes == out.peak_bytes &&
+                                  sim.makespan_ms == out.simulation.makespan_ms,
+                              "the sequence peaks at ", sim.peak_bytes, " bytes, not ",
+                              out.peak_bytes, ", with x_0's members as context");
+        out.simulation = std::move(sim);
+      }
+      out.solve_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      return out;
+    }
+  }
   const int length = chain.length();
   Solution out;
   out.algorithm = options.algorithm();
@@ -402,6 +420,10 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
   if (options.algorithm() == Algorithm::kOptimal) {
     chain.validate(detail::chain_source(chain));
     check_options(options);
+    // As solve() does.
+    if (!options.reference_recurrence())
+      if (const std::optional<Chain> pinned = detail::pin_input_members(chain))
+        return min_feasible_budget(*pinned, options);
     const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
     const detail::TableMemory memory(chain, options.threads());
     memory.check_fixed(limit);
@@ -428,6 +450,9 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
 std::int64_t min_feasible_slots(const Chain& chain, const SolveOptions& options) {
   chain.validate(detail::chain_source(chain));
   check_options(options);
+  if (!options.reference_recurrence())
+    if (const std::optional<Chain> pinned = detail::pin_input_members(chain))
+      return min_feasible_slots(*pinned, options);
   detail::TableMemory(chain, options.threads())
       .check_fixed(detail::memory_limit(options.memory_limit_bytes()));
   return detail::min_slots(chain, options);

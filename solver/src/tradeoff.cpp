@@ -36,6 +36,10 @@ TradeoffPoint point_of(const Chain& chain, const Sequence& sequence, const TimeM
 
 Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   chain.validate(detail::chain_source(chain));
+  // As solve(): x_0's members carried on without gradient as context. Every sequence has the
+  // same peak and time on both chains, so every point is the same.
+  if (const std::optional<Chain> pinned = detail::pin_input_members(chain))
+    return tradeoff(*pinned, options);
   REMAT_CHECK(options.points() >= 2, "tradeoff: points must be at least 2 (got ", options.points(),
               ")");
   const TimeModel time{options.use_nograd_time()};

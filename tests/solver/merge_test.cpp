@@ -210,7 +210,10 @@ TEST_CASE(
     spec.partial_keeps = true;
     spec.carried = true;
     const Chain chain = test::random_chain(33000 + seed, spec);
-    const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain);
+    // solve() merges the chain with x_0's carried members without gradient as context.
+    const std::optional<Chain> pinned = detail::pin_input_members(chain);
+    const std::optional<detail::MergedChain> merged =
+        detail::merge_carried_runs(pinned ? *pinned : chain);
     if (!merged) continue;
     INFO(chain_to_json(chain));
     const test::ExhaustiveOracle oracle(chain);
@@ -286,6 +289,120 @@ TEST_CASE("merge: tradeoff's optimal points are solve()'s, merged runs included"
     }
   }
   CHECK(merged_points > 0);
+}
+
+}  // namespace remat
+
+namespace remat {
+namespace {
+
+// A random chain without carried members, then a mask (x_0's, without gradient) that the
+// first `through` stages carry on, some of them keeping it for their backward.
+Chain with_carried_mask(std::uint64_t seed, int through) {
+  test::RandomChainSpec spec;
+  spec.max_length = 5;
+  spec.max_bytes = 12;
+  spec.partial_keeps = true;
+  Chain chain = test::random_chain(seed, spec);
+  through = std::min(through, chain.length());
+  const int mask = static_cast<int>(chain.inputs.size());
+  chain.inputs.push_back(Member{static_cast<std::int64_t>(3 + seed % 9), false});
+  int index = mask;  // the mask's index in x_k
+  for (int i = 0; i < through; ++i) {
+    Stage& stage = chain.stages[static_cast<std::size_t>(i)];
+    if ((seed >> i) % 2 == 0) stage.saved_inputs.push_back(index);
+    stage.outputs.push_back(carry(index, 0));
+    stage.outputs.back().bytes = chain.inputs.back().bytes;
+    stage.outputs.back().grad = false;
+    index = static_cast<int>(stage.outputs.size()) - 1;
+  }
+  chain.validate("with_carried_mask");
+  return chain;
+}
+
+}  // namespace
+
+TEST_CASE("pin: a mask of x_0 carried on becomes context, every sequence the same",
+          "[solver][merge]") {
+  int chains = 0;
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    const Chain chain = with_carried_mask(37000 + seed, 1 + static_cast<int>(seed % 5));
+    INFO(chain_to_json(chain));
+    const std::optional<Chain> pinned = detail::pin_input_members(chain);
+    REQUIRE(pinned);
+    ++chains;
+    CHECK(pinned->carried_bytes() == 0);
+    CHECK(pinned->context_bytes == chain.context_bytes + chain.inputs.back().bytes);
+    CHECK(pinned->inputs.size() + 1 == chain.inputs.size());
+    CHECK(!detail::pin_input_members(*pinned));
+    for (const Sequence& sequence : test::ExhaustiveOracle(chain).nested_sequences()) {
+      INFO(collapsed_string(sequence));
+      const Simulation a = simulate(chain, sequence), b = simulate(*pinned, sequence);
+      CHECK(a.peak_bytes == b.peak_bytes);
+      CHECK(a.makespan_ms == b.makespan_ms);
+      REQUIRE(a.trace.size() == b.trace.size());
+      for (std::size_t k = 0; k < a.trace.size(); ++k) {
+        CHECK(a.trace[k].during.total() == b.trace[k].during.total());
+        CHECK(a.trace[k].live_after_bytes == b.trace[k].live_after_bytes);
+      }
+    }
+  }
+  CHECK(chains == 120);
+  // Nothing to move: a member with a gradient, or one no stage carries.
+  Chain graded = with_carried_mask(37000, 3);
+  graded.inputs.back().grad = true;
+  for (Stage& stage : graded.stages)
+    for (Member& member : stage.outputs)
+      if (member.carried()) member.grad = true;
+  graded.validate("graded");
+  CHECK(!detail::pin_input_members(graded));
+  CHECK(!detail::pin_input_members(residual_chain()));
+}
+
+TEST_CASE(
+    "pin: with only x_0's mask carried, solve() is the best nested schedule at every "
+    "budget, as without carried members",
+    "[solver][merge][oracle]") {
+  int budgets = 0, below_unpinned_dp = 0;
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    const Chain chain = with_carried_mask(38000 + seed, 1 + static_cast<int>(seed % 5));
+    INFO(chain_to_json(chain));
+    const test::ExhaustiveOracle oracle(chain);
+    std::vector<std::pair<std::int64_t, double>> nested;
+    for (const Sequence& sequence : oracle.nested_sequences())
+      nested.push_back(oracle.evaluate(sequence));
+    std::int64_t least = nested.front().first;
+    for (const auto& entry : nested) least = std::min(least, entry.first);
+    CHECK(min_feasible_budget(chain, SolveOptions(0)) == least);
+    const std::int64_t top = store_all_peak(chain);
+    for (std::int64_t budget = least; budget <= top; ++budget) {
+      INFO("budget " << budget);
+      double best = test::ExhaustiveOracle::kInf;
+      for (const auto& [peak, time] : nested)
+        if (peak <= budget) best = std::min(best, time);
+      // The dynamic program alone, no search, no merged chain: exact.
+      const Solution solution = solve(
+          chain,
+          SolveOptions(budget).threads(1).search_above_budget(false).merge_carried_runs(false));
+      REQUIRE(solution.ok());
+      ++budgets;
+      CHECK(same_time(solution.makespan_ms, best));
+      CHECK(solution.peak_bytes <= budget);
+      CHECK(simulate(chain, solution.sequence).peak_bytes == solution.peak_bytes);
+      // The same dynamic program on the chain as it is counts the mask in every activation.
+      const detail::UnitChain units = detail::make_unit_chain(chain, 1, true);
+      const detail::MinMemoryTable min_memory(units, budget);
+      if (!detail::fits(units, min_memory, budget)) {
+        ++below_unpinned_dp;
+        continue;
+      }
+      const std::int64_t frame = budget - units.context;
+      const detail::PersistentTable table(units, min_memory, frame, 1);
+      if (table.value(0, chain.length(), frame) > best * (1 + 1e-9)) ++below_unpinned_dp;
+    }
+  }
+  CHECK(budgets > 1000);
+  CHECK(below_unpinned_dp > 0);  // the mask counted more than once mattered on these chains
 }
 
 }  // namespace remat

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -87,7 +88,14 @@ void check_chain(const Chain& chain, bool exact, bool global, Checked& checked) 
     CHECK(least_peak <= detail::exact_min_budget(chain, SolveOptions(0)));
     const std::int64_t own_least =
         min_feasible_budget(chain, SolveOptions(0).merge_carried_runs(false));
-    CHECK(own_least == std::min(detail::exact_min_budget(chain, SolveOptions(0)), top));
+    // x_0's carried members without gradient are solved as context (merge_test.cpp, "pin").
+    const std::optional<Chain> pinned = detail::pin_input_members(chain);
+    const std::int64_t model_least =
+        detail::exact_min_budget(pinned ? *pinned : chain, SolveOptions(0));
+    CHECK(model_least <= detail::exact_min_budget(chain, SolveOptions(0)));
+    CHECK(least_peak >= minimum);
+    CHECK(own_least == std::min(model_least, top));
+    CHECK(own_least >= minimum);
     // With runs of carried members merged (merge_test.cpp), the least budget may be lower.
     CHECK(min_feasible_budget(chain, SolveOptions(0)) <= own_least);
   }
