@@ -304,6 +304,18 @@ int carried_from(const Tensors& inputs, const torch::Tensor& out) {
   return -1;
 }
 
+// Whether member k of x_i is a storage of the chain's input x_0: x_0's own (i = 0), or carried
+// on from it by every stage before i.
+bool is_input_storage(const Chain& chain, int i, int k) {
+  for (; i > 0; --i) {
+    const Member& member =
+        chain.stages[static_cast<std::size_t>(i) - 1].outputs[static_cast<std::size_t>(k)];
+    if (!member.carried()) return false;
+    k = member.carried_from;
+  }
+  return true;
+}
+
 // Which input member each output member carries (-1: a new tensor); a member carried twice is
 // refused (one storage, but two gradients to add).
 std::vector<int> carried_members(const NamedStage& stage, int index, const Tensors& inputs,
@@ -786,6 +798,20 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       roots.push_back(std::move(edges[o]));
       root_grads.push_back(torch::ones(out_shapes[o], out_options[o].requires_grad(false)));
     }
+    // A saved input member that is a storage of x_0 (x_0's own, or carried on from it), or one
+    // that is carried into or out of this stage, stays allocated through the measurement: the
+    // stage's graph may let it go before the backward's peak (a mask that the stage's last
+    // operation reads), while in the chain another holder keeps it: the caller's x_0, or
+    // another stage that keeps the carried storage for its own backward. A peak measured
+    // without it would be that much too low. Where nothing else holds it, the prediction is
+    // that much above the measured peak, never below (docs/cost-model.md).
+    std::vector<c10::intrusive_ptr<c10::StorageImpl>> saved_held;
+    for (const int k : stage.saved_inputs) {
+      const bool carried_in = in_members[static_cast<std::size_t>(k)].carried();
+      const bool carried_on = std::find(carried.begin(), carried.end(), k) != carried.end();
+      if (carried_in || carried_on || is_input_storage(result.chain, i, k))
+        if (auto held = in_storage[static_cast<std::size_t>(k)].lock()) saved_held.push_back(held);
+    }
     if (!roots.empty()) {
       synchronize(device);
       PeakScope scope(tracker);
@@ -814,6 +840,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       synchronize(device);
       stage.bwd_tmp_bytes = std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
     }
+    saved_held.clear();
     sinks.clear();
     if (per_stage_times) time_stage(run, x, next, in_members, options, device, stage);
     result.chain.stages.push_back(stage);
