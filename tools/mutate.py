@@ -90,8 +90,8 @@ MUTATIONS = [
      "x_0's members carried on without gradient are not solved as context: the dynamic "
      "program counts them in every activation"),
     ("merge-fwd-tmp", "solver/src/merge.cpp",
-     "fwd_peak = std::max(fwd_peak, states + sum(during) + stage.fwd_tmp_bytes);",
-     "fwd_peak = std::max(fwd_peak, states + sum(during));",
+     "fwd_peak = std::max(fwd_peak, states + held_bytes + unheld_values + stage.fwd_tmp_bytes);",
+     "fwd_peak = std::max(fwd_peak, states + held_bytes + unheld_values);",
      "a merged stage's forward forgets its stages' temporaries"),
     ("merge-bwd-gradient", "solver/src/merge.cpp",
      "std::max(first, first_in[u] - 1);", "std::max(first, first_in[u]);",
