@@ -39,6 +39,23 @@ def train_step(model, x, seed):
     return out.detach(), loss.detach()
 
 
+def train_plain_stages(stages, inputs, loss_fn, steps=1):
+    """Plain autograd through named tuple stages, `steps` times from `inputs` (whose gradients
+    are cleared before each step, the parameters' accumulating), as the remat tests train."""
+    for _ in range(steps):
+        for t in inputs:
+            t.grad = None
+        value = tuple(inputs)
+        for _, m in stages:
+            value = m(*value)
+            value = (value,) if isinstance(value, torch.Tensor) else value
+        loss_fn(value[0]).backward()
+
+
+def assert_same_stage_training(plain, ours):
+    assert_same_training(nn.ModuleList(m for _, m in plain), nn.ModuleList(m for _, m in ours))
+
+
 @pytest.mark.parametrize("net", sorted(NETS))
 @pytest.mark.parametrize("fraction", ["least", 0.6, 0.8, 1.0])
 def test_training_equals_plain_bit_for_bit(net, fraction):
@@ -212,15 +229,9 @@ def test_stages_from_lists_pairs_and_tuples():
     chk.compute_sequence(chk.min_budget())
     x2 = x.detach().clone().requires_grad_(True)
     chk(x).sum().backward()
-    h = (x2,)
-    for _, m in plain:
-        h = m(*h)
-        h = (h,) if isinstance(h, torch.Tensor) else h
-    h[0].sum().backward()
+    train_plain_stages(plain, [x2], lambda out: out.sum())
     assert torch.equal(x.grad, x2.grad)
-    for (_, a), (_, b) in zip(stages, plain):
-        for p, q in zip(a.parameters(), b.parameters()):
-            assert torch.equal(p.grad, q.grad)
+    assert_same_stage_training(plain, stages)
     # A list of modules, named by index.
     assert remat.Checkpointable([nn.Linear(4, 4), nn.ReLU()], torch.randn(2, 4), progress=False).chain.stage_names == ["0", "1"]
 
@@ -291,17 +302,9 @@ def test_a_schedule_of_the_merged_chain_trains_as_plain_at_its_predicted_peak():
     # the loss's two scalars (8 bytes) are outside it, as at every budget of this chain.
     assert peak + tensor_bytes(x) + reserve == found.peak_bytes + 8, (peak, found.sequence)
     x2 = x.detach().clone().requires_grad_(True)
-    for _ in range(2):
-        x2.grad = None
-        h = (x2,)
-        for _, m in plain:
-            h = m(*h)
-            h = (h,) if isinstance(h, torch.Tensor) else h
-        loss_fn(h[0]).backward()
+    train_plain_stages(plain, [x2], loss_fn, steps=2)
     assert torch.equal(x.grad, x2.grad)
-    for (_, a), (_, b) in zip(stages, plain):
-        for p, q in zip(a.parameters(), b.parameters()):
-            assert torch.equal(p.grad, q.grad)
+    assert_same_stage_training(plain, stages)
 
 
 def test_a_mask_given_with_the_input_and_carried_on_trains_at_the_predicted_peak():
@@ -354,17 +357,9 @@ def test_a_mask_given_with_the_input_and_carried_on_trains_at_the_predicted_peak
         assert peak + tensor_bytes(h) + tensor_bytes(mask) + reserve == solution.peak_bytes + 8, (
             budget, peak, solution.sequence)
     h2 = h.detach().clone().requires_grad_(True)
-    for _ in range(steps):
-        h2.grad = None
-        value = (h2, mask)
-        for _, m in plain:
-            value = m(*value)
-            value = (value,) if isinstance(value, torch.Tensor) else value
-        loss_fn(value[0]).backward()
+    train_plain_stages(plain, [h2, mask], loss_fn, steps=steps)
     assert torch.equal(h.grad, h2.grad)
-    for (_, a), (_, b) in zip(stages, plain):
-        for p, q in zip(a.parameters(), b.parameters()):
-            assert torch.equal(p.grad, q.grad)
+    assert_same_stage_training(plain, stages)
 
 
 def test_a_mask_that_several_stages_keep_never_takes_the_step_above_its_prediction():
