@@ -1,0 +1,387 @@
+// The storage-exact dynamic program (docs/algorithms.md, "The storage-exact dynamic program").
+//
+// Rotor's nested recurrence, with sets of storages where the persistent table (persistent_dp.cpp)
+// has sizes. A segment (i, l, Z) reverses stages i..l from x_i, given y_{l+1}, while the
+// storages Z of x_i are held outside it for its whole run; its memory m counts everything else
+// it holds (x_i's other storages, y_{l+1}, what it makes). With X_k the storages of x_k,
+// R_i = the storages stage i keeps of x_i and x_{i+1}, s_i its state, n(k) = X_{k+1} \ X_k
+// what stage k makes, and |S| the bytes of a set:
+//
+//   Opt(L, L, Z)   the loss:  m >= |X_L \ Z| + g[L] + bt[L]
+//   Opt(i, i, Z)   Fe_i B_i:  m >= max(fwd(i, i), bwd(i, i))
+//   Opt(i, l, Z) = the least of
+//     leaf j, i < j <= l:  (nf[i] + .. + nf[j-1] + restart_after(j))
+//                            + Opt(j, l, X_i n X_j)[m - |X_i \ Z|]
+//                            + Opt(i, j-1, Z')[m - t]
+//                          if m >= |X_i \ Z| + g[l+1] + max_{i<=k<j} (|X_k \ X_i| + |n(k)| + nt[k])
+//                          (after the loss, l = L with the caller keeping x_L: Z' = Z u (X_i n
+//                          X_L), t = |X_L \ Z|; else Z' = Z, t = 0)
+//     chain step:          (fw[i] + bw[i]) + Opt(i+1, l, X_{i+1} n (Z u R_i))[m - |R_i \ Z| - s_i]
+//                          if m >= max(fwd(i, l), bwd(i, l))
+//   fwd(i, l) = |X_i \ Z| + g[l+1] + |n(i)| + s_i + ft[i]
+//   bwd(i, l) = |(R_i u T) \ Z| + s_i + (g[i+1] + g[i] - gradients passed on in place) + bt[i]
+//               (T = X_L for l = L with the caller keeping x_L, else none)
+//
+// The root is Opt(0, L, X_0)[M - context - |X_0|]: the caller holds x_0. A taped start (x_i from
+// Fe_{i-1}) is one whose Z holds stage i-1's kept outputs, put there by the chain step, so the
+// two states of the persistent table are two values of Z. Every storage is counted once: a
+// member carried from x_i into x_j is x_i's storage, in Z for the segment that starts at x_j.
+// Rows are computed on demand from the root, so only the reachable (i, l, Z) are. Sizes are in
+// units, each set's bytes rounded up: exact in units of one byte, conservative otherwise.
+#include "storage_dp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "detail.h"
+#include "remat/solver/check.h"
+
+namespace remat {
+namespace detail {
+
+struct StorageDp::Model {
+  int length = 0;
+  std::vector<std::int64_t> bytes;          // of each storage
+  std::vector<std::vector<int>> x;          // X_k, sorted, 0..L
+  std::vector<std::vector<int>> kept;       // R_i, sorted, 0..L-1
+  std::vector<std::int64_t> state, ft, nt, bt;  // bt[L]: the loss's temporary
+  std::vector<std::int64_t> grad;           // g[k], 0..L+1
+  std::vector<std::int64_t> passed;         // bytes of y_i passed on from y_{i+1} in place
+  std::vector<double> fw, bw, nf;
+  double restart = 0;
+  std::int64_t context = 0;
+  bool output_held = true;
+
+  explicit Model(const Chain& chain, bool use_nograd_time) {
+    length = chain.length();
+    const auto n = static_cast<std::size_t>(length);
+    std::vector<std::vector<int>> ids(n + 1);  // the storage of each member of x_k
+    for (const Member& member : chain.inputs) {
+      ids[0].push_back(static_cast<int>(bytes.size()));
+      bytes.push_back(member.bytes);
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      for (const Member& member : chain.stages[i].outputs) {
+        if (member.carried()) {
+          ids[i + 1].push_back(ids[i][static_cast<std::size_t>(member.carried_from)]);
+        } else {
+          ids[i + 1].push_back(static_cast<int>(bytes.size()));
+          bytes.push_back(member.bytes);
+        }
+      }
+    const auto sorted = [](std::vector<int> v) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      return v;
+    };
+    for (std::size_t k = 0; k <= n; ++k) x.push_back(sorted(ids[k]));
+    grad.assign(n + 2, 0);
+    for (int k = 0; k <= length; ++k) grad[static_cast<std::size_t>(k)] = chain.gradient_bytes(k);
+    state.assign(n + 1, 0);
+    ft.assign(n + 1, 0);
+    nt.assign(n + 1, 0);
+    bt.assign(n + 1, 0);
+    fw.assign(n + 1, 0.0);
+    bw.assign(n + 1, 0.0);
+    nf.assign(n + 1, 0.0);
+    passed.assign(n + 1, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Stage& stage = chain.stages[i];
+      std::vector<int> r;
+      for (const int k : stage.saved_inputs) r.push_back(ids[i][static_cast<std::size_t>(k)]);
+      for (const int k : stage.saved_outputs) r.push_back(ids[i + 1][static_cast<std::size_t>(k)]);
+      kept.push_back(sorted(r));
+      state[i] = stage.state_bytes;
+      ft[i] = stage.fwd_tmp_bytes;
+      nt[i] = stage.nograd_tmp_bytes();
+      bt[i] = stage.bwd_tmp_bytes;
+      fw[i] = stage.fwd_ms;
+      bw[i] = stage.bwd_ms;
+      nf[i] = use_nograd_time ? stage.nograd_ms() : stage.fwd_ms;
+      const std::vector<Member>& input = chain.members(static_cast<int>(i));
+      std::vector<bool> receives(input.size(), false);
+      for (const Member& member : stage.outputs)
+        if (member.carried() && member.grad)
+          receives[static_cast<std::size_t>(member.carried_from)] = true;
+      for (std::size_t k = 0; k < input.size(); ++k)
+        if (receives[k]) passed[i] += input[k].bytes;
+    }
+    bt[n] = chain.loss_tmp_bytes;
+    restart = chain.restart_ms;
+    context = chain.context_bytes;
+    output_held = chain.output_held;
+  }
+
+  // |a \ z|
+  std::int64_t minus(const std::vector<int>& a, const std::vector<int>& z) const {
+    std::int64_t total = 0;
+    auto it = z.begin();
+    for (const int id : a) {
+      while (it != z.end() && *it < id) ++it;
+      if (it == z.end() || *it != id) total += bytes[static_cast<std::size_t>(id)];
+    }
+    return total;
+  }
+  static std::vector<int> meet(const std::vector<int>& a, const std::vector<int>& b) {
+    std::vector<int> out;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+    return out;
+  }
+  static std::vector<int> join(const std::vector<int>& a, const std::vector<int>& b) {
+    std::vector<int> out;
+    std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+    return out;
+  }
+  double restart_after(int j) const { return j < length ? restart : 0.0; }
+};
+
+// One choice of a segment (i, l, z): leaf j (j > 0) or the chain step (j = 0). Its own
+// operations need `need` units; it runs `first` at m - first_shift (a leaf's right part
+// (j, l, first_z), the chain step's rest (i+1, l, first_z)) and, for a leaf, its left part
+// (i, j-1, second_z) at m - second_shift.
+struct StorageDp::Choice {
+  int j = 0;
+  std::int64_t need = 0;
+  double time = 0;
+  int first_z = 0;
+  std::int64_t first_shift = 0;
+  int second_z = 0;
+  std::int64_t second_shift = 0;
+};
+
+StorageDp::StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time)
+    : model_(std::make_unique<Model>(chain, use_nograd_time)), unit_(unit_bytes) {
+  states_.resize(static_cast<std::size_t>(model_->length) + 1);
+  state_sets_.resize(states_.size());
+  root_z_ = state(0, model_->x[0]);
+}
+
+StorageDp::~StorageDp() = default;
+
+double StorageDp::Row::at(std::int64_t m) const {
+  if (m < lo || m - lo >= static_cast<std::int64_t>(values.size())) return kInfinity;
+  return values[static_cast<std::size_t>(m - lo)];
+}
+
+int StorageDp::state(int i, const std::vector<int>& held) const {
+  auto& map = states_[static_cast<std::size_t>(i)];
+  const auto found = map.find(held);
+  if (found != map.end()) return found->second;
+  const int id = static_cast<int>(map.size());
+  map.emplace(held, id);
+  state_sets_[static_cast<std::size_t>(i)].push_back(held);
+  return id;
+}
+
+std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
+  const Model& c = *model_;
+  const int length = c.length;
+  const auto units = [this](std::int64_t bytes) {
+    return bytes / unit_ + (bytes % unit_ != 0 ? 1 : 0);
+  };
+  const auto ui = static_cast<std::size_t>(i);
+  const std::vector<int> held = state_sets_[ui][static_cast<std::size_t>(z)];
+  const std::vector<int>& xi = c.x[ui];
+  const std::int64_t own = units(c.minus(xi, held));
+  const std::int64_t gradient = units(c.grad[static_cast<std::size_t>(l) + 1]);
+  const bool after_loss = l == length && c.output_held;
+  std::vector<Choice> out;
+  if (i == length) {  // the loss
+    Choice loss;
+    loss.need = units(c.minus(c.x[ui], held)) + units(c.grad[ui]) + units(c.bt[ui]);
+    out.push_back(loss);
+    return out;
+  }
+  if (i < l) {
+    double prefix = 0;
+    std::int64_t forwards = 0;
+    const std::vector<int> left_held =
+        after_loss ? Model::join(held, Model::meet(xi, c.x[static_cast<std::size_t>(length)]))
+                   : held;
+    const int left_z = state(i, left_held);
+    const std::int64_t left_shift =
+        after_loss ? units(c.minus(c.x[static_cast<std::size_t>(length)], held)) : 0;
+    for (int j = i + 1; j <= l; ++j) {
+      const auto k = static_cast<std::size_t>(j - 1);
+      prefix += c.nf[k];
+      forwards = std::max(forwards,
+                          units(c.minus(c.x[k], xi)) + units(c.minus(c.x[k + 1], c.x[k])) +
+                              units(c.nt[k]));
+      Choice leaf;
+      leaf.j = j;
+      leaf.need = own + gradient + forwards;
+      leaf.time = prefix + c.restart_after(j);
+      leaf.first_z = state(j, Model::meet(xi, c.x[static_cast<std::size_t>(j)]));
+      leaf.first_shift = own;
+      leaf.second_z = left_z;
+      leaf.second_shift = left_shift;
+      out.push_back(leaf);
+    }
+  }
+  const std::vector<int>& kept = c.kept[ui];
+  const std::int64_t state_units = units(c.state[ui]);
+  const std::int64_t forward =
+      own + gradient + units(c.minus(c.x[ui + 1], xi)) + state_units + units(c.ft[ui]);
+  const std::int64_t backward =
+      units(c.minus(after_loss ? Model::join(kept, c.x[static_cast<std::size_t>(length)]) : kept,
+                    held)) +
+      state_units + units(c.grad[ui + 1] + c.grad[ui] - c.passed[ui]) + units(c.bt[ui]);
+  Choice step;
+  step.need = std::max(forward, backward);
+  step.time = c.fw[ui] + c.bw[ui];
+  if (i < l) {
+    step.first_z = state(i + 1, Model::meet(c.x[ui + 1], Model::join(held, kept)));
+    step.first_shift = units(c.minus(kept, held)) + state_units;
+  }
+  out.push_back(step);
+  return out;
+}
+
+std::int64_t StorageDp::least(int i, int l, int z) {
+  const auto key = std::make_tuple(i, l, z);
+  const auto found = least_.find(key);
+  if (found != least_.end()) return found->second;
+  const std::vector<Choice> options = choices(i, l, z);
+  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+  for (const Choice& choice : options) {
+    std::int64_t need = choice.need;
+    if (choice.j > 0) {
+      need = std::max({need, choice.first_shift + least(choice.j, l, choice.first_z),
+                       choice.second_shift + least(i, choice.j - 1, choice.second_z)});
+    } else if (i < l) {
+      need = std::max(need, choice.first_shift + least(i + 1, l, choice.first_z));
+    }
+    best = std::min(best, need);
+  }
+  least_.emplace(key, best);
+  return best;
+}
+
+const StorageDp::Row& StorageDp::row(int i, int l, int z) {
+  const auto key = std::make_tuple(i, l, z);
+  const auto found = rows_.find(key);
+  if (found != rows_.end()) return found->second;
+  Row out;
+  out.lo = least(i, l, z);
+  if (out.lo < width_) {
+    std::vector<double> best(static_cast<std::size_t>(width_ - out.lo), kInfinity);
+    for (const Choice& choice : choices(i, l, z)) {
+      if (i == l) {
+        if (choice.need <= out.lo) std::fill(best.begin(), best.end(), choice.time);
+        continue;
+      }
+      const Row* first =
+          choice.j > 0 ? &row(choice.j, l, choice.first_z) : &row(i + 1, l, choice.first_z);
+      const Row* second = choice.j > 0 ? &row(i, choice.j - 1, choice.second_z) : nullptr;
+      std::int64_t start = std::max({out.lo, choice.need, choice.first_shift + first->lo});
+      if (second) start = std::max(start, choice.second_shift + second->lo);
+      for (std::int64_t m = start; m < width_; ++m) {
+        const double v = second ? (choice.time + first->at(m - choice.first_shift)) +
+                                      second->at(m - choice.second_shift)
+                                : choice.time + first->at(m - choice.first_shift);
+        double& b = best[static_cast<std::size_t>(m - out.lo)];
+        if (v < b) b = v;
+      }
+    }
+    REMAT_INTERNAL_ASSERT(best.front() < kInfinity, "storage row (", i, ", ", l, ", ", z,
+                          ") infinite at its least memory ", out.lo);
+    out.values = std::move(best);
+    cells_ += static_cast<std::int64_t>(out.values.size());
+  }
+  return rows_.emplace(key, std::move(out)).first->second;
+}
+
+std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t unit_bytes,
+                                            std::int64_t capacity_units, bool use_nograd_time,
+                                            std::int64_t max_cells, double max_work) {
+  REMAT_INTERNAL_ASSERT(unit_bytes >= 1 && capacity_units >= 0);
+  const double length = chain.length() + 1.0;
+  // Every row has at least one leaf per stage between its ends: a lower bound of the work.
+  if (length * length * length / 6.0 * static_cast<double>(capacity_units) > max_work) return {};
+  std::unique_ptr<StorageDp> dp(new StorageDp(chain, unit_bytes, use_nograd_time));
+  for (const std::vector<int>& x : dp->model_->x)
+    if (x.size() > 64) return {};
+  const auto units = [unit_bytes](std::int64_t bytes) {
+    return bytes / unit_bytes + (bytes % unit_bytes != 0 ? 1 : 0);
+  };
+  dp->width_ = capacity_units - units(dp->model_->context) -
+               units(dp->model_->minus(dp->model_->x[0], {})) + 1;
+  if (dp->width_ <= 0) return dp;
+  // The reachable segments and their least memories, then the work their rows would take.
+  const std::int64_t root = dp->least(0, chain.length(), dp->root_z_);
+  if (root >= dp->width_) return dp;
+  double work = 0, cells = 0;
+  for (const auto& [key, lo] : dp->least_) {
+    const auto [i, l, z] = key;
+    (void)z;
+    const double width = static_cast<double>(std::max<std::int64_t>(0, dp->width_ - lo));
+    cells += width;
+    work += width * (l - i + 1);
+  }
+  if (cells > static_cast<double>(max_cells) || work > max_work) return {};
+  dp->row(0, chain.length(), dp->root_z_);
+  return dp;
+}
+
+std::int64_t StorageDp::least_bytes(const Chain& chain) {
+  StorageDp dp(chain, 1, true);
+  return dp.least(0, chain.length(), dp.root_z_) + dp.model_->context +
+         dp.model_->minus(dp.model_->x[0], {});
+}
+
+std::int64_t StorageDp::root_memory(std::int64_t bytes) const {
+  const auto units = [this](std::int64_t b) { return b / unit_ + (b % unit_ != 0 ? 1 : 0); };
+  return bytes / unit_ - units(model_->context) - units(model_->minus(model_->x[0], {}));
+}
+
+double StorageDp::value_at(std::int64_t bytes) const {
+  const std::int64_t m = root_memory(bytes);
+  REMAT_INTERNAL_ASSERT(m < width_, "storage table: ", bytes, " bytes above its capacity");
+  const auto found = rows_.find(std::make_tuple(0, model_->length, root_z_));
+  return found == rows_.end() ? kInfinity : found->second.at(m);
+}
+
+Sequence StorageDp::sequence_at(std::int64_t bytes) const {
+  Sequence out;
+  if (value_at(bytes) == kInfinity) return out;
+  rebuild(0, model_->length, root_z_, root_memory(bytes), out);
+  return out;
+}
+
+void StorageDp::rebuild(int i, int l, int z, std::int64_t m, Sequence& out) const {
+  if (i == l) {
+    append_single_stage(i, model_->length, out);
+    return;
+  }
+  // The states were interned when the row was computed: recomputing finds the same ids.
+  const std::vector<Choice> options = choices(i, l, z);
+  const double target = rows_.at(std::make_tuple(i, l, z)).at(m);
+  for (const Choice& choice : options) {
+    if (m < choice.need) continue;
+    if (choice.j > 0) {
+      const auto right = rows_.find(std::make_tuple(choice.j, l, choice.first_z));
+      const auto left = rows_.find(std::make_tuple(i, choice.j - 1, choice.second_z));
+      if (right == rows_.end() || left == rows_.end()) continue;
+      const double v = (choice.time + right->second.at(m - choice.first_shift)) +
+                       left->second.at(m - choice.second_shift);
+      if (v != target) continue;
+      append_leaf_forwards(i, choice.j, out);
+      rebuild(choice.j, l, choice.first_z, m - choice.first_shift, out);
+      rebuild(i, choice.j - 1, choice.second_z, m - choice.second_shift, out);
+      return;
+    }
+    const auto rest = rows_.find(std::make_tuple(i + 1, l, choice.first_z));
+    if (rest == rows_.end() || choice.time + rest->second.at(m - choice.first_shift) != target)
+      continue;
+    out.push_back(fe(i));
+    rebuild(i + 1, l, choice.first_z, m - choice.first_shift, out);
+    out.push_back(bwd(i));
+    return;
+  }
+  REMAT_INTERNAL_ASSERT(false, "storage table: no choice reaches Opt(", i, ", ", l, ", ", z, ", ",
+                        m, ")");
+}
+
+}  // namespace detail
+}  // namespace remat

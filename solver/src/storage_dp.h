@@ -1,0 +1,74 @@
+#pragma once
+// The dynamic program over storages (storage_dp.cpp): rotor's nested recurrence with every
+// storage counted once, exact where a chain carries members (docs/algorithms.md, "The
+// storage-exact dynamic program").
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "remat/solver/chain.h"
+#include "remat/solver/sequence.h"
+
+namespace remat {
+namespace detail {
+
+// A segment (i, l) with the set Z of x_i's storages held outside it for its whole run (by an
+// enclosing segment's start, a stage's autograd state, the caller's x_0 or x_L): the segment
+// counts the rest. Z replaces the persistent table's fresh/taped state (a taped start is one
+// whose previous stage's kept outputs are in Z).
+class StorageDp {
+ public:
+  // The table for memories 0..capacity units (of `unit_bytes`, the context and x_0 included),
+  // or none where it would take more than `max_cells` stored values or `max_work` candidate
+  // evaluations (or an activation has more than 64 distinct storages).
+  static std::unique_ptr<StorageDp> build(const Chain& chain, std::int64_t unit_bytes,
+                                          std::int64_t capacity_units, bool use_nograd_time,
+                                          std::int64_t max_cells, double max_work);
+  // The least budget in bytes of a nested sequence: exact (unit 1, no memory axis).
+  static std::int64_t least_bytes(const Chain& chain);
+
+  // The optimum within `bytes` (at most the capacity), +inf where none fits, and its sequence
+  // (empty where none fits).
+  double value_at(std::int64_t bytes) const;
+  Sequence sequence_at(std::int64_t bytes) const;
+  std::int64_t unit_bytes() const { return unit_; }
+  // Segment rows computed, and values stored.
+  std::int64_t rows() const { return static_cast<std::int64_t>(rows_.size()); }
+  std::int64_t cells() const { return cells_; }
+
+  struct Model;  // the chain's storages (storage_dp.cpp)
+  ~StorageDp();
+
+ private:
+  StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time);
+  struct Choice;
+  struct Row {
+    std::int64_t lo = 0;  // first finite memory (MinMem); +inf below
+    std::vector<double> values;  // memories lo..width-1
+    double at(std::int64_t m) const;
+  };
+  int state(int i, const std::vector<int>& held) const;  // interns Z for start i
+  std::vector<Choice> choices(int i, int l, int z) const;
+  std::int64_t least(int i, int l, int z);
+  const Row& row(int i, int l, int z);
+  std::int64_t root_memory(std::int64_t bytes) const;
+  void rebuild(int i, int l, int z, std::int64_t m, Sequence& out) const;
+
+  std::unique_ptr<Model> model_;
+  std::int64_t unit_ = 1;
+  std::int64_t width_ = 0;  // memories 0..width_-1
+  int root_z_ = 0;
+  std::int64_t cells_ = 0;
+  // Z of each start, interned; rows and least memories keyed by (i, l, z).
+  mutable std::vector<std::map<std::vector<int>, int>> states_;
+  mutable std::vector<std::vector<std::vector<int>>> state_sets_;
+  std::map<std::tuple<int, int, int>, std::int64_t> least_;
+  std::map<std::tuple<int, int, int>, Row> rows_;
+};
+
+}  // namespace detail
+}  // namespace remat

@@ -1,0 +1,128 @@
+// The storage-exact dynamic program (solver/src/storage_dp.cpp) against the exhaustive oracle's
+// nested sequences on chains with carried members, and against the persistent table on chains
+// without (where the two recurrences must agree at every memory).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "detail.h"
+#include "exhaustive_oracle.h"
+#include "remat/solver/simulator.h"
+#include "remat/solver/solver.h"
+#include "storage_dp.h"
+#include "test_chains.h"
+
+namespace remat {
+namespace {
+
+bool same_time(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
+}
+
+test::RandomChainSpec carried_spec(int max_length) {
+  test::RandomChainSpec spec;
+  spec.max_length = max_length;
+  spec.max_bytes = 12;
+  spec.partial_keeps = true;
+  spec.carried = true;
+  return spec;
+}
+
+// At every budget from below the least nested peak to the store-all peak, in bytes: the
+// table's value is the best nested sequence's time, and its sequence fits with that time.
+// Returns the number of budgets checked.
+int check_against_oracle(const Chain& chain) {
+  INFO(chain_to_json(chain));
+  const test::ExhaustiveOracle oracle(chain);
+  std::vector<std::pair<std::int64_t, double>> nested;
+  std::int64_t least = std::numeric_limits<std::int64_t>::max();
+  for (const Sequence& sequence : oracle.nested_sequences()) {
+    nested.push_back(oracle.evaluate(sequence));
+    least = std::min(least, nested.back().first);
+  }
+  CHECK(detail::StorageDp::least_bytes(chain) == least);
+  const std::int64_t top = store_all_peak(chain);
+  const auto dp = detail::StorageDp::build(chain, 1, top, true, std::int64_t{1} << 30, 1e12);
+  REQUIRE(dp);
+  int budgets = 0;
+  for (std::int64_t budget = std::max<std::int64_t>(0, least - 2); budget <= top; ++budget) {
+    INFO("budget " << budget);
+    double best = test::ExhaustiveOracle::kInf;
+    for (const auto& [peak, time] : nested)
+      if (peak <= budget) best = std::min(best, time);
+    const double value = dp->value_at(budget);
+    CHECK(same_time(value, best));
+    const Sequence sequence = dp->sequence_at(budget);
+    CHECK(sequence.empty() == std::isinf(value));
+    if (!sequence.empty()) {
+      INFO(collapsed_string(sequence));
+      const Simulation sim = simulate(chain, sequence);
+      CHECK(sim.peak_bytes <= budget);
+      CHECK(same_time(sim.makespan_ms, value));
+    }
+    ++budgets;
+  }
+  return budgets;
+}
+
+TEST_CASE("storage dp: with carried members, the best nested sequence at every budget",
+          "[solver][storage_dp][oracle]") {
+  int budgets = 0, chains = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    test::RandomChainSpec spec = carried_spec(5);
+    spec.restarts = seed % 2 == 0;
+    const Chain chain = test::random_chain(41000 + seed, spec);
+    if (chain.carried_bytes() == 0) continue;
+    ++chains;
+    budgets += check_against_oracle(chain);
+  }
+  CHECK(chains > 150);
+  CHECK(budgets > 3000);
+}
+
+}  // namespace
+}  // namespace remat
+
+namespace remat {
+namespace {
+
+// Without carried members every storage is in one activation, and the two recurrences are the
+// same: the persistent table's value at every memory, in bytes, and its least memory.
+TEST_CASE("storage dp: without carried members, the persistent table's values",
+          "[solver][storage_dp]") {
+  int chains = 0, memories = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 9;
+    spec.partial_keeps = seed % 3 != 0;  // two states at some starts; model v1 otherwise
+    spec.restarts = seed % 2 == 0;
+    const Chain chain = test::random_chain(43000 + seed, spec);
+    REQUIRE(chain.carried_bytes() == 0);
+    INFO(chain_to_json(chain));
+    const detail::UnitChain units = detail::make_unit_chain(chain, 1, true);
+    const std::int64_t top = store_all_peak(chain) + 3;
+    const detail::MinMemoryTable min_memory(units);
+    const std::int64_t frame = top - units.context;
+    const detail::PersistentTable table(units, min_memory, frame, 1);
+    const auto dp = detail::StorageDp::build(chain, 1, top, true, std::int64_t{1} << 30, 1e12);
+    REQUIRE(dp);
+    CHECK(detail::StorageDp::least_bytes(chain) == min_feasible_budget(chain, SolveOptions(0)));
+    for (std::int64_t budget = 0; budget <= top; ++budget) {
+      INFO("budget " << budget);
+      const double expected =
+          budget - units.context - units.x[0] < 0 ? test::ExhaustiveOracle::kInf
+                                                  : table.value(0, chain.length(), budget - units.context);
+      CHECK(same_time(dp->value_at(budget), expected));
+      ++memories;
+    }
+    ++chains;
+  }
+  CHECK(memories > 5000);
+}
+
+}  // namespace
+}  // namespace remat
