@@ -11,6 +11,7 @@
 #include "discretization.h"
 #include "remat/solver/check.h"
 #include "remat/solver/solver.h"
+#include "storage_dp.h"
 
 namespace remat {
 namespace {
@@ -275,6 +276,58 @@ void solve_merged_runs(const Chain& chain, const SolveOptions& options, Solution
          out);
 }
 
+// SolveOptions::exact_storages after the other candidates: the storage-exact table's sequence
+// where it is faster, or where nothing else fits; its least budget is exact.
+void solve_storage_exact(const Chain& chain, const SolveOptions& options, Solution& out) {
+  if (chain.carried_bytes() == 0 || chain.length() > kStorageDpMaxStages) return;
+  const std::int64_t least = detail::StorageDp::least_bytes(chain);
+  out.min_feasible_budget_bytes = std::min(out.min_feasible_budget_bytes, least);
+  const std::int64_t budget = options.budget_bytes();
+  // Store-all is never beaten.
+  if (budget < least || (out.ok() && out.makespan_ms <= out.store_all_makespan_ms)) return;
+  const TimeModel time{options.use_nograd_time()};
+  const Discretization disc = detail::discretize_filled(budget, detail::slot_count(chain, 0));
+  const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
+  const std::unique_ptr<detail::StorageDp> table = detail::StorageDp::build(
+      chain, disc.unit_bytes, disc.capacity_units, options.use_nograd_time(),
+      limit.bytes / static_cast<std::int64_t>(2 * sizeof(double)), detail::kStorageDpWork);
+  Sequence sequence = table ? table->sequence_at(budget) : Sequence{};
+  if (table) {
+    out.exact_storages = true;
+    if (!sequence.empty()) {
+      const double predicted = table->value_at(budget);
+      Simulation sim = simulate(chain, sequence, time);
+      REMAT_INTERNAL_ASSERT(sim.peak_bytes <= budget, "the storage-exact sequence peaks at ",
+                            sim.peak_bytes, " bytes, above the budget ", budget);
+      REMAT_INTERNAL_ASSERT(std::fabs(sim.makespan_ms - predicted) <= 1e-9 * std::max(1.0, predicted),
+                            "the storage-exact sequence takes ", sim.makespan_ms,
+                            " ms, not its table's ", predicted);
+      if (out.ok() && !detail::faster(sim.makespan_ms, out.makespan_ms)) return;
+      out.discretization = disc;
+      out.solved_budget_bytes = budget;
+      out.merged_stages = 0;
+      out.warning.clear();
+      accept(std::move(sequence), std::move(sim), SolveStatus::kOptimal, out);
+      return;
+    }
+  }
+  if (out.ok()) return;
+  // The budget fits a nested sequence, but not in whole units: the least-memory one.
+  sequence = detail::StorageDp::least_sequence(chain);
+  Simulation sim = simulate(chain, sequence, time);
+  REMAT_INTERNAL_ASSERT(sim.peak_bytes == least, "the storage-exact least-memory sequence peaks at ",
+                        sim.peak_bytes, " bytes, not ", least);
+  out.discretization = Discretization{1, budget};
+  out.solved_budget_bytes = budget;
+  out.merged_stages = 0;
+  out.warning = detail::str_cat(
+      "the budget is within the rounding of the memory slots of the least memory the chain can "
+      "run in (",
+      least, " bytes): the sequence is the least-memory one, not the optimum; a slightly larger "
+             "budget lets the dynamic program choose");
+  accept(std::move(sequence), std::move(sim), SolveStatus::kFeasible, out);
+}
+
 // Revolve: the most checkpoints whose sequence fits (more checkpoints, fewer recomputations).
 void solve_revolve(const Chain& chain, const SolveOptions& options, Solution& out) {
   const int length = chain.length();
@@ -390,6 +443,8 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
         search_optimal_above_budget(chain, options, out);
       if (options.merge_carried_runs() && options.slots() == 0 && !options.reference_recurrence())
         solve_merged_runs(chain, options, out);
+      if (options.exact_storages() && options.slots() == 0 && !options.reference_recurrence())
+        solve_storage_exact(chain, options, out);
       break;
     case Algorithm::kStoreAll: {
       finish_heuristic(chain, options, detail::store_all_sequence(length), -1, out);
@@ -441,6 +496,10 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
       if (const auto merged = detail::merge_carried_runs(chain))
         least = std::min(least, min_feasible_budget(merged->chain, options));
     }
+    // The storage-exact table's, exact in bytes, where solve() would solve it.
+    if (options.exact_storages() && options.slots() == 0 && !options.reference_recurrence() &&
+        chain.carried_bytes() > 0 && chain.length() <= kStorageDpMaxStages)
+      least = std::min(least, detail::StorageDp::least_bytes(chain));
     return least;
   }
   SolveOptions copy = options;

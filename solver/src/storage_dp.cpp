@@ -153,6 +153,8 @@ struct StorageDp::Choice {
 StorageDp::StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time)
     : model_(std::make_unique<Model>(chain, use_nograd_time)), unit_(unit_bytes) {
   states_.resize(static_cast<std::size_t>(model_->length) + 1);
+  leaf_parts_.resize(states_.size());
+  entries_.resize(states_.size() * states_.size());
   state_sets_.resize(states_.size());
   root_z_ = state(0, model_->x[0]);
 }
@@ -160,8 +162,9 @@ StorageDp::StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nogra
 StorageDp::~StorageDp() = default;
 
 double StorageDp::Row::at(std::int64_t m) const {
-  if (m < lo || m - lo >= static_cast<std::int64_t>(values.size())) return kInfinity;
-  return values[static_cast<std::size_t>(m - lo)];
+  if (values.empty() || m < lo) return kInfinity;
+  const std::int64_t k = std::min(m - lo, static_cast<std::int64_t>(values.size()) - 1);
+  return values[static_cast<std::size_t>(k)];
 }
 
 int StorageDp::state(int i, const std::vector<int>& held) const {
@@ -194,8 +197,7 @@ std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
     return out;
   }
   if (i < l) {
-    double prefix = 0;
-    std::int64_t forwards = 0;
+    const std::vector<LeafPart>& parts = leaf_parts(i);
     const std::vector<int> left_held =
         after_loss ? Model::join(held, Model::meet(xi, c.x[static_cast<std::size_t>(length)]))
                    : held;
@@ -203,16 +205,12 @@ std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
     const std::int64_t left_shift =
         after_loss ? units(c.minus(c.x[static_cast<std::size_t>(length)], held)) : 0;
     for (int j = i + 1; j <= l; ++j) {
-      const auto k = static_cast<std::size_t>(j - 1);
-      prefix += c.nf[k];
-      forwards = std::max(forwards,
-                          units(c.minus(c.x[k], xi)) + units(c.minus(c.x[k + 1], c.x[k])) +
-                              units(c.nt[k]));
+      const LeafPart& part = parts[static_cast<std::size_t>(j)];
       Choice leaf;
       leaf.j = j;
-      leaf.need = own + gradient + forwards;
-      leaf.time = prefix + c.restart_after(j);
-      leaf.first_z = state(j, Model::meet(xi, c.x[static_cast<std::size_t>(j)]));
+      leaf.need = own + gradient + part.forwards;
+      leaf.time = part.time;
+      leaf.first_z = part.right_z;
       leaf.first_shift = own;
       leaf.second_z = left_z;
       leaf.second_shift = left_shift;
@@ -238,10 +236,48 @@ std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
   return out;
 }
 
+const std::vector<StorageDp::LeafPart>& StorageDp::leaf_parts(int i) const {
+  std::vector<LeafPart>& parts = leaf_parts_[static_cast<std::size_t>(i)];
+  if (!parts.empty()) return parts;
+  const Model& c = *model_;
+  const auto units = [this](std::int64_t bytes) {
+    return bytes / unit_ + (bytes % unit_ != 0 ? 1 : 0);
+  };
+  const std::vector<int>& xi = c.x[static_cast<std::size_t>(i)];
+  parts.resize(static_cast<std::size_t>(c.length) + 1);
+  double prefix = 0;
+  std::int64_t forwards = 0;
+  for (int j = i + 1; j <= c.length; ++j) {
+    const auto k = static_cast<std::size_t>(j - 1);
+    prefix += c.nf[k];
+    forwards = std::max(forwards, units(c.minus(c.x[k], xi)) +
+                                      units(c.minus(c.x[k + 1], c.x[k])) + units(c.nt[k]));
+    LeafPart& part = parts[static_cast<std::size_t>(j)];
+    part.forwards = forwards;
+    part.time = prefix + c.restart_after(j);
+    part.right_z = state(j, Model::meet(xi, c.x[static_cast<std::size_t>(j)]));
+  }
+  return parts;
+}
+
+StorageDp::Entry& StorageDp::entry(int i, int l, int z) {
+  std::vector<Entry>& list =
+      entries_[static_cast<std::size_t>(i) * (static_cast<std::size_t>(model_->length) + 1) +
+               static_cast<std::size_t>(l)];
+  if (list.size() <= static_cast<std::size_t>(z)) list.resize(static_cast<std::size_t>(z) + 1);
+  return list[static_cast<std::size_t>(z)];
+}
+
+const StorageDp::Row* StorageDp::find_row(int i, int l, int z) const {
+  const std::vector<Entry>& list =
+      entries_[static_cast<std::size_t>(i) * (static_cast<std::size_t>(model_->length) + 1) +
+               static_cast<std::size_t>(l)];
+  return static_cast<std::size_t>(z) < list.size() ? list[static_cast<std::size_t>(z)].row.get()
+                                                    : nullptr;
+}
+
 std::int64_t StorageDp::least(int i, int l, int z) {
-  const auto key = std::make_tuple(i, l, z);
-  const auto found = least_.find(key);
-  if (found != least_.end()) return found->second;
+  if (const std::int64_t known = entry(i, l, z).least; known >= 0) return known;
   const std::vector<Choice> options = choices(i, l, z);
   std::int64_t best = std::numeric_limits<std::int64_t>::max();
   for (const Choice& choice : options) {
@@ -254,42 +290,88 @@ std::int64_t StorageDp::least(int i, int l, int z) {
     }
     best = std::min(best, need);
   }
-  least_.emplace(key, best);
+  entry(i, l, z).least = best;
   return best;
 }
 
+// Relaxes best[m - lo] = min(best[m - lo], candidate(m)) for m in [from, to], where both are
+// non-increasing in m: a chunk whose candidate at its end is at least best at its start cannot
+// improve best and is skipped (floating-point addition is monotone, so this holds for the
+// rounded values too).
+template <class Candidate>
+void relax(std::vector<double>& best, std::int64_t lo, std::int64_t from, std::int64_t to,
+           const Candidate& candidate) {
+  constexpr std::int64_t kChunk = 32;
+  for (std::int64_t k = from; k <= to; k += kChunk) {
+    const std::int64_t end = std::min(to, k + kChunk - 1);
+    if (candidate(end) >= best[static_cast<std::size_t>(k - lo)]) continue;
+    for (std::int64_t m = k; m <= end; ++m) {
+      const double v = candidate(m);
+      double& b = best[static_cast<std::size_t>(m - lo)];
+      if (v < b) b = v;
+    }
+  }
+}
+
 const StorageDp::Row& StorageDp::row(int i, int l, int z) {
-  const auto key = std::make_tuple(i, l, z);
-  const auto found = rows_.find(key);
-  if (found != rows_.end()) return found->second;
+  if (const Row* known = find_row(i, l, z)) return *known;
   Row out;
   out.lo = least(i, l, z);
   if (out.lo < width_) {
+    const std::int64_t last = width_ - 1;
     std::vector<double> best(static_cast<std::size_t>(width_ - out.lo), kInfinity);
     for (const Choice& choice : choices(i, l, z)) {
       if (i == l) {
         if (choice.need <= out.lo) std::fill(best.begin(), best.end(), choice.time);
         continue;
       }
-      const Row* first =
-          choice.j > 0 ? &row(choice.j, l, choice.first_z) : &row(i + 1, l, choice.first_z);
+      const Row& first =
+          choice.j > 0 ? row(choice.j, l, choice.first_z) : row(i + 1, l, choice.first_z);
       const Row* second = choice.j > 0 ? &row(i, choice.j - 1, choice.second_z) : nullptr;
-      std::int64_t start = std::max({out.lo, choice.need, choice.first_shift + first->lo});
+      if (first.values.empty() || (second && second->values.empty())) continue;
+      std::int64_t start = std::max({out.lo, choice.need, choice.first_shift + first.lo});
       if (second) start = std::max(start, choice.second_shift + second->lo);
-      for (std::int64_t m = start; m < width_; ++m) {
-        const double v = second ? (choice.time + first->at(m - choice.first_shift)) +
-                                      second->at(m - choice.second_shift)
-                                : choice.time + first->at(m - choice.first_shift);
-        double& b = best[static_cast<std::size_t>(m - out.lo)];
-        if (v < b) b = v;
+      if (start > last) continue;
+      // Beyond where both parts are constant the candidate is: it can improve best only
+      // before the first memory where best is already at most that constant.
+      const double constant =
+          second ? (choice.time + first.values.back()) + second->values.back()
+                 : choice.time + first.values.back();
+      const auto stop = std::partition_point(best.begin() + (start - out.lo), best.end(),
+                                             [constant](double v) { return v > constant; });
+      const std::int64_t end = static_cast<std::int64_t>(stop - best.begin()) + out.lo - 1;
+      if (end < start) continue;
+      // From `saturated` on the candidate is its constant, below best up to `end`.
+      const std::int64_t saturated = std::max(
+          choice.first_shift + first.lo + static_cast<std::int64_t>(first.values.size()) - 1,
+          second ? choice.second_shift + second->lo +
+                       static_cast<std::int64_t>(second->values.size()) - 1
+                 : std::int64_t{0});
+      const std::int64_t varying_end = std::min(end, saturated - 1);
+      if (second) {
+        relax(best, out.lo, start, varying_end, [&](std::int64_t m) {
+          return (choice.time + first.at(m - choice.first_shift)) +
+                 second->at(m - choice.second_shift);
+        });
+      } else {
+        relax(best, out.lo, start, varying_end,
+              [&](std::int64_t m) { return choice.time + first.at(m - choice.first_shift); });
       }
+      const std::int64_t from = std::max(start, saturated);
+      if (from <= end)
+        std::fill(best.begin() + (from - out.lo), best.begin() + (end - out.lo + 1), constant);
     }
     REMAT_INTERNAL_ASSERT(best.front() < kInfinity, "storage row (", i, ", ", l, ", ", z,
                           ") infinite at its least memory ", out.lo);
+    // Stored up to where it becomes constant.
+    std::size_t size = best.size();
+    while (size > 1 && best[size - 2] == best.back()) --size;
+    best.resize(size);
     out.values = std::move(best);
     cells_ += static_cast<std::int64_t>(out.values.size());
   }
-  return rows_.emplace(key, std::move(out)).first->second;
+  ++rows_;
+  return *(entry(i, l, z).row = std::make_unique<Row>(std::move(out)));
 }
 
 std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t unit_bytes,
@@ -312,13 +394,16 @@ std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t uni
   const std::int64_t root = dp->least(0, chain.length(), dp->root_z_);
   if (root >= dp->width_) return dp;
   double work = 0, cells = 0;
-  for (const auto& [key, lo] : dp->least_) {
-    const auto [i, l, z] = key;
-    (void)z;
+  const int stride = chain.length() + 1;
+  for (std::size_t pair = 0; pair < dp->entries_.size(); ++pair)
+    for (const Entry& known : dp->entries_[pair]) {
+    if (known.least < 0) continue;
+    const std::int64_t lo = known.least;
+    const int i = static_cast<int>(pair) / stride, l = static_cast<int>(pair) % stride;
     const double width = static_cast<double>(std::max<std::int64_t>(0, dp->width_ - lo));
     cells += width;
     work += width * (l - i + 1);
-  }
+    }
   if (cells > static_cast<double>(max_cells) || work > max_work) return {};
   dp->row(0, chain.length(), dp->root_z_);
   return dp;
@@ -330,6 +415,41 @@ std::int64_t StorageDp::least_bytes(const Chain& chain) {
          dp.model_->minus(dp.model_->x[0], {});
 }
 
+Sequence StorageDp::least_sequence(const Chain& chain) {
+  StorageDp dp(chain, 1, true);
+  Sequence out;
+  dp.rebuild_least(0, chain.length(), dp.root_z_, out);
+  return out;
+}
+
+// Follows a choice that reaches the segment's least memory (the first one).
+void StorageDp::rebuild_least(int i, int l, int z, Sequence& out) {
+  if (i == l) {
+    append_single_stage(i, model_->length, out);
+    return;
+  }
+  const std::int64_t target = least(i, l, z);
+  for (const Choice& choice : choices(i, l, z)) {
+    if (choice.j > 0) {
+      if (std::max({choice.need, choice.first_shift + least(choice.j, l, choice.first_z),
+                    choice.second_shift + least(i, choice.j - 1, choice.second_z)}) != target)
+        continue;
+      append_leaf_forwards(i, choice.j, out);
+      rebuild_least(choice.j, l, choice.first_z, out);
+      rebuild_least(i, choice.j - 1, choice.second_z, out);
+      return;
+    }
+    if (std::max(choice.need, choice.first_shift + least(i + 1, l, choice.first_z)) != target)
+      continue;
+    out.push_back(fe(i));
+    rebuild_least(i + 1, l, choice.first_z, out);
+    out.push_back(bwd(i));
+    return;
+  }
+  REMAT_INTERNAL_ASSERT(false, "storage table: no choice reaches MinMem(", i, ", ", l, ", ", z,
+                        ")");
+}
+
 std::int64_t StorageDp::root_memory(std::int64_t bytes) const {
   const auto units = [this](std::int64_t b) { return b / unit_ + (b % unit_ != 0 ? 1 : 0); };
   return bytes / unit_ - units(model_->context) - units(model_->minus(model_->x[0], {}));
@@ -338,8 +458,8 @@ std::int64_t StorageDp::root_memory(std::int64_t bytes) const {
 double StorageDp::value_at(std::int64_t bytes) const {
   const std::int64_t m = root_memory(bytes);
   REMAT_INTERNAL_ASSERT(m < width_, "storage table: ", bytes, " bytes above its capacity");
-  const auto found = rows_.find(std::make_tuple(0, model_->length, root_z_));
-  return found == rows_.end() ? kInfinity : found->second.at(m);
+  const Row* root = find_row(0, model_->length, root_z_);
+  return root == nullptr ? kInfinity : root->at(m);
 }
 
 Sequence StorageDp::sequence_at(std::int64_t bytes) const {
@@ -356,23 +476,23 @@ void StorageDp::rebuild(int i, int l, int z, std::int64_t m, Sequence& out) cons
   }
   // The states were interned when the row was computed: recomputing finds the same ids.
   const std::vector<Choice> options = choices(i, l, z);
-  const double target = rows_.at(std::make_tuple(i, l, z)).at(m);
+  const double target = find_row(i, l, z)->at(m);
   for (const Choice& choice : options) {
     if (m < choice.need) continue;
     if (choice.j > 0) {
-      const auto right = rows_.find(std::make_tuple(choice.j, l, choice.first_z));
-      const auto left = rows_.find(std::make_tuple(i, choice.j - 1, choice.second_z));
-      if (right == rows_.end() || left == rows_.end()) continue;
-      const double v = (choice.time + right->second.at(m - choice.first_shift)) +
-                       left->second.at(m - choice.second_shift);
+      const Row* right = find_row(choice.j, l, choice.first_z);
+      const Row* left = find_row(i, choice.j - 1, choice.second_z);
+      if (right == nullptr || left == nullptr) continue;
+      const double v = (choice.time + right->at(m - choice.first_shift)) +
+                       left->at(m - choice.second_shift);
       if (v != target) continue;
       append_leaf_forwards(i, choice.j, out);
       rebuild(choice.j, l, choice.first_z, m - choice.first_shift, out);
       rebuild(i, choice.j - 1, choice.second_z, m - choice.second_shift, out);
       return;
     }
-    const auto rest = rows_.find(std::make_tuple(i + 1, l, choice.first_z));
-    if (rest == rows_.end() || choice.time + rest->second.at(m - choice.first_shift) != target)
+    const Row* rest = find_row(i + 1, l, choice.first_z);
+    if (rest == nullptr || choice.time + rest->at(m - choice.first_shift) != target)
       continue;
     out.push_back(fe(i));
     rebuild(i + 1, l, choice.first_z, m - choice.first_shift, out);

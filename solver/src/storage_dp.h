@@ -16,6 +16,10 @@
 namespace remat {
 namespace detail {
 
+// The most candidate evaluations a storage-exact table may take in solve() (a few seconds at
+// most on one core; docs/algorithms.md).
+inline constexpr double kStorageDpWork = 2e9;
+
 // A segment (i, l) with the set Z of x_i's storages held outside it for its whole run (by an
 // enclosing segment's start, a stage's autograd state, the caller's x_0 or x_L): the segment
 // counts the rest. Z replaces the persistent table's fresh/taped state (a taped start is one
@@ -30,6 +34,8 @@ class StorageDp {
                                           std::int64_t max_cells, double max_work);
   // The least budget in bytes of a nested sequence: exact (unit 1, no memory axis).
   static std::int64_t least_bytes(const Chain& chain);
+  // A nested sequence that peaks at least_bytes(chain).
+  static Sequence least_sequence(const Chain& chain);
 
   // The optimum within `bytes` (at most the capacity), +inf where none fits, and its sequence
   // (empty where none fits).
@@ -37,7 +43,7 @@ class StorageDp {
   Sequence sequence_at(std::int64_t bytes) const;
   std::int64_t unit_bytes() const { return unit_; }
   // Segment rows computed, and values stored.
-  std::int64_t rows() const { return static_cast<std::int64_t>(rows_.size()); }
+  std::int64_t rows() const { return rows_; }
   std::int64_t cells() const { return cells_; }
 
   struct Model;  // the chain's storages (storage_dp.cpp)
@@ -46,9 +52,17 @@ class StorageDp {
  private:
   StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time);
   struct Choice;
+  // What a leaf j of a segment starting at i needs whatever the segment's end and Z: its
+  // forwards' memory beyond x_i and y_{l+1}, its time (forwards and restart), its right part's Z.
+  struct LeafPart {
+    std::int64_t forwards = 0;
+    double time = 0;
+    int right_z = 0;
+  };
+  const std::vector<LeafPart>& leaf_parts(int i) const;
   struct Row {
     std::int64_t lo = 0;  // first finite memory (MinMem); +inf below
-    std::vector<double> values;  // memories lo..width-1
+    std::vector<double> values;  // memories lo.. until constant (empty: +inf everywhere)
     double at(std::int64_t m) const;
   };
   int state(int i, const std::vector<int>& held) const;  // interns Z for start i
@@ -57,6 +71,7 @@ class StorageDp {
   const Row& row(int i, int l, int z);
   std::int64_t root_memory(std::int64_t bytes) const;
   void rebuild(int i, int l, int z, std::int64_t m, Sequence& out) const;
+  void rebuild_least(int i, int l, int z, Sequence& out);
 
   std::unique_ptr<Model> model_;
   std::int64_t unit_ = 1;
@@ -66,8 +81,15 @@ class StorageDp {
   // Z of each start, interned; rows and least memories keyed by (i, l, z).
   mutable std::vector<std::map<std::vector<int>, int>> states_;
   mutable std::vector<std::vector<std::vector<int>>> state_sets_;
-  std::map<std::tuple<int, int, int>, std::int64_t> least_;
-  std::map<std::tuple<int, int, int>, Row> rows_;
+  mutable std::vector<std::vector<LeafPart>> leaf_parts_;
+  struct Entry {
+    std::int64_t least = -1;  // -1: not computed
+    std::unique_ptr<Row> row;
+  };
+  Entry& entry(int i, int l, int z);
+  const Row* find_row(int i, int l, int z) const;
+  std::vector<std::vector<Entry>> entries_;  // [i * (L + 1) + l][z]
+  std::int64_t rows_ = 0;
 };
 
 }  // namespace detail

@@ -19,6 +19,7 @@
 #include "discretization.h"
 #include "remat/solver/check.h"
 #include "remat/solver/simulator.h"
+#include "storage_dp.h"
 
 namespace remat {
 namespace {
@@ -180,6 +181,30 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
             detail::faster(candidate.simulation.makespan_ms, point.makespan_ms))
           point = point_of(chain, candidate.sequence, time, out.budgets[k]);
       }
+    }
+  }
+  // solve()'s storage-exact table (SolveOptions::exact_storages), one for every point, at the
+  // table's unit: its sequence where it is faster.
+  if (!given_slots && chain.carried_bytes() > 0 && chain.length() <= kStorageDpMaxStages &&
+      largest >= from) {
+    const Discretization disc =
+        detail::discretize(std::max<std::int64_t>(largest, 1), detail::slot_count(chain, 0));
+    const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
+    const std::unique_ptr<detail::StorageDp> table = detail::StorageDp::build(
+        chain, disc.unit_bytes, disc.capacity_units, options.use_nograd_time(),
+        limit.bytes / static_cast<std::int64_t>(2 * sizeof(double)), detail::kStorageDpWork);
+    std::vector<bool> own(out.budgets.size(), false);
+    for (const std::size_t k : own_solves) own[k] = true;
+    for (std::size_t k = 0; table && k < out.budgets.size(); ++k) {
+      TradeoffPoint& point = out.optimal[k];
+      const std::int64_t budget = out.budgets[k];
+      if (own[k] || budget > largest || (point.feasible && point.makespan_ms <= out.store_all_makespan_ms))
+        continue;
+      const Sequence sequence = table->sequence_at(budget);
+      if (sequence.empty()) continue;
+      const TradeoffPoint candidate = point_of(chain, sequence, time, budget);
+      if (!point.feasible || detail::faster(candidate.makespan_ms, point.makespan_ms))
+        point = candidate;
     }
   }
   // Rounding at the table's unit: a solve of its own, once the table is freed (a solve

@@ -222,18 +222,22 @@ TEST_CASE(
     std::vector<std::pair<std::int64_t, double>> nested;
     for (const Sequence& sequence : oracle.nested_sequences())
       nested.push_back(oracle.evaluate(sequence));
-    const SolveOptions unmerged = SolveOptions(0).merge_carried_runs(false);
+    // The storage-exact table off: this test is of the merged chain (storage_dp_test.cpp has
+    // solve() with it).
+    const SolveOptions unmerged = SolveOptions(0).merge_carried_runs(false).exact_storages(false);
+    const SolveOptions merging = SolveOptions(0).exact_storages(false);
     const std::int64_t own_least = min_feasible_budget(chain, unmerged);
-    const std::int64_t merged_least = min_feasible_budget(merged->chain, SolveOptions(0));
-    const std::int64_t least = min_feasible_budget(chain, SolveOptions(0));
+    const std::int64_t merged_least = min_feasible_budget(merged->chain, merging);
+    const std::int64_t least = min_feasible_budget(chain, merging);
     CHECK(least == std::min(own_least, merged_least));
     if (least < own_least) ++below_own_least;
     const std::int64_t top = store_all_peak(chain);
     for (std::int64_t budget = least; budget <= top; ++budget) {
       INFO("budget " << budget);
-      const Solution solution = solve(chain, SolveOptions(budget).threads(1));
-      const Solution own = solve(chain, SolveOptions(budget).threads(1).merge_carried_runs(false));
-      const Solution coarse = solve(merged->chain, SolveOptions(budget).threads(1));
+      const Solution solution = solve(chain, SolveOptions(merging).budget_bytes(budget).threads(1));
+      const Solution own = solve(chain, SolveOptions(unmerged).budget_bytes(budget).threads(1));
+      const Solution coarse =
+          solve(merged->chain, SolveOptions(merging).budget_bytes(budget).threads(1));
       REQUIRE(solution.ok());
       CHECK(solution.min_feasible_budget_bytes == least);
       ++budgets;

@@ -12,6 +12,7 @@
 #include "exhaustive_oracle.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
+#include "remat/solver/tradeoff.h"
 #include "storage_dp.h"
 #include "test_chains.h"
 
@@ -122,6 +123,103 @@ TEST_CASE("storage dp: without carried members, the persistent table's values",
     ++chains;
   }
   CHECK(memories > 5000);
+}
+
+}  // namespace
+}  // namespace remat
+
+namespace remat {
+namespace {
+
+// solve() with its defaults on chains with carried members: at every budget, the fastest nested
+// sequence that fits (the oracle's), its least budget the least nested peak; tradeoff's points
+// the same.
+TEST_CASE("storage dp: solve() is the best nested sequence at every budget, carried members too",
+          "[solver][storage_dp][oracle]") {
+  int budgets = 0, beyond_merged = 0;
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    test::RandomChainSpec spec = carried_spec(5);
+    spec.restarts = seed % 2 == 1;
+    const Chain chain = test::random_chain(45000 + seed, spec);
+    if (chain.carried_bytes() == 0) continue;
+    INFO(chain_to_json(chain));
+    const test::ExhaustiveOracle oracle(chain);
+    std::vector<std::pair<std::int64_t, double>> nested;
+    std::int64_t least = std::numeric_limits<std::int64_t>::max();
+    for (const Sequence& sequence : oracle.nested_sequences()) {
+      nested.push_back(oracle.evaluate(sequence));
+      least = std::min(least, nested.back().first);
+    }
+    CHECK(min_feasible_budget(chain, SolveOptions(0)) == least);
+    const std::int64_t top = store_all_peak(chain);
+    const Tradeoff t = tradeoff(chain, TradeoffOptions().points(7).threads(1));
+    CHECK(t.min_feasible_budget_bytes == least);
+    for (std::int64_t budget = least - 1; budget <= top; ++budget) {
+      INFO("budget " << budget);
+      double best = test::ExhaustiveOracle::kInf;
+      for (const auto& [peak, time] : nested)
+        if (peak <= budget) best = std::min(best, time);
+      const Solution s = solve(chain, SolveOptions(budget).threads(1));
+      CHECK(s.min_feasible_budget_bytes == least);
+      REQUIRE(s.ok() == (budget >= least));
+      if (!s.ok()) continue;
+      CHECK(same_time(s.makespan_ms, best));
+      CHECK(s.peak_bytes <= budget);
+      CHECK(simulate(chain, s.sequence).peak_bytes == s.peak_bytes);
+      const Solution without =
+          solve(chain, SolveOptions(budget).threads(1).exact_storages(false));
+      if (!without.ok() || s.makespan_ms < without.makespan_ms * (1 - 1e-12)) ++beyond_merged;
+      ++budgets;
+    }
+    for (std::size_t k = 0; k < t.budgets.size(); ++k) {
+      INFO("tradeoff budget " << t.budgets[k]);
+      double best = test::ExhaustiveOracle::kInf;
+      for (const auto& [peak, time] : nested)
+        if (peak <= t.budgets[k]) best = std::min(best, time);
+      REQUIRE(t.optimal[k].feasible);
+      CHECK(same_time(t.optimal[k].makespan_ms, best));
+    }
+  }
+  CHECK(budgets > 1000);
+  // Where the search and the merged chain do not reach the optimum, this does.
+  CHECK(beyond_merged > 100);
+  WARN("storage-exact: " << budgets << " budgets, faster than the search and the merged chain at "
+                         << beyond_merged);
+}
+
+// A chain whose sizes are large enough that a budget at the least nested peak is within the
+// rounding of the table's unit: solve() still finds a sequence (the least-memory one).
+TEST_CASE("storage dp: the least budget is feasible whatever the unit", "[solver][storage_dp]") {
+  int rounded = 0;
+  for (std::uint64_t seed = 0; seed < 60; ++seed) {
+    Chain chain = test::random_chain(47000 + seed, carried_spec(6));
+    if (chain.carried_bytes() == 0) continue;
+    const auto scale = [](std::int64_t& bytes) { bytes = bytes * 1000003 + 7; };
+    for (Member& member : chain.inputs) scale(member.bytes);
+    for (Stage& stage : chain.stages) {
+      for (Member& member : stage.outputs) scale(member.bytes);
+      scale(stage.state_bytes);
+      scale(stage.fwd_tmp_bytes);
+      scale(stage.bwd_tmp_bytes);
+      stage.fwd_nograd_tmp_bytes.reset();
+    }
+    // Carried members repeat their source's bytes (Chain::validate).
+    for (std::size_t i = 0; i < chain.stages.size(); ++i)
+      for (Member& member : chain.stages[i].outputs)
+        if (member.carried())
+          member.bytes =
+              chain.members(static_cast<int>(i))[static_cast<std::size_t>(member.carried_from)].bytes;
+    INFO(chain_to_json(chain));
+    chain.validate();
+    const std::int64_t least = min_feasible_budget(chain, SolveOptions(0));
+    CHECK(least == detail::StorageDp::least_bytes(chain));
+    const Solution s = solve(chain, SolveOptions(least));
+    REQUIRE(s.ok());
+    CHECK(s.peak_bytes <= least);
+    if (s.status == SolveStatus::kFeasible) ++rounded;
+    CHECK(!solve(chain, SolveOptions(least - 1)).ok());
+  }
+  CHECK(rounded > 0);
 }
 
 }  // namespace

@@ -79,7 +79,18 @@ struct SolveOptions {
   /// block), and the least budget is the smaller of the two; false turns it off.
   /// docs/algorithms.md, "Carried members".
   REMAT_ARG(bool, merge_carried_runs) = true;
+  /// `optimal` with automatic slots, on a chain with carried members: also solve the
+  /// storage-exact dynamic program, rotor's recurrence over sets of storages, in which every
+  /// storage counts once: its optimum is the fastest nested sequence that fits (in its
+  /// discretization's unit), and its least budget the least of any nested sequence, in bytes.
+  /// Its sequence is the result where it is faster (Solution::exact_storages). It runs where its
+  /// table is small enough (at most kStorageDpMaxStages stages, and a bounded work and memory:
+  /// docs/algorithms.md, "The storage-exact dynamic program"); false turns it off.
+  REMAT_ARG(bool, exact_storages) = true;
 };
+
+/// The most stages a chain may have for SolveOptions::exact_storages to apply.
+inline constexpr int kStorageDpMaxStages = 400;
 
 /// How a solve ended: `optimal` (the dynamic program's optimum for its discretization),
 /// `feasible` (a heuristic's sequence within the budget), `infeasible` (nothing fits).
@@ -124,6 +135,10 @@ struct Solution {
   /// whose sequence, expanded, this is; 0 when it is the chain's own. The discretization and
   /// the solved budget are then the merged chain's solve's.
   int merged_stages = 0;
+  /// `optimal` only: whether the storage-exact dynamic program (SolveOptions::exact_storages)
+  /// was solved at this budget: the result is then at least as fast as the fastest nested
+  /// sequence in its discretization, carried members counted once.
+  bool exact_storages = false;
   /// `periodic`: segments used; `revolve`: checkpoints used (x_0 included); else 0.
   int parameter = 0;
   double solve_seconds = 0;
