@@ -286,11 +286,10 @@ void solve_storage_exact(const Chain& chain, const SolveOptions& options, Soluti
   // Store-all is never beaten.
   if (budget < least || (out.ok() && out.makespan_ms <= out.store_all_makespan_ms)) return;
   const TimeModel time{options.use_nograd_time()};
-  const Discretization disc = detail::discretize_filled(budget, detail::slot_count(chain, 0));
-  const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
-  const std::unique_ptr<detail::StorageDp> table = detail::StorageDp::build(
-      chain, disc.unit_bytes, disc.capacity_units, options.use_nograd_time(),
-      limit.bytes / static_cast<std::int64_t>(2 * sizeof(double)), detail::kStorageDpWork);
+  const detail::StorageTable storage = detail::storage_table(
+      chain, budget, true, options.use_nograd_time(), options.memory_limit_bytes());
+  const detail::StorageDp* table = storage.table.get();
+  const Discretization disc = storage.discretization;
   Sequence sequence = table ? table->sequence_at(budget) : Sequence{};
   if (table) {
     out.exact_storages = true;

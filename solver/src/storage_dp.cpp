@@ -35,6 +35,7 @@
 #include <limits>
 
 #include "detail.h"
+#include "discretization.h"
 #include "remat/solver/check.h"
 
 namespace remat {
@@ -413,6 +414,21 @@ std::int64_t StorageDp::least_bytes(const Chain& chain) {
   StorageDp dp(chain, 1, true);
   return dp.least(0, chain.length(), dp.root_z_) + dp.model_->context +
          dp.model_->minus(dp.model_->x[0], {});
+}
+
+StorageTable storage_table(const Chain& chain, std::int64_t budget, bool filled,
+                           bool use_nograd_time, std::int64_t memory_limit_bytes) {
+  const MemoryLimit limit = memory_limit(memory_limit_bytes);
+  StorageTable out;
+  for (std::int64_t slots = slot_count(chain, 0);; slots /= 4) {
+    slots = std::max<std::int64_t>(slots, 500);
+    out.discretization = filled ? discretize_filled(budget, slots) : discretize(budget, slots);
+    out.table = StorageDp::build(chain, out.discretization.unit_bytes,
+                                 out.discretization.capacity_units, use_nograd_time,
+                                 limit.bytes / static_cast<std::int64_t>(2 * sizeof(double)),
+                                 kStorageDpWork);
+    if (out.table || slots <= 500) return out;
+  }
 }
 
 Sequence StorageDp::least_sequence(const Chain& chain) {

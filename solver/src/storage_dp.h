@@ -12,6 +12,7 @@
 
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
+#include "remat/solver/solver.h"
 
 namespace remat {
 namespace detail {
@@ -91,6 +92,16 @@ class StorageDp {
   std::vector<std::vector<Entry>> entries_;  // [i * (L + 1) + l][z]
   std::int64_t rows_ = 0;
 };
+
+// The storage-exact table solve() and tradeoff() use for `budget` (discretize_filled's capacity
+// when `filled`, else discretize's): automatic slots, a quarter as many until its work and memory
+// fit (kStorageDpWork; half the memory limit), down to 500; none if they never do.
+struct StorageTable {
+  std::unique_ptr<StorageDp> table;
+  Discretization discretization;
+};
+StorageTable storage_table(const Chain& chain, std::int64_t budget, bool filled,
+                           bool use_nograd_time, std::int64_t memory_limit_bytes);
 
 }  // namespace detail
 }  // namespace remat

@@ -187,12 +187,10 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   // table's unit: its sequence where it is faster.
   if (!given_slots && chain.carried_bytes() > 0 && chain.length() <= kStorageDpMaxStages &&
       largest >= from) {
-    const Discretization disc =
-        detail::discretize(std::max<std::int64_t>(largest, 1), detail::slot_count(chain, 0));
-    const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
-    const std::unique_ptr<detail::StorageDp> table = detail::StorageDp::build(
-        chain, disc.unit_bytes, disc.capacity_units, options.use_nograd_time(),
-        limit.bytes / static_cast<std::int64_t>(2 * sizeof(double)), detail::kStorageDpWork);
+    const detail::StorageTable storage =
+        detail::storage_table(chain, std::max<std::int64_t>(largest, 1), false,
+                              options.use_nograd_time(), options.memory_limit_bytes());
+    const detail::StorageDp* table = storage.table.get();
     std::vector<bool> own(out.budgets.size(), false);
     for (const std::size_t k : own_solves) own[k] = true;
     for (std::size_t k = 0; table && k < out.budgets.size(); ++k) {
