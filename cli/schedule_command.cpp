@@ -23,6 +23,7 @@ struct ScheduleArgs {
   bool reference_recurrence = false;
   bool no_search_above_budget = false;
   bool no_merged_runs = false;
+  bool no_exact_storages = false;
   std::string plot;
 };
 
@@ -80,6 +81,10 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   if (solution.algorithm == Algorithm::kOptimal && solution.ok() && solution.merged_stages > 0)
     fmt::print("merged       solved as {} stages (each run of stages carrying a member as one)\n",
                solution.merged_stages);
+  // With carried members, whether the storage-exact table was solved (every storage once).
+  if (solution.algorithm == Algorithm::kOptimal && solution.exact_storages)
+    fmt::print("storages     also solved with each storage counted once (the storage-exact "
+               "table)\n");
   fmt::print("status       {}\n", status_name(solution.status));
   if (solution.ok()) {
     const double overhead =
@@ -139,6 +144,7 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
     out["unit_bytes"] = solution.discretization.unit_bytes;
     out["solved_budget_bytes"] = solution.solved_budget_bytes;
     out["merged_stages"] = solution.merged_stages;
+    out["exact_storages"] = solution.exact_storages;
   } else if (solution.algorithm == Algorithm::kPeriodic) {
     out["segments"] = solution.parameter;
   } else if (solution.algorithm == Algorithm::kRevolve) {
@@ -179,6 +185,9 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_flag("--no-merged-runs", args->no_merged_runs,
                 "optimal, with carried members: do not also solve the chain with each run of "
                 "stages that carries a member merged into one stage");
+  cmd->add_flag("--no-exact-storages", args->no_exact_storages,
+                "optimal, with carried members: do not also solve the storage-exact table, in "
+                "which every storage counts once (docs/algorithms.md)");
 
   return [args, cmd]() -> int {
     const Format format = parse_format(args->format);
@@ -191,8 +200,10 @@ Action add_schedule_command(CLI::App& app) {
     REMAT_CHECK(!args->reference_recurrence || algorithm == Algorithm::kOptimal,
                 "--reference-recurrence applies to --algorithm optimal only");
     REMAT_CHECK(
-        !(args->no_search_above_budget || args->no_merged_runs) || algorithm == Algorithm::kOptimal,
-        "--no-search-above-budget and --no-merged-runs apply to --algorithm optimal only");
+        !(args->no_search_above_budget || args->no_merged_runs || args->no_exact_storages) ||
+            algorithm == Algorithm::kOptimal,
+        "--no-search-above-budget, --no-merged-runs and --no-exact-storages apply to "
+        "--algorithm optimal only");
     check_solver_threads(args->threads);
     check_plot_path(args->plot);
     const Chain chain = load_chain(args->chain_path);
@@ -205,7 +216,8 @@ Action add_schedule_command(CLI::App& app) {
                                .use_nograd_time(!args->ignore_nograd_time)
                                .reference_recurrence(args->reference_recurrence)
                                .search_above_budget(!args->no_search_above_budget)
-                               .merge_carried_runs(!args->no_merged_runs);
+                               .merge_carried_runs(!args->no_merged_runs)
+                               .exact_storages(!args->no_exact_storages);
     const Solution solution = solve(chain, options);
     if (format == Format::kJson) {
       print_json(chain, solution, options);

@@ -220,6 +220,10 @@ class Solution:
         lambda self: self._solution.merged_stages,
         doc="optimal: 0, or the number of stages of the merged chain (each run of stages that "
             "carries a member solved as one stage) whose schedule, expanded, this is.")
+    exact_storages = property(
+        lambda self: self._solution.exact_storages,
+        doc="optimal: whether the storage-exact table (every storage counted once) was solved "
+            "too: the schedule is then at least as fast as the best nested one at its unit.")
     warning = property(lambda self: self._solution.warning)
     sequence = property(lambda self: self._solution.sequence,
                         doc="The operations, runs collapsed: 'CF_0 Fn_1..4 ...'.")

@@ -243,6 +243,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("min_feasible_budget_bytes", &Solution::min_feasible_budget_bytes)
       .def_readonly("solved_budget_bytes", &Solution::solved_budget_bytes)
       .def_readonly("merged_stages", &Solution::merged_stages)
+      .def_readonly("exact_storages", &Solution::exact_storages)
       .def_readonly("solve_seconds", &Solution::solve_seconds)
       .def_readonly("parameter", &Solution::parameter)
       .def_readonly("warning", &Solution::warning)
