@@ -299,13 +299,14 @@ class Tradeoff:
 
 
 def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: int = 0,
-          segments: int = 0, threads: int = 0) -> Solution:
+          segments: int = 0, threads: int = 0, exact_storages: bool = True) -> Solution:
     """The fastest schedule of ``algorithm`` within ``budget`` (bytes, ``"700MiB"`` or ``"50%"``
     of the chain's store-all peak). An infeasible budget is a result (``ok`` is False), not an
-    exception."""
+    exception. ``exact_storages=False`` leaves out the storage-exact table (docs/algorithms.md)."""
     budget_bytes = parse_budget(budget, chain.store_all_peak())
     return Solution(_C.solve(chain._chain, budget_bytes, algorithm,
-                             *_solver_arguments(slots, segments, threads)), chain)
+                             *_solver_arguments(slots, segments, threads),
+                             bool(exact_storages)), chain)
 
 
 def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budget: Budget = 0,

@@ -213,13 +213,16 @@ class Checkpointable(nn.Module):
         """Store-all's peak, the runtime's reserve included: what ``"100%"`` means."""
         return self._impl.store_all_peak()
 
-    def min_budget(self, algorithm: str = "optimal", *, slots: int = 0, segments: int = 0) -> int:
+    def min_budget(self, algorithm: str = "optimal", *, slots: int = 0, segments: int = 0,
+                   exact_storages: bool = True) -> int:
         """The least budget ``compute_sequence`` accepts with these options."""
         slots, segments, _ = _solver_arguments(slots, segments, 0)
-        return self._impl.min_budget(algorithm, slots, segments) + self._extra_loss_bytes
+        return (self._impl.min_budget(algorithm, slots, segments, bool(exact_storages))
+                + self._extra_loss_bytes)
 
     def compute_sequence(self, budget: Optional[Budget] = None, algorithm: str = "optimal", *,
                          slots: int = 0, segments: int = 0, threads: int = 0,
+                         exact_storages: bool = True,
                          custom_mem_limit: Optional[Budget] = None,
                          mem_slots: Optional[int] = None) -> Solution:
         """Solves for ``budget`` (default: the last one given, to the constructor or to an
@@ -228,7 +231,8 @@ class Checkpointable(nn.Module):
         exception here (``ok`` is False, and the least budget is given), but training then
         raises ValueError naming it. Training steps solve again, when they must (after ``measure``), with the same
         algorithm and options. ``custom_mem_limit`` and ``mem_slots`` are rotor's names for
-        ``budget`` and ``slots``."""
+        ``budget`` and ``slots``. ``exact_storages=False`` leaves out the storage-exact table
+        (docs/algorithms.md), to see what it buys on a stage list that carries members."""
         budget = _one_of("budget", budget, "custom_mem_limit", custom_mem_limit)
         if mem_slots is not None:
             slots = _whole("mem_slots", mem_slots, 0)
@@ -239,11 +243,12 @@ class Checkpointable(nn.Module):
         slots, segments, threads = _solver_arguments(slots, segments, threads)
         # rotor's loss_tmp_memory_usage: bytes of a loss remat cannot see, kept out of the budget.
         solution = self._impl.compute_sequence(max(0, budget_bytes - self._extra_loss_bytes),
-                                               algorithm, slots, segments, threads)
+                                               algorithm, slots, segments, threads,
+                                               bool(exact_storages))
         if budget is not None:
             self.budget = budget
         self._solve_options = {"algorithm": algorithm, "slots": slots, "segments": segments,
-                               "threads": threads}
+                               "threads": threads, "exact_storages": bool(exact_storages)}
         return Solution(solution, self._measured_chain())
 
     @property

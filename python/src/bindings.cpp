@@ -85,13 +85,14 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
 }
 
 SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, std::int64_t slots,
-                           int segments, int threads) {
+                           int segments, int threads, bool exact_storages = true) {
   // solve() refuses the options the algorithm would ignore.
   return SolveOptions(budget)
       .algorithm(parse_algorithm(algorithm))
       .slots(slots)
       .segments(segments)
-      .threads(threads);
+      .threads(threads)
+      .exact_storages(exact_storages);
 }
 
 // The Python stages of a Python-made Checkpointable (none while it is being constructed).
@@ -251,16 +252,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("operations", [](const Solution& s) { return op_strings(s.sequence); });
 
   m.def("solve", [](const Chain& chain, std::int64_t budget, const std::string& algorithm,
-                    std::int64_t slots, int segments, int threads) {
+                    std::int64_t slots, int segments, int threads, bool exact_storages) {
     py::gil_scoped_release release;  // pure C++: other Python threads may run
-    return solve(chain, solve_options(budget, algorithm, slots, segments, threads));
+    return solve(chain,
+                 solve_options(budget, algorithm, slots, segments, threads, exact_storages));
   }, py::arg("chain"), py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
-        py::arg("segments") = 0, py::arg("threads") = 0);
+        py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true);
   m.def("min_feasible_budget", [](const Chain& chain, const std::string& algorithm,
-                                  std::int64_t slots, int segments) {
+                                  std::int64_t slots, int segments, bool exact_storages) {
     py::gil_scoped_release release;
-    return min_feasible_budget(chain, solve_options(0, algorithm, slots, segments, 0));
-  }, py::arg("chain"), py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0);
+    return min_feasible_budget(chain,
+                               solve_options(0, algorithm, slots, segments, 0, exact_storages));
+  }, py::arg("chain"), py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0,
+        py::arg("exact_storages") = true);
   m.def("schedule_svg", [](const Chain& chain, const Solution& s) { return schedule_svg(chain, s); });
 
   py::class_<TradeoffPoint>(m, "TradeoffPoint")
@@ -349,13 +353,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "compute_sequence",
           [](CheckpointableImpl& self, std::int64_t budget, const std::string& algorithm,
-             std::int64_t slots, int segments, int threads) {
+             std::int64_t slots, int segments, int threads, bool exact_storages) {
             py::gil_scoped_release release;
-            return Solution(
-                self.compute_sequence(solve_options(budget, algorithm, slots, segments, threads)));
+            return Solution(self.compute_sequence(
+                solve_options(budget, algorithm, slots, segments, threads, exact_storages)));
           },
           py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
-          py::arg("segments") = 0, py::arg("threads") = 0)
+          py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true)
       .def(
           "forward",
           [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context) {
@@ -374,10 +378,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "min_budget",
           [](const CheckpointableImpl& self, const std::string& algorithm, std::int64_t slots,
-             int segments) {
-            return self.min_budget(solve_options(0, algorithm, slots, segments, 0));
+             int segments, bool exact_storages) {
+            return self.min_budget(solve_options(0, algorithm, slots, segments, 0, exact_storages));
           },
-          py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0)
+          py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0,
+          py::arg("exact_storages") = true)
       .def_property_readonly("device",
                              [](const CheckpointableImpl& self) { return self.device().str(); })
       .def("trace_next_step", &CheckpointableImpl::trace_next_step)
