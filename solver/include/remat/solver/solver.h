@@ -89,8 +89,10 @@ struct SolveOptions {
   REMAT_ARG(bool, exact_storages) = true;
 };
 
-/// The most stages a chain may have for SolveOptions::exact_storages to apply.
-inline constexpr int kStorageDpMaxStages = 400;
+/// The most stages a chain may have for SolveOptions::exact_storages to apply: beyond, even its
+/// coarsest table (500 slots) would pass its work allowance (kStorageDpWork), and its least
+/// budget alone would take seconds.
+inline constexpr int kStorageDpMaxStages = 250;
 
 /// How a solve ended: `optimal` (the dynamic program's optimum for its discretization),
 /// `feasible` (a heuristic's sequence within the budget), `infeasible` (nothing fits).
