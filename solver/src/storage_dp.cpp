@@ -162,6 +162,10 @@ StorageDp::StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nogra
 
 StorageDp::~StorageDp() = default;
 
+std::int64_t StorageDp::units(std::int64_t bytes) const {
+  return bytes / unit_ + (bytes % unit_ != 0 ? 1 : 0);
+}
+
 double StorageDp::Row::at(std::int64_t m) const {
   if (values.empty() || m < lo) return kInfinity;
   const std::int64_t k = std::min(m - lo, static_cast<std::int64_t>(values.size()) - 1);
@@ -181,9 +185,6 @@ int StorageDp::state(int i, const std::vector<int>& held) const {
 std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
   const Model& c = *model_;
   const int length = c.length;
-  const auto units = [this](std::int64_t bytes) {
-    return bytes / unit_ + (bytes % unit_ != 0 ? 1 : 0);
-  };
   const auto ui = static_cast<std::size_t>(i);
   const std::vector<int> held = state_sets_[ui][static_cast<std::size_t>(z)];
   const std::vector<int>& xi = c.x[ui];
@@ -241,9 +242,6 @@ const std::vector<StorageDp::LeafPart>& StorageDp::leaf_parts(int i) const {
   std::vector<LeafPart>& parts = leaf_parts_[static_cast<std::size_t>(i)];
   if (!parts.empty()) return parts;
   const Model& c = *model_;
-  const auto units = [this](std::int64_t bytes) {
-    return bytes / unit_ + (bytes % unit_ != 0 ? 1 : 0);
-  };
   const std::vector<int>& xi = c.x[static_cast<std::size_t>(i)];
   parts.resize(static_cast<std::size_t>(c.length) + 1);
   double prefix = 0;
@@ -383,13 +381,8 @@ std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t uni
   // Every row has at least one leaf per stage between its ends: a lower bound of the work.
   if (length * length * length / 6.0 * static_cast<double>(capacity_units) > max_work) return {};
   std::unique_ptr<StorageDp> dp(new StorageDp(chain, unit_bytes, use_nograd_time));
-  for (const std::vector<int>& x : dp->model_->x)
-    if (x.size() > 64) return {};
-  const auto units = [unit_bytes](std::int64_t bytes) {
-    return bytes / unit_bytes + (bytes % unit_bytes != 0 ? 1 : 0);
-  };
-  dp->width_ = capacity_units - units(dp->model_->context) -
-               units(dp->model_->minus(dp->model_->x[0], {})) + 1;
+  dp->width_ = capacity_units - dp->units(dp->model_->context) -
+               dp->units(dp->model_->minus(dp->model_->x[0], {})) + 1;
   if (dp->width_ <= 0) return dp;
   // The reachable segments and their least memories, then the work their rows would take.
   const std::int64_t root = dp->least(0, chain.length(), dp->root_z_);
@@ -467,7 +460,6 @@ void StorageDp::rebuild_least(int i, int l, int z, Sequence& out) {
 }
 
 std::int64_t StorageDp::root_memory(std::int64_t bytes) const {
-  const auto units = [this](std::int64_t b) { return b / unit_ + (b % unit_ != 0 ? 1 : 0); };
   return bytes / unit_ - units(model_->context) - units(model_->minus(model_->x[0], {}));
 }
 

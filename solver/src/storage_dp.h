@@ -29,7 +29,7 @@ class StorageDp {
  public:
   // The table for memories 0..capacity units (of `unit_bytes`, the context and x_0 included),
   // or none where it would take more than `max_cells` stored values or `max_work` candidate
-  // evaluations (or an activation has more than 64 distinct storages).
+  // evaluations.
   static std::unique_ptr<StorageDp> build(const Chain& chain, std::int64_t unit_bytes,
                                           std::int64_t capacity_units, bool use_nograd_time,
                                           std::int64_t max_cells, double max_work);
@@ -71,6 +71,8 @@ class StorageDp {
   std::int64_t least(int i, int l, int z);
   const Row& row(int i, int l, int z);
   std::int64_t root_memory(std::int64_t bytes) const;
+  // Bytes in units, rounded up.
+  std::int64_t units(std::int64_t bytes) const;
   void rebuild(int i, int l, int z, std::int64_t m, Sequence& out) const;
   void rebuild_least(int i, int l, int z, Sequence& out);
 
