@@ -279,7 +279,7 @@ void solve_merged_runs(const Chain& chain, const SolveOptions& options, Solution
 // SolveOptions::exact_storages after the other candidates: the storage-exact table's sequence
 // where it is faster, or where nothing else fits; its least budget is exact.
 void solve_storage_exact(const Chain& chain, const SolveOptions& options, Solution& out) {
-  if (chain.carried_bytes() == 0 || chain.length() > kStorageDpMaxStages) return;
+  if (!detail::storage_dp_applies(chain)) return;
   const std::int64_t least = detail::StorageDp::least_bytes(chain);
   out.min_feasible_budget_bytes = std::min(out.min_feasible_budget_bytes, least);
   const std::int64_t budget = options.budget_bytes();
@@ -497,7 +497,7 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
     }
     // The storage-exact table's, exact in bytes, where solve() would solve it.
     if (options.exact_storages() && options.slots() == 0 && !options.reference_recurrence() &&
-        chain.carried_bytes() > 0 && chain.length() <= kStorageDpMaxStages)
+        detail::storage_dp_applies(chain))
       least = std::min(least, detail::StorageDp::least_bytes(chain));
     return least;
   }

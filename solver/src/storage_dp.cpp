@@ -367,9 +367,7 @@ const StorageDp::Row& StorageDp::row(int i, int l, int z) {
     while (size > 1 && best[size - 2] == best.back()) --size;
     best.resize(size);
     out.values = std::move(best);
-    cells_ += static_cast<std::int64_t>(out.values.size());
   }
-  ++rows_;
   return *(entry(i, l, z).row = std::make_unique<Row>(std::move(out)));
 }
 

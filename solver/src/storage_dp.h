@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "remat/solver/chain.h"
@@ -42,10 +41,6 @@ class StorageDp {
   // (empty where none fits).
   double value_at(std::int64_t bytes) const;
   Sequence sequence_at(std::int64_t bytes) const;
-  std::int64_t unit_bytes() const { return unit_; }
-  // Segment rows computed, and values stored.
-  std::int64_t rows() const { return rows_; }
-  std::int64_t cells() const { return cells_; }
 
   struct Model;  // the chain's storages (storage_dp.cpp)
   ~StorageDp();
@@ -80,7 +75,6 @@ class StorageDp {
   std::int64_t unit_ = 1;
   std::int64_t width_ = 0;  // memories 0..width_-1
   int root_z_ = 0;
-  std::int64_t cells_ = 0;
   // Z of each start, interned; rows and least memories keyed by (i, l, z).
   mutable std::vector<std::map<std::vector<int>, int>> states_;
   mutable std::vector<std::vector<std::vector<int>>> state_sets_;
@@ -92,8 +86,13 @@ class StorageDp {
   Entry& entry(int i, int l, int z);
   const Row* find_row(int i, int l, int z) const;
   std::vector<std::vector<Entry>> entries_;  // [i * (L + 1) + l][z]
-  std::int64_t rows_ = 0;
 };
+
+// Whether solve(), tradeoff() and min_feasible_budget() solve the storage-exact table for this
+// chain: it carries members, and has at most kStorageDpMaxStages stages.
+inline bool storage_dp_applies(const Chain& chain) {
+  return chain.carried_bytes() > 0 && chain.length() <= kStorageDpMaxStages;
+}
 
 // The storage-exact table solve() and tradeoff() use for `budget` (discretize_filled's capacity
 // when `filled`, else discretize's): automatic slots, a quarter as many until its work and memory

@@ -185,8 +185,7 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   }
   // solve()'s storage-exact table (SolveOptions::exact_storages), one for every point, at the
   // table's unit: its sequence where it is faster.
-  if (!given_slots && chain.carried_bytes() > 0 && chain.length() <= kStorageDpMaxStages &&
-      largest >= from) {
+  if (!given_slots && detail::storage_dp_applies(chain) && largest >= from) {
     const detail::StorageTable storage =
         detail::storage_table(chain, std::max<std::int64_t>(largest, 1), false,
                               options.use_nograd_time(), options.memory_limit_bytes());
