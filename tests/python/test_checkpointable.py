@@ -315,18 +315,21 @@ def test_a_schedule_of_the_merged_chain_trains_as_plain_at_its_predicted_peak():
     assert_same_stage_training(plain, stages)
 
 
+class MaskedLinear(nn.Module):
+    """A stage that takes (hidden, mask), masks its output, and passes the mask on."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, h, mask):
+        return torch.tanh(self.fc(h)).masked_fill(mask, 0.0), mask
+
+
 def test_a_mask_given_with_the_input_and_carried_on_trains_at_the_predicted_peak():
     # Stages that take (hidden, mask) and pass the mask on: the mask is x_0's, without gradient,
     # which the solver counts as context, once (docs/algorithms.md, "Carried members"); the step
     # still peaks where predicted, at every budget tried, and trains as plain.
-    class Masked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(64, 64)
-
-        def forward(self, h, mask):
-            return torch.tanh(self.fc(h)).masked_fill(mask, 0.0), mask
-
     class Head(nn.Module):
         def __init__(self):
             super().__init__()
@@ -336,7 +339,7 @@ def test_a_mask_given_with_the_input_and_carried_on_trains_at_the_predicted_peak
             return self.fc(h.masked_fill(mask, 0.0))
 
     torch.manual_seed(0)
-    stages = [(f"masked{k}", Masked()) for k in range(6)] + [("head", Head())]
+    stages = [(f"masked{k}", MaskedLinear()) for k in range(6)] + [("head", Head())]
     plain = copy.deepcopy(stages)
     h = torch.randn(32, 64, requires_grad=True)
     mask = torch.rand(32, 64) < 0.25
@@ -386,14 +389,6 @@ def test_a_mask_that_several_stages_keep_never_takes_the_step_above_its_predicti
             y = torch.tanh(self.fc(h))
             return y, y > 0.5
 
-    class Masked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(64, 64)
-
-        def forward(self, h, mask):
-            return torch.tanh(self.fc(h)).masked_fill(mask, 0.0), mask
-
     class Head(nn.Module):
         def __init__(self):
             super().__init__()
@@ -403,7 +398,7 @@ def test_a_mask_that_several_stages_keep_never_takes_the_step_above_its_predicti
             return self.fc(h)
 
     torch.manual_seed(0)
-    stages = [("make", Make())] + [(f"masked{k}", Masked()) for k in range(3)] + [("head", Head())]
+    stages = [("make", Make())] + [(f"masked{k}", MaskedLinear()) for k in range(3)] + [("head", Head())]
     h = torch.randn(32, 64, requires_grad=True)
 
     def loss_fn(out):

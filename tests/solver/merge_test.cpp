@@ -61,16 +61,6 @@ Chain residual_chain() {
   return chain;
 }
 
-// Random chains of model v2 whose stages carry members on.
-test::RandomChainSpec carried_spec(int max_length) {
-  test::RandomChainSpec spec;
-  spec.max_length = max_length;
-  spec.max_bytes = 12;
-  spec.partial_keeps = true;
-  spec.carried = true;
-  return spec;
-}
-
 // Checks an expanded sequence against the merged chain's simulation, operation by operation;
 // returns the most memory the chain takes during each merged operation's expansion.
 std::vector<std::int64_t> check_expansion(const Chain& chain, const detail::MergedChain& merged,
@@ -181,7 +171,7 @@ TEST_CASE(
     "[solver][merge]") {
   int chains = 0, sequences = 0, strict = 0;
   for (std::uint64_t seed = 0; seed < 400; ++seed) {
-    test::RandomChainSpec spec = carried_spec(7);
+    test::RandomChainSpec spec = test::carried_spec(7);
     spec.restarts = seed % 2 == 0;
     const Chain chain = test::random_chain(31000 + seed, spec);
     const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain);
@@ -210,7 +200,7 @@ TEST_CASE(
     "[solver][merge]") {
   int budgets = 0, merged_won = 0, below_own_least = 0;
   for (std::uint64_t seed = 0; seed < 200; ++seed) {
-    test::RandomChainSpec spec = carried_spec(5);
+    test::RandomChainSpec spec = test::carried_spec(5);
     const Chain chain = test::random_chain(33000 + seed, spec);
     // solve() merges the chain with x_0's carried members without gradient as context.
     const std::optional<Chain> pinned = detail::pin_input_members(chain);
@@ -274,7 +264,7 @@ TEST_CASE("merge: tradeoff's optimal points are solve()'s, merged runs included"
           "[solver][merge][tradeoff]") {
   int merged_points = 0;
   for (std::uint64_t seed = 0; seed < 60; ++seed) {
-    test::RandomChainSpec spec = carried_spec(6);
+    test::RandomChainSpec spec = test::carried_spec(6);
     const Chain chain = test::random_chain(35000 + seed, spec);
     if (!detail::merge_carried_runs(chain)) continue;
     INFO(chain_to_json(chain));

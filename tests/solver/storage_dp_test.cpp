@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -24,27 +25,36 @@ bool same_time(double a, double b) {
   return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
 }
 
-test::RandomChainSpec carried_spec(int max_length) {
-  test::RandomChainSpec spec;
-  spec.max_length = max_length;
-  spec.max_bytes = 12;
-  spec.partial_keeps = true;
-  spec.carried = true;
-  return spec;
-}
+using test::carried_spec;
+
+// The peak and time of every nested sequence of a chain, by the oracle's bookkeeping.
+struct Nested {
+  std::vector<std::pair<std::int64_t, double>> points;
+  std::int64_t least = std::numeric_limits<std::int64_t>::max();  // the least peak
+
+  explicit Nested(const Chain& chain) {
+    const test::ExhaustiveOracle oracle(chain);
+    for (const Sequence& sequence : oracle.nested_sequences()) {
+      points.push_back(oracle.evaluate(sequence));
+      least = std::min(least, points.back().first);
+    }
+  }
+  // The fastest time among those that fit `budget`; +inf if none does.
+  double best(std::int64_t budget) const {
+    double out = test::ExhaustiveOracle::kInf;
+    for (const auto& [peak, time] : points)
+      if (peak <= budget) out = std::min(out, time);
+    return out;
+  }
+};
 
 // At every budget from below the least nested peak to the store-all peak, in bytes: the
 // table's value is the best nested sequence's time, and its sequence fits with that time.
 // Returns the number of budgets checked.
 int check_against_oracle(const Chain& chain) {
   INFO(chain_to_json(chain));
-  const test::ExhaustiveOracle oracle(chain);
-  std::vector<std::pair<std::int64_t, double>> nested;
-  std::int64_t least = std::numeric_limits<std::int64_t>::max();
-  for (const Sequence& sequence : oracle.nested_sequences()) {
-    nested.push_back(oracle.evaluate(sequence));
-    least = std::min(least, nested.back().first);
-  }
+  const Nested nested(chain);
+  const std::int64_t least = nested.least;
   CHECK(detail::StorageDp::least_bytes(chain) == least);
   const std::int64_t top = store_all_peak(chain);
   const auto dp = detail::StorageDp::build(chain, 1, top, true, std::int64_t{1} << 30, 1e12);
@@ -52,9 +62,7 @@ int check_against_oracle(const Chain& chain) {
   int budgets = 0;
   for (std::int64_t budget = std::max<std::int64_t>(0, least - 2); budget <= top; ++budget) {
     INFO("budget " << budget);
-    double best = test::ExhaustiveOracle::kInf;
-    for (const auto& [peak, time] : nested)
-      if (peak <= budget) best = std::min(best, time);
+    const double best = nested.best(budget);
     const double value = dp->value_at(budget);
     CHECK(same_time(value, best));
     const Sequence sequence = dp->sequence_at(budget);
@@ -143,22 +151,15 @@ TEST_CASE("storage dp: solve() is the best nested sequence at every budget, carr
     const Chain chain = test::random_chain(45000 + seed, spec);
     if (chain.carried_bytes() == 0) continue;
     INFO(chain_to_json(chain));
-    const test::ExhaustiveOracle oracle(chain);
-    std::vector<std::pair<std::int64_t, double>> nested;
-    std::int64_t least = std::numeric_limits<std::int64_t>::max();
-    for (const Sequence& sequence : oracle.nested_sequences()) {
-      nested.push_back(oracle.evaluate(sequence));
-      least = std::min(least, nested.back().first);
-    }
+    const Nested nested(chain);
+    const std::int64_t least = nested.least;
     CHECK(min_feasible_budget(chain, SolveOptions(0)) == least);
     const std::int64_t top = store_all_peak(chain);
     const Tradeoff t = tradeoff(chain, TradeoffOptions().points(7).threads(1));
     CHECK(t.min_feasible_budget_bytes == least);
     for (std::int64_t budget = least - 1; budget <= top; ++budget) {
       INFO("budget " << budget);
-      double best = test::ExhaustiveOracle::kInf;
-      for (const auto& [peak, time] : nested)
-        if (peak <= budget) best = std::min(best, time);
+      const double best = nested.best(budget);
       const Solution s = solve(chain, SolveOptions(budget).threads(1));
       CHECK(s.min_feasible_budget_bytes == least);
       REQUIRE(s.ok() == (budget >= least));
@@ -173,11 +174,8 @@ TEST_CASE("storage dp: solve() is the best nested sequence at every budget, carr
     }
     for (std::size_t k = 0; k < t.budgets.size(); ++k) {
       INFO("tradeoff budget " << t.budgets[k]);
-      double best = test::ExhaustiveOracle::kInf;
-      for (const auto& [peak, time] : nested)
-        if (peak <= t.budgets[k]) best = std::min(best, time);
       REQUIRE(t.optimal[k].feasible);
-      CHECK(same_time(t.optimal[k].makespan_ms, best));
+      CHECK(same_time(t.optimal[k].makespan_ms, nested.best(t.budgets[k])));
     }
   }
   CHECK(budgets > 1000);

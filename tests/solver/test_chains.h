@@ -33,6 +33,16 @@ struct RandomChainSpec {
   bool restarts = false;
 };
 
+/// Random chains of model v2 whose stages carry members on (sizes up to 12 bytes).
+inline RandomChainSpec carried_spec(int max_length) {
+  RandomChainSpec spec;
+  spec.max_length = max_length;
+  spec.max_bytes = 12;
+  spec.partial_keeps = true;
+  spec.carried = true;
+  return spec;
+}
+
 /// A random chain; same seed, same chain.
 inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) {
   std::mt19937_64 rng(seed);
