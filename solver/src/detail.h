@@ -19,6 +19,7 @@
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/solver.h"
+#include "relax.h"
 
 namespace remat {
 namespace detail {
@@ -195,17 +196,7 @@ class PersistentTable {
   static constexpr std::int64_t kArenaBlockBytes = std::int64_t{32} << 20;
 
  private:
-  struct Row {
-    const double* values = nullptr;
-    std::int64_t lo = 0;   // first finite memory
-    std::int64_t sat = 0;  // from here on the value is constant
-    double constant = 0;   // values[sat - lo]
-    bool empty() const { return values == nullptr; }
-    double at(std::int64_t m) const {
-      if (values == nullptr || m < lo) return kInfinity;
-      return values[(m < sat ? m : sat) - lo];
-    }
-  };
+  using Row = RowView;
   std::size_t index(int i, int l) const {
     return static_cast<std::size_t>(i) * stride_ + static_cast<std::size_t>(l);
   }

@@ -53,58 +53,6 @@ namespace remat {
 namespace detail {
 namespace {
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define REMAT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define REMAT_VECTOR_CLONES
-#endif
-
-// The three kernels below relax best[k] = min(best[k], candidate(k)) for k in [0, n), a
-// chunk of kChunk memories at a time. Both the candidate and best are non-increasing in k, so
-// a chunk whose candidate at its end is at least best at its start cannot improve best and is
-// skipped without reading it (floating-point addition is monotone, so this holds for the
-// rounded values too).
-constexpr std::int64_t kChunk = 32;
-
-#define REMAT_RELAX_CHUNKS(CANDIDATE)                                 \
-  std::int64_t k = 0;                                                 \
-  const std::int64_t chunk = kChunk;                                  \
-  for (; k + chunk <= n; k += chunk) {                                \
-    {                                                                 \
-      const std::int64_t t = k + chunk - 1;                           \
-      if ((CANDIDATE) >= best[k]) continue;                           \
-    }                                                                 \
-    for (std::int64_t t = k; t < k + chunk; ++t) {                    \
-      const double v = (CANDIDATE);                                   \
-      best[t] = v < best[t] ? v : best[t];                            \
-    }                                                                 \
-  }                                                                   \
-  for (std::int64_t t = k; t < n; ++t) {                              \
-    const double v = (CANDIDATE);                                     \
-    best[t] = v < best[t] ? v : best[t];                              \
-  }
-
-// candidate(k) = (c + a[k]) + b[k]
-REMAT_VECTOR_CLONES
-void relax_sum(double* __restrict best, const double* __restrict a, const double* __restrict b,
-               double c, std::int64_t n) {
-  REMAT_RELAX_CHUNKS((c + a[t]) + b[t])
-}
-
-// candidate(k) = c + b[k]
-REMAT_VECTOR_CLONES
-void relax_left_constant(double* __restrict best, const double* __restrict b, double c,
-                         std::int64_t n) {
-  REMAT_RELAX_CHUNKS(c + b[t])
-}
-
-// candidate(k) = (c + a[k]) + right
-REMAT_VECTOR_CLONES
-void relax_right_constant(double* __restrict best, const double* __restrict a, double c,
-                          double right, std::int64_t n) {
-  REMAT_RELAX_CHUNKS((c + a[t]) + right)
-}
-
 // Arena blocks grow from 4 KiB to 32 MiB: small tables stay small, large ones allocate rarely.
 constexpr std::int64_t kFirstArenaBlock = 512;  // doubles
 constexpr std::int64_t kLargestArenaBlock =
@@ -358,61 +306,13 @@ void PersistentTable::begin_row(int i, int l, bool taped, Pending& p) {
   std::fill(p.best, p.best + n, kInfinity);
 }
 
-// A candidate is non-increasing in memory: +inf below where it starts, then varying, then
-// constant. best, the least of the candidates added so far, is therefore non-increasing too,
-// and a candidate can only improve it below the first memory where best is at most the
-// candidate's constant: it is evaluated up to there only, its constant part written out
-// directly (best is larger than it there), so that best stays the exact minimum.
-
-namespace {
-// The last memory at which a candidate starting at `start` with constant part `constant` can
-// improve the pending row p (the last one where p is still above `constant`); start - 1 if
-// none. `capacity` is the row's last memory.
-std::int64_t last_improvable(const double* best, std::int64_t lo, std::int64_t capacity,
-                             std::int64_t start, double constant) {
-  if (best[start - lo] <= constant) return start - 1;
-  return std::partition_point(best + (start - lo), best + (capacity - lo + 1),
-                              [constant](double v) { return v > constant; }) -
-         best + lo - 1;
-}
-}  // namespace
-
 // Leaf j of row (i, l, s): (prefix + Opt(j, l, m - x[i], fresh)) + Opt(i, j-1, m - tail, s)
 // (tail = left_shift: the caller's x_L when the left part runs after the loss), from
 // m = forward_lo on.
 void PersistentTable::add_leaf(std::int64_t shift, std::int64_t tail, std::int64_t forward_lo,
                                double prefix, const Row& left, const Row& right, Pending& p) {
-  const std::int64_t lo = p.lo;
-  double* best = p.best;
-  const std::int64_t start = std::max({lo, forward_lo, shift + right.lo, tail + left.lo});
-  if (start > capacity_) return;
-  const std::int64_t right_end = shift + right.sat;  // right is constant beyond
-  const std::int64_t left_end = tail + left.sat;     // left is constant beyond
-  const double right_constant = right.constant;
-  const double left_constant = left.constant;
-  const double constant = (prefix + right_constant) + left_constant;
-  const std::int64_t last = last_improvable(best, lo, capacity_, start, constant);
-  if (last < start) return;
-  // Both rows vary on [start, min(right_end, left_end)].
-  std::int64_t stop = std::min({right_end, left_end, last});
-  if (stop >= start)
-    relax_sum(best + (start - lo), right.values + (start - shift - right.lo),
-              left.values + (start - tail - left.lo), prefix, stop - start + 1);
-  if (right_end < left_end) {  // right constant, left varying
-    const std::int64_t from = std::max(start, right_end + 1);
-    stop = std::min(left_end, last);
-    if (stop >= from)
-      relax_left_constant(best + (from - lo), left.values + (from - tail - left.lo),
-                          prefix + right_constant, stop - from + 1);
-  } else if (left_end < right_end) {  // left constant, right varying
-    const std::int64_t from = std::max(start, left_end + 1);
-    stop = std::min(right_end, last);
-    if (stop >= from)
-      relax_right_constant(best + (from - lo), right.values + (from - shift - right.lo), prefix,
-                           left_constant, stop - from + 1);
-  }
-  const std::int64_t from = std::max(start, std::max(right_end, left_end) + 1);
-  if (from <= last) std::fill(best + (from - lo), best + (last - lo + 1), constant);
+  const std::int64_t start = std::max({p.lo, forward_lo, shift + right.lo, tail + left.lo});
+  relax_pair(p.best, p.lo, capacity_, start, prefix, right, shift, left, tail);
 }
 
 // Adds the chain step to row (i, l, s) and stores the row.
@@ -426,19 +326,8 @@ void PersistentTable::finish_row(int i, int l, bool taped, int worker, Pending& 
   const Row& rest = row(i + 1, l, true);
   if (!rest.empty()) {
     const std::int64_t shift = c.chain_shift(i, taped);
-    const std::int64_t start = std::max({lo, c.chain_step_memory(i, l, taped), shift + rest.lo});
-    if (start <= capacity_) {
-      const double step = c.fw[ui] + c.bw[ui];
-      const double constant = step + rest.constant;
-      const std::int64_t last = last_improvable(best, lo, capacity_, start, constant);
-      const std::int64_t rest_end = shift + rest.sat;
-      const std::int64_t stop = std::min(rest_end, last);
-      if (stop >= start)
-        relax_left_constant(best + (start - lo), rest.values + (start - shift - rest.lo), step,
-                            stop - start + 1);
-      const std::int64_t from = std::max(start, rest_end + 1);
-      if (from <= last) std::fill(best + (from - lo), best + (last - lo + 1), constant);
-    }
+    relax_one(best, lo, capacity_, std::max({lo, c.chain_step_memory(i, l, taped), shift + rest.lo}),
+              c.fw[ui] + c.bw[ui], rest, shift);
   }
   const std::int64_t n = capacity_ - lo + 1;
   REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "row (", i, ", ", l, taped ? ", taped" : "",
