@@ -287,7 +287,8 @@ void solve_storage_exact(const Chain& chain, const SolveOptions& options, Soluti
   if (budget < least || (out.ok() && out.makespan_ms <= out.store_all_makespan_ms)) return;
   const TimeModel time{options.use_nograd_time()};
   const detail::StorageTable storage = detail::storage_table(
-      chain, budget, true, options.use_nograd_time(), options.memory_limit_bytes());
+      chain, budget, true, options.use_nograd_time(), options.memory_limit_bytes(),
+      options.threads());
   const detail::StorageDp* table = storage.table.get();
   const Discretization disc = storage.discretization;
   Sequence sequence = table ? table->sequence_at(budget) : Sequence{};

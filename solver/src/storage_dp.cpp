@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "detail.h"
 #include "discretization.h"
@@ -166,16 +167,11 @@ std::int64_t StorageDp::units(std::int64_t bytes) const {
   return bytes / unit_ + (bytes % unit_ != 0 ? 1 : 0);
 }
 
-double StorageDp::Row::at(std::int64_t m) const {
-  if (values.empty() || m < lo) return kInfinity;
-  const std::int64_t k = std::min(m - lo, static_cast<std::int64_t>(values.size()) - 1);
-  return values[static_cast<std::size_t>(k)];
-}
-
 int StorageDp::state(int i, const std::vector<int>& held) const {
   auto& map = states_[static_cast<std::size_t>(i)];
   const auto found = map.find(held);
   if (found != map.end()) return found->second;
+  REMAT_INTERNAL_ASSERT(!frozen_, "storage table: a state of start ", i, " not interned");
   const int id = static_cast<int>(map.size());
   map.emplace(held, id);
   state_sets_[static_cast<std::size_t>(i)].push_back(held);
@@ -267,12 +263,13 @@ StorageDp::Entry& StorageDp::entry(int i, int l, int z) {
   return list[static_cast<std::size_t>(z)];
 }
 
-const StorageDp::Row* StorageDp::find_row(int i, int l, int z) const {
+const RowView& StorageDp::find_row(int i, int l, int z) const {
+  static const RowView kEmpty;
   const std::vector<Entry>& list =
       entries_[static_cast<std::size_t>(i) * (static_cast<std::size_t>(model_->length) + 1) +
                static_cast<std::size_t>(l)];
-  return static_cast<std::size_t>(z) < list.size() ? list[static_cast<std::size_t>(z)].row.get()
-                                                    : nullptr;
+  return static_cast<std::size_t>(z) < list.size() ? list[static_cast<std::size_t>(z)].row
+                                                    : kEmpty;
 }
 
 std::int64_t StorageDp::least(int i, int l, int z) {
@@ -293,87 +290,68 @@ std::int64_t StorageDp::least(int i, int l, int z) {
   return best;
 }
 
-// Relaxes best[m - lo] = min(best[m - lo], candidate(m)) for m in [from, to], where both are
-// non-increasing in m: a chunk whose candidate at its end is at least best at its start cannot
-// improve best and is skipped (floating-point addition is monotone, so this holds for the
-// rounded values too).
-template <class Candidate>
-void relax(std::vector<double>& best, std::int64_t lo, std::int64_t from, std::int64_t to,
-           const Candidate& candidate) {
-  constexpr std::int64_t kChunk = 32;
-  for (std::int64_t k = from; k <= to; k += kChunk) {
-    const std::int64_t end = std::min(to, k + kChunk - 1);
-    if (candidate(end) >= best[static_cast<std::size_t>(k - lo)]) continue;
-    for (std::int64_t m = k; m <= end; ++m) {
-      const double v = candidate(m);
-      double& b = best[static_cast<std::size_t>(m - lo)];
-      if (v < b) b = v;
+void StorageDp::mark(int i, int l, int z, std::vector<std::vector<Key>>& by_length) {
+  {
+    Entry& known = entry(i, l, z);
+    if (known.marked) return;
+    known.marked = true;
+    by_length[static_cast<std::size_t>(l - i)].push_back(Key{i, l, z});
+    if (known.least >= width_ || i == l) return;
+  }
+  for (const Choice& choice : choices(i, l, z)) {
+    if (choice.j > 0) {
+      mark(choice.j, l, choice.first_z, by_length);
+      mark(i, choice.j - 1, choice.second_z, by_length);
+    } else {
+      mark(i + 1, l, choice.first_z, by_length);
     }
   }
 }
 
-const StorageDp::Row& StorageDp::row(int i, int l, int z) {
-  if (const Row* known = find_row(i, l, z)) return *known;
-  Row out;
-  out.lo = least(i, l, z);
-  if (out.lo < width_) {
-    const std::int64_t last = width_ - 1;
-    std::vector<double> best(static_cast<std::size_t>(width_ - out.lo), kInfinity);
+// The row is the least of its choices, each a candidate made of the rows it reads, shifted
+// (relax.h): a leaf, (time + Opt(j, l, Z_right)[m - first_shift]) + Opt(i, j-1, Z')[m -
+// second_shift], as rebuild() sums it; the chain step, time + Opt(i+1, l, Z_rest)[m -
+// first_shift].
+void StorageDp::compute_row(const Key& key, double* best) {
+  const auto [i, l, z] = key;
+  const std::int64_t lo = entry(i, l, z).least;
+  if (lo >= width_) return;
+  const std::int64_t last = width_ - 1;
+  std::int64_t size = 1;
+  if (i == l) {  // one choice, which needs lo
+    best[0] = choices(i, l, z).front().time;
+  } else {
+    std::fill(best, best + (width_ - lo), kInfinity);
     for (const Choice& choice : choices(i, l, z)) {
-      if (i == l) {
-        if (choice.need <= out.lo) std::fill(best.begin(), best.end(), choice.time);
+      const RowView& first = choice.j > 0 ? find_row(choice.j, l, choice.first_z)
+                                          : find_row(i + 1, l, choice.first_z);
+      if (first.empty()) continue;
+      const std::int64_t start = std::max({lo, choice.need, choice.first_shift + first.lo});
+      if (choice.j == 0) {
+        relax_one(best, lo, last, start, choice.time, first, choice.first_shift);
         continue;
       }
-      const Row& first =
-          choice.j > 0 ? row(choice.j, l, choice.first_z) : row(i + 1, l, choice.first_z);
-      const Row* second = choice.j > 0 ? &row(i, choice.j - 1, choice.second_z) : nullptr;
-      if (first.values.empty() || (second && second->values.empty())) continue;
-      std::int64_t start = std::max({out.lo, choice.need, choice.first_shift + first.lo});
-      if (second) start = std::max(start, choice.second_shift + second->lo);
-      if (start > last) continue;
-      // Beyond where both parts are constant the candidate is: it can improve best only
-      // before the first memory where best is already at most that constant.
-      const double constant =
-          second ? (choice.time + first.values.back()) + second->values.back()
-                 : choice.time + first.values.back();
-      const auto stop = std::partition_point(best.begin() + (start - out.lo), best.end(),
-                                             [constant](double v) { return v > constant; });
-      const std::int64_t end = static_cast<std::int64_t>(stop - best.begin()) + out.lo - 1;
-      if (end < start) continue;
-      // From `saturated` on the candidate is its constant, below best up to `end`.
-      const std::int64_t saturated = std::max(
-          choice.first_shift + first.lo + static_cast<std::int64_t>(first.values.size()) - 1,
-          second ? choice.second_shift + second->lo +
-                       static_cast<std::int64_t>(second->values.size()) - 1
-                 : std::int64_t{0});
-      const std::int64_t varying_end = std::min(end, saturated - 1);
-      if (second) {
-        relax(best, out.lo, start, varying_end, [&](std::int64_t m) {
-          return (choice.time + first.at(m - choice.first_shift)) +
-                 second->at(m - choice.second_shift);
-        });
-      } else {
-        relax(best, out.lo, start, varying_end,
-              [&](std::int64_t m) { return choice.time + first.at(m - choice.first_shift); });
-      }
-      const std::int64_t from = std::max(start, saturated);
-      if (from <= end)
-        std::fill(best.begin() + (from - out.lo), best.begin() + (end - out.lo + 1), constant);
+      const RowView& second = find_row(i, choice.j - 1, choice.second_z);
+      if (second.empty()) continue;
+      relax_pair(best, lo, last, std::max(start, choice.second_shift + second.lo), choice.time,
+                 first, choice.first_shift, second, choice.second_shift);
     }
-    REMAT_INTERNAL_ASSERT(best.front() < kInfinity, "storage row (", i, ", ", l, ", ", z,
-                          ") infinite at its least memory ", out.lo);
+    REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "storage row (", i, ", ", l, ", ", z,
+                          ") infinite at its least memory ", lo);
     // Stored up to where it becomes constant.
-    std::size_t size = best.size();
-    while (size > 1 && best[size - 2] == best.back()) --size;
-    best.resize(size);
-    out.values = std::move(best);
+    size = width_ - lo;
+    while (size > 1 && best[size - 2] == best[size - 1]) --size;
   }
-  return *(entry(i, l, z).row = std::make_unique<Row>(std::move(out)));
+  Entry& out = entry(i, l, z);
+  out.values = std::make_unique<double[]>(static_cast<std::size_t>(size));
+  std::copy(best, best + size, out.values.get());
+  out.row = RowView{out.values.get(), lo, lo + size - 1, best[size - 1]};
 }
 
 std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t unit_bytes,
                                             std::int64_t capacity_units, bool use_nograd_time,
-                                            std::int64_t max_cells, double max_work) {
+                                            std::int64_t max_cells, double max_work,
+                                            int threads) {
   REMAT_INTERNAL_ASSERT(unit_bytes >= 1 && capacity_units >= 0);
   const double length = chain.length() + 1.0;
   // Every row has at least one leaf per stage between its ends: a lower bound of the work.
@@ -382,22 +360,33 @@ std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t uni
   dp->width_ = capacity_units - dp->units(dp->model_->context) -
                dp->units(dp->model_->minus(dp->model_->x[0], {})) + 1;
   if (dp->width_ <= 0) return dp;
-  // The reachable segments and their least memories, then the work their rows would take.
+  // The reachable segments and their least memories, the rows the root needs, then the work
+  // they would take.
   const std::int64_t root = dp->least(0, chain.length(), dp->root_z_);
   if (root >= dp->width_) return dp;
+  std::vector<std::vector<Key>> by_length(static_cast<std::size_t>(chain.length()) + 1);
+  dp->mark(0, chain.length(), dp->root_z_, by_length);
+  dp->frozen_ = true;
   double work = 0, cells = 0;
-  const int stride = chain.length() + 1;
-  for (std::size_t pair = 0; pair < dp->entries_.size(); ++pair)
-    for (const Entry& known : dp->entries_[pair]) {
-    if (known.least < 0) continue;
-    const std::int64_t lo = known.least;
-    const int i = static_cast<int>(pair) / stride, l = static_cast<int>(pair) % stride;
-    const double width = static_cast<double>(std::max<std::int64_t>(0, dp->width_ - lo));
-    cells += width;
-    work += width * (l - i + 1);
+  for (const std::vector<Key>& keys : by_length)
+    for (const Key& key : keys) {
+      const double width = static_cast<double>(
+          std::max<std::int64_t>(0, dp->width_ - dp->entry(key.i, key.l, key.z).least));
+      cells += width;
+      work += width * (key.l - key.i + 1);
     }
   if (cells > static_cast<double>(max_cells) || work > max_work) return {};
-  dp->row(0, chain.length(), dp->root_z_);
+  if (threads <= 0)
+    threads = work < 2e7 ? 1 : static_cast<int>(std::thread::hardware_concurrency());
+  WorkerPool pool(std::max(1, threads));
+  std::vector<std::vector<double>> scratch(
+      static_cast<std::size_t>(pool.size()), std::vector<double>(static_cast<std::size_t>(dp->width_)));
+  // A row reads shorter rows only: each length's rows are independent of each other.
+  for (const std::vector<Key>& keys : by_length)
+    pool.run(static_cast<std::int64_t>(keys.size()), [&](std::int64_t k, int worker) {
+      dp->compute_row(keys[static_cast<std::size_t>(k)],
+                      scratch[static_cast<std::size_t>(worker)].data());
+    });
   return dp;
 }
 
@@ -408,16 +397,16 @@ std::int64_t StorageDp::least_bytes(const Chain& chain) {
 }
 
 StorageTable storage_table(const Chain& chain, std::int64_t budget, bool filled,
-                           bool use_nograd_time, std::int64_t memory_limit_bytes) {
+                           bool use_nograd_time, std::int64_t memory_limit_bytes, int threads) {
   const MemoryLimit limit = memory_limit(memory_limit_bytes);
   StorageTable out;
-  for (std::int64_t slots = slot_count(chain, 0);; slots /= 4) {
+  for (std::int64_t slots = slot_count(chain, 0);; slots /= 2) {
     slots = std::max<std::int64_t>(slots, 500);
     out.discretization = filled ? discretize_filled(budget, slots) : discretize(budget, slots);
     out.table = StorageDp::build(chain, out.discretization.unit_bytes,
                                  out.discretization.capacity_units, use_nograd_time,
                                  limit.bytes / static_cast<std::int64_t>(2 * sizeof(double)),
-                                 kStorageDpWork);
+                                 kStorageDpWork, threads);
     if (out.table || slots <= 500) return out;
   }
 }
@@ -464,8 +453,7 @@ std::int64_t StorageDp::root_memory(std::int64_t bytes) const {
 double StorageDp::value_at(std::int64_t bytes) const {
   const std::int64_t m = root_memory(bytes);
   REMAT_INTERNAL_ASSERT(m < width_, "storage table: ", bytes, " bytes above its capacity");
-  const Row* root = find_row(0, model_->length, root_z_);
-  return root == nullptr ? kInfinity : root->at(m);
+  return find_row(0, model_->length, root_z_).at(m);
 }
 
 Sequence StorageDp::sequence_at(std::int64_t bytes) const {
@@ -482,23 +470,22 @@ void StorageDp::rebuild(int i, int l, int z, std::int64_t m, Sequence& out) cons
   }
   // The states were interned when the row was computed: recomputing finds the same ids.
   const std::vector<Choice> options = choices(i, l, z);
-  const double target = find_row(i, l, z)->at(m);
+  const double target = find_row(i, l, z).at(m);
   for (const Choice& choice : options) {
     if (m < choice.need) continue;
     if (choice.j > 0) {
-      const Row* right = find_row(choice.j, l, choice.first_z);
-      const Row* left = find_row(i, choice.j - 1, choice.second_z);
-      if (right == nullptr || left == nullptr) continue;
-      const double v = (choice.time + right->at(m - choice.first_shift)) +
-                       left->at(m - choice.second_shift);
+      const RowView& right = find_row(choice.j, l, choice.first_z);
+      const RowView& left = find_row(i, choice.j - 1, choice.second_z);
+      const double v = (choice.time + right.at(m - choice.first_shift)) +
+                       left.at(m - choice.second_shift);
       if (v != target) continue;
       append_leaf_forwards(i, choice.j, out);
       rebuild(choice.j, l, choice.first_z, m - choice.first_shift, out);
       rebuild(i, choice.j - 1, choice.second_z, m - choice.second_shift, out);
       return;
     }
-    const Row* rest = find_row(i + 1, l, choice.first_z);
-    if (rest == nullptr || choice.time + rest->at(m - choice.first_shift) != target)
+    const RowView& rest = find_row(i + 1, l, choice.first_z);
+    if (choice.time + rest.at(m - choice.first_shift) != target)
       continue;
     out.push_back(fe(i));
     rebuild(i + 1, l, choice.first_z, m - choice.first_shift, out);

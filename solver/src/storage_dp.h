@@ -12,13 +12,16 @@
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/solver.h"
+#include "relax.h"
 
 namespace remat {
 namespace detail {
 
-// The most candidate evaluations a storage-exact table may take in solve() (a few seconds at
-// most on one core; docs/algorithms.md).
-inline constexpr double kStorageDpWork = 2e9;
+// The most candidate evaluations a storage-exact table may take in solve(), as estimated before
+// it is computed (an upper bound: pruning skips most). At the allowance, about 2 s on one core of
+// the development machine (torchvision's resnet152 by convolution unit, 153 stages, 2,496
+// slots: 4.0 x 10^9 estimated; docs/algorithms.md).
+inline constexpr double kStorageDpWork = 4e9;
 
 // A segment (i, l) with the set Z of x_i's storages held outside it for its whole run (by an
 // enclosing segment's start, a stage's autograd state, the caller's x_0 or x_L): the segment
@@ -29,9 +32,12 @@ class StorageDp {
   // The table for memories 0..capacity units (of `unit_bytes`, the context and x_0 included),
   // or none where it would take more than `max_cells` stored values or `max_work` candidate
   // evaluations.
+  // Its rows are computed by `threads` workers (0: one per hardware thread, or the calling thread
+  // alone for small tables), shortest segments first; the values do not depend on the count.
   static std::unique_ptr<StorageDp> build(const Chain& chain, std::int64_t unit_bytes,
                                           std::int64_t capacity_units, bool use_nograd_time,
-                                          std::int64_t max_cells, double max_work);
+                                          std::int64_t max_cells, double max_work,
+                                          int threads = 0);
   // The least budget in bytes of a nested sequence: exact (unit 1, no memory axis).
   static std::int64_t least_bytes(const Chain& chain);
   // A nested sequence that peaks at least_bytes(chain).
@@ -56,15 +62,17 @@ class StorageDp {
     int right_z = 0;
   };
   const std::vector<LeafPart>& leaf_parts(int i) const;
-  struct Row {
-    std::int64_t lo = 0;  // first finite memory (MinMem); +inf below
-    std::vector<double> values;  // memories lo.. until constant (empty: +inf everywhere)
-    double at(std::int64_t m) const;
-  };
   int state(int i, const std::vector<int>& held) const;  // interns Z for start i
   std::vector<Choice> choices(int i, int l, int z) const;
   std::int64_t least(int i, int l, int z);
-  const Row& row(int i, int l, int z);
+  // Marks the rows Opt(i, l, z) needs (the reachable ones whose least memory is in the table),
+  // by segment length; then computes a marked row from the shorter ones, in `scratch` (width_
+  // values).
+  struct Key {
+    int i, l, z;
+  };
+  void mark(int i, int l, int z, std::vector<std::vector<Key>>& by_length);
+  void compute_row(const Key& key, double* scratch);
   std::int64_t root_memory(std::int64_t bytes) const;
   // Bytes in units, rounded up.
   std::int64_t units(std::int64_t bytes) const;
@@ -75,16 +83,22 @@ class StorageDp {
   std::int64_t unit_ = 1;
   std::int64_t width_ = 0;  // memories 0..width_-1
   int root_z_ = 0;
+  // Once the rows are marked every state is interned: state() only looks up (and the workers
+  // computing rows may call it concurrently).
+  bool frozen_ = false;
   // Z of each start, interned; rows and least memories keyed by (i, l, z).
   mutable std::vector<std::map<std::vector<int>, int>> states_;
   mutable std::vector<std::vector<std::vector<int>>> state_sets_;
   mutable std::vector<std::vector<LeafPart>> leaf_parts_;
   struct Entry {
     std::int64_t least = -1;  // -1: not computed
-    std::unique_ptr<Row> row;
+    bool marked = false;
+    std::unique_ptr<double[]> values;
+    RowView row;  // over `values`; empty when +inf everywhere in the table (or not computed)
   };
   Entry& entry(int i, int l, int z);
-  const Row* find_row(int i, int l, int z) const;
+  // The row of a marked entry (an empty one otherwise).
+  const RowView& find_row(int i, int l, int z) const;
   std::vector<std::vector<Entry>> entries_;  // [i * (L + 1) + l][z]
 };
 
@@ -95,14 +109,15 @@ inline bool storage_dp_applies(const Chain& chain) {
 }
 
 // The storage-exact table solve() and tradeoff() use for `budget` (discretize_filled's capacity
-// when `filled`, else discretize's): automatic slots, a quarter as many until its work and memory
-// fit (kStorageDpWork; half the memory limit), down to 500; none if they never do.
+// when `filled`, else discretize's): automatic slots, halved until its work and memory fit
+// (kStorageDpWork; half the memory limit), down to 500; none if they never do. `threads` as
+// SolveOptions::threads (StorageDp::build).
 struct StorageTable {
   std::unique_ptr<StorageDp> table;
   Discretization discretization;
 };
 StorageTable storage_table(const Chain& chain, std::int64_t budget, bool filled,
-                           bool use_nograd_time, std::int64_t memory_limit_bytes);
+                           bool use_nograd_time, std::int64_t memory_limit_bytes, int threads);
 
 }  // namespace detail
 }  // namespace remat

@@ -188,7 +188,8 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
   if (!given_slots && detail::storage_dp_applies(chain) && largest >= from) {
     const detail::StorageTable storage =
         detail::storage_table(chain, std::max<std::int64_t>(largest, 1), false,
-                              options.use_nograd_time(), options.memory_limit_bytes());
+                              options.use_nograd_time(), options.memory_limit_bytes(),
+                              options.threads());
     const detail::StorageDp* table = storage.table.get();
     std::vector<bool> own(out.budgets.size(), false);
     for (const std::size_t k : own_solves) own[k] = true;

@@ -940,7 +940,7 @@ TEST_CASE(
   CHECK(exact["exact_storages"] == true);
   CHECK(alone["exact_storages"] == false);
   CHECK(exact["merged_stages"] == 0);
-  // docs/algorithms.md quotes it: 2.1% above store-all, at coarser slots than the merged chain's.
+  // docs/algorithms.md quotes it: 2.0% above store-all, at coarser slots than the merged chain's.
   CHECK(exact["makespan_ms"].get<double>() < search["makespan_ms"].get<double>());
   CHECK(exact["makespan_ms"].get<double>() >= both["makespan_ms"].get<double>());
   CHECK(both["merged_stages"] == 16);

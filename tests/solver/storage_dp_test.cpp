@@ -220,5 +220,39 @@ TEST_CASE("storage dp: the least budget is feasible whatever the unit", "[solver
   CHECK(rounded > 0);
 }
 
+// The rows of one segment length are computed by several workers: the table must not depend on
+// how many. Longer chains than the oracle's, so that each length has many rows, in units of 7
+// bytes (rounded sets).
+TEST_CASE("storage dp: the same table whatever the number of threads", "[solver][storage_dp]") {
+  int rows = 0;
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    test::RandomChainSpec spec = carried_spec(40);
+    spec.min_length = 25;
+    spec.max_bytes = 300;
+    spec.restarts = true;
+    const Chain chain = test::random_chain(47000 + seed, spec);
+    if (chain.carried_bytes() == 0) continue;
+    INFO(chain_to_json(chain));
+    const std::int64_t unit = 7;
+    const std::int64_t capacity = store_all_peak(chain) / unit + 2;
+    const auto one = detail::StorageDp::build(chain, unit, capacity, true, std::int64_t{1} << 30,
+                                              1e12, 1);
+    const auto four = detail::StorageDp::build(chain, unit, capacity, true,
+                                               std::int64_t{1} << 30, 1e12, 4);
+    REQUIRE(one);
+    REQUIRE(four);
+    for (std::int64_t m = 0; m <= capacity; ++m) {
+      INFO("memory " << m);
+      const double value = one->value_at(m * unit);
+      CHECK(four->value_at(m * unit) == value);
+      if (std::isinf(value)) continue;
+      CHECK(collapsed_string(four->sequence_at(m * unit)) ==
+            collapsed_string(one->sequence_at(m * unit)));
+      ++rows;
+    }
+  }
+  CHECK(rows > 1000);
+}
+
 }  // namespace
 }  // namespace remat
