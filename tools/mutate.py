@@ -441,14 +441,14 @@ TORCH_MUTATIONS = [
     # Same test, same bound.
 
     ("dist-stray-backward-averaged-never", "distributed/src/data_parallel.cpp",
-     "    if (no_sync_.load() > 0 || detail::profiling()) return;\n", "    return;\n",
+     "    if (no_sync_.load() > 0 || remat::detail::profiling()) return;\n", "    return;\n",
      "a plain loss.backward() beside DataParallel is accepted: its gradients are never averaged "
      "and the ranks drift apart"),
     # "what would make the ranks train different models without a word is refused": the plain
     # backward must exit 2 with the message.
 
     ("dist-profiling-is-a-stray-backward", "distributed/src/data_parallel.cpp",
-     "    if (no_sync_.load() > 0 || detail::profiling()) return;\n",
+     "    if (no_sync_.load() > 0 || remat::detail::profiling()) return;\n",
      "    if (no_sync_.load() > 0) return;\n",
      "the profiler's backwards on rank 0 are refused as a user's: a chain cannot be measured "
      "after DataParallel is made"),
@@ -542,6 +542,11 @@ def main():
         return 0
     if args.only and len(mutations) != len(args.only):
         sys.exit("remat: unknown mutation in --only (see --list, with --torch for LibTorch's)")
+    # Both catalogues' texts first, in this tree: CI runs only the first, and a line edited since
+    # would otherwise stop the --torch check only when someone runs it.
+    for mid, path, old, _, _ in MUTATIONS + TORCH_MUTATIONS:
+        if open(os.path.join(ROOT, path)).read().count(old) != 1:
+            sys.exit(f"remat: mutation {mid}: its text is not found once in {path} (update it)")
     work = os.path.join(ROOT, "build-mutate-torch" if args.torch else "build-mutate")
     tree, build, log = (os.path.join(work, d) for d in ("tree", "build", "mutate.log"))
     # A fresh build too: `git archive` gives the sources the commit's times, older than objects
