@@ -798,18 +798,25 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       roots.push_back(std::move(edges[o]));
       root_grads.push_back(torch::ones(out_shapes[o], out_options[o].requires_grad(false)));
     }
-    // A saved input member that is a storage of x_0 (x_0's own, or carried on from it), or one
-    // that is carried into or out of this stage, stays allocated through the measurement: the
-    // stage's graph may let it go before the backward's peak (a mask that the stage's last
-    // operation reads), while in the chain another holder keeps it: the caller's x_0, or
-    // another stage that keeps the carried storage for its own backward. A peak measured
+    // A saved input member that is a storage of x_0 (x_0's own, or carried on from it), one
+    // that is carried into or out of this stage, or one that the stage before keeps as its
+    // output, stays allocated through the measurement: the stage's graph may let it go before
+    // the backward's peak (a mask, or an activation, that the stage's last operation reads),
+    // while in the chain another holder keeps it: the caller's x_0, another stage that keeps
+    // the carried storage for its own backward, or the stage before, taped. A peak measured
     // without it would be that much too low. Where nothing else holds it, the prediction is
     // that much above the measured peak, never below (docs/cost-model.md).
     std::vector<c10::intrusive_ptr<c10::StorageImpl>> saved_held;
     for (const int k : stage.saved_inputs) {
       const bool carried_in = in_members[static_cast<std::size_t>(k)].carried();
       const bool carried_on = std::find(carried.begin(), carried.end(), k) != carried.end();
-      if (carried_in || carried_on || is_input_storage(result.chain, i, k))
+      bool kept_before = false;
+      if (i > 0) {
+        const std::vector<int>& before =
+            result.chain.stages[static_cast<std::size_t>(i) - 1].saved_outputs;
+        kept_before = std::find(before.begin(), before.end(), k) != before.end();
+      }
+      if (carried_in || carried_on || kept_before || is_input_storage(result.chain, i, k))
         if (auto held = in_storage[static_cast<std::size_t>(k)].lock()) saved_held.push_back(held);
     }
     if (!roots.empty()) {
