@@ -788,12 +788,22 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     result.output_shapes.push_back(out_shapes);
 
     // Backward, from the graph edges of the new output members, with gradients of ones that
-    // the engine alone holds (freed once used, as inside a chain). Carried members' gradients
-    // are passed on without the graph. The gradient a carried member also gets from inside
-    // the stage is added into the passed one, in place, and counts as temporary.
+    // the engine alone holds (freed once used, as inside a chain), and from the sinks of the
+    // carried members: the engine adds what each also gets from inside the stage to its passed
+    // gradient as it arrives (in place where it can), which counts as temporary.
     std::vector<torch::autograd::Edge> roots;
     Tensors root_grads;
     for (std::size_t o = 0; o < n_out; ++o) {
+      // A carried member's passed gradient enters first at the sink of the input it carries, as
+      // the runtime's backward has it (executor.cpp), live before the backward as in the chain.
+      if (carried[o] >= 0) {
+        const auto k = static_cast<std::size_t>(carried[o]);
+        if (stage.outputs[o].grad && sinks[k]) {
+          roots.emplace_back(sinks[k], 0);
+          root_grads.push_back(torch::ones(out_shapes[o], out_options[o].requires_grad(false)));
+        }
+        continue;
+      }
       if (!edges[o].is_valid()) continue;
       roots.push_back(std::move(edges[o]));
       root_grads.push_back(torch::ones(out_shapes[o], out_options[o].requires_grad(false)));
@@ -838,6 +848,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         if (!sinks[k]) continue;
         torch::Tensor& gradient = sinks[k]->gradient;
         if (std::find(carried.begin(), carried.end(), static_cast<int>(k)) != carried.end()) {
+          gradient = detail::compact_gradient(std::move(gradient));  // as the runtime keeps it
           gradient = torch::Tensor();
         } else {
           gradient = detail::compact_gradient(std::move(gradient));

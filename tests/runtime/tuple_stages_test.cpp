@@ -637,3 +637,28 @@ TEST_CASE("a traced step times each operation where it runs, and sums as the ste
     CHECK(summary.backward.operations == 4);
   }
 }
+
+// A gradient the runtime keeps holds its storage alone, as the profiler's gradients do, so that
+// autograd adds a later contribution into it in place, as measured. A reshape's gradient is a
+// view, whose base holds the storage too: autograd would make a new sum instead, a member's
+// size above the prediction (tests/python/test_random_chains.py, seed 285).
+TEST_CASE("a kept gradient is a plain tensor holding its storage alone", "[runtime][tuple]") {
+  torch::Tensor view;
+  {
+    torch::NoGradGuard no_grad;
+    view = torch::randn({4, 6}).reshape({2, 12}).t();  // a view of its base's whole storage
+  }
+  REQUIRE(view.is_view());
+  REQUIRE(view.storage().use_count() == 2);
+  const void* data = view.data_ptr();
+  const torch::Tensor expected = view.clone();
+  const torch::Tensor kept = remat::detail::compact_gradient(std::move(view));
+  CHECK(!kept.is_view());
+  CHECK(kept.storage().use_count() == 1);
+  CHECK(kept.data_ptr() == data);  // the same memory, not a copy
+  CHECK(kept.strides() == expected.strides());
+  CHECK(torch::equal(kept, expected));
+  // A view of part of a larger storage is still copied into its own.
+  const torch::Tensor part = remat::detail::compact_gradient(torch::randn({4, 6}).narrow(0, 1, 2));
+  CHECK(part.storage().nbytes() == 2 * 6 * sizeof(float));
+}

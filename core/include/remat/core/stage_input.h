@@ -10,6 +10,7 @@
 #include "remat/core/autograd_node.h"
 
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/grad_mode.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -23,12 +24,23 @@ namespace remat::detail {
 /// A stage input's gradient as the runtime keeps it: its own storage. A backward may return a
 /// view of a larger gradient (the slice of a concatenation's gradient that belongs to one of
 /// its inputs), which would hold the whole storage for as long as the gradient lives; such a
-/// view is copied (the copy's moment is part of the stage's backward memory).
+/// view is copied (the copy's moment is part of the stage's backward memory). A view of the
+/// whole storage (a reshape's gradient) becomes a plain tensor on it: as a view it would keep
+/// its base, a second holder of the storage, and autograd adds a later contribution in place
+/// only into a storage it holds alone (a new sum otherwise, which the profiler, measuring with
+/// plain gradients, would not have seen).
 inline torch::Tensor compact_gradient(torch::Tensor gradient) {
-  if (gradient.defined() &&
-      gradient.storage().nbytes() >
-          static_cast<std::size_t>(gradient.numel()) * gradient.element_size())
+  if (!gradient.defined()) return gradient;
+  if (gradient.storage().nbytes() >
+      static_cast<std::size_t>(gradient.numel()) * gradient.element_size())
     return gradient.clone();
+  if (gradient.is_view()) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor plain = torch::empty({0}, gradient.options());
+    plain.set_(gradient.storage(), gradient.storage_offset(), gradient.sizes(),
+               gradient.strides());
+    return plain;
+  }
   return gradient;
 }
 
