@@ -373,6 +373,30 @@ def test_a_mask_given_with_the_input_and_carried_on_trains_at_the_predicted_peak
     assert_same_stage_training(plain, stages)
 
 
+def steps_within_prediction(chk, h, loss_fn, below):
+    """Trains one step, then one at each of five budgets from the least to store-all: each
+    measured peak (x_0 = h and the runtime's reserve added, the loss's two scalars left out) is
+    at most the prediction and at least `below` bytes under it. Returns how many were exact;
+    six steps in all."""
+    reserve = remat._C.runtime_reserve_bytes("cpu")
+
+    def step():
+        out = chk(h)
+        loss_fn(out).backward()
+
+    step()  # the parameters' gradients are allocated by the first step; the chain leaves them out
+    full, least = chk.store_all_peak(), chk.min_budget()
+    exact = 0
+    for k in range(5):
+        solution = chk.compute_sequence(least + (full - least) * k // 4)
+        h.grad = None
+        measured = step_peak(step) + tensor_bytes(h) + reserve - 8
+        assert solution.peak_bytes - below <= measured <= solution.peak_bytes, (
+            measured, solution.peak_bytes, solution.sequence)
+        exact += measured == solution.peak_bytes
+    return exact
+
+
 def test_a_mask_that_several_stages_keep_never_takes_the_step_above_its_prediction():
     # A mask made by the first stage and carried on by the next three, each keeping it for its
     # backward, which reads it first and lets it go. Measured alone, a stage's backward would
@@ -405,23 +429,7 @@ def test_a_mask_that_several_stages_keep_never_takes_the_step_above_its_predicti
         return (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
 
     chk = remat.Checkpointable(stages, h, loss=loss_fn, progress=False)
-    reserve = remat._C.runtime_reserve_bytes("cpu")
-    mask_bytes = 32 * 64
-
-    def step():
-        out = chk(h)
-        loss_fn(out).backward()
-
-    step()  # the parameters' gradients are allocated by the first step; the chain leaves them out
-    full, least = chk.store_all_peak(), chk.min_budget()
-    exact = 0
-    for k in range(5):
-        solution = chk.compute_sequence(least + (full - least) * k // 4)
-        h.grad = None
-        measured = step_peak(step) + tensor_bytes(h) + reserve - 8  # the loss's two scalars
-        assert solution.peak_bytes - mask_bytes <= measured <= solution.peak_bytes, (
-            measured, solution.peak_bytes, solution.sequence)
-        exact += measured == solution.peak_bytes
+    exact = steps_within_prediction(chk, h, loss_fn, below=32 * 64)  # a mask
     assert exact >= 1  # 4 of the 5 on the development machine (PyTorch 2.11)
 
 
@@ -456,22 +464,7 @@ def test_an_activation_the_stage_before_keeps_never_takes_the_step_above_its_pre
 
     chk = remat.Checkpointable(stages, h, loss=loss_fn, progress=False)
     assert json.loads(chk.chain.to_json())["stages"][0]["saved_outputs"] == [0]
-    reserve = remat._C.runtime_reserve_bytes("cpu")
-
-    def step():
-        out = chk(h)
-        loss_fn(out).backward()
-
-    step()  # the parameters' gradients are allocated by the first step; the chain leaves them out
-    full, least = chk.store_all_peak(), chk.min_budget()
-    exact = 0
-    for k in range(5):
-        solution = chk.compute_sequence(least + (full - least) * k // 4)
-        h.grad = None
-        measured = step_peak(step) + tensor_bytes(h) + reserve - 8  # the loss's two scalars
-        assert solution.peak_bytes - activation_bytes <= measured <= solution.peak_bytes, (
-            measured, solution.peak_bytes, solution.sequence)
-        exact += measured == solution.peak_bytes
+    exact = steps_within_prediction(chk, h, loss_fn, below=activation_bytes)
     assert exact >= 1  # all 5 on the development machine (PyTorch 2.11)
     h2 = h.detach().clone().requires_grad_(True)
     train_plain_stages(plain, [h2], loss_fn, steps=6)
