@@ -310,15 +310,15 @@ TORCH_MUTATIONS = [
     # ---- more runtime/ and models/ ---------------------------------------------------------
 
     ("rt-carried-grad-overwrite", "runtime/src/executor.cpp",
-     "        passed.add_(own);\n      else\n        passed = passed + own;\n",
-     "        passed.copy_(own);\n      else\n        passed = own;\n",
+     "    root_grads.push_back(std::move(carried[k]));\n",
+     "    root_grads.push_back(torch::zeros_like(carried[k]));\n",
      "the gradient a stage computes for an input member it also carries on replaces the gradient "
      "passed back for that member instead of being added to it"),
     # Killed by tests/runtime/tuple_stages_test.cpp "stages with tuples, context, TorchScript and
     # callables train exactly as plain autograd", section "U-Net with carried skips" (Down's input
     # is both pooled inside the stage and carried as a skip to Up: the stem's parameter gradients
     # and the input gradient lose one of the two contributions), at every budget, store-all
-    # included. Both branches are mutated, whichever the gradient's storage takes.
+    # included: the passed gradient enters the stage's backward as zeros.
 
     ("models-inception-bn-eps", "models/src/inception.cpp",
      'bn(register_module("bn", nn::BatchNorm2d(nn::BatchNormOptions(out).eps(0.001)))) {}',

@@ -841,19 +841,17 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         std::throw_with_nested(
             ProfileError(describe(i, named.name) + ": backward failed: " + message_of(error)));
       }
-      // As the runtime does, member by member: a carried member's own gradient is added into
-      // the passed one (in place) and goes; another member's is kept in its own storage.
+      // As the runtime does, member by member, each in its own storage: a carried member's
+      // (the passed one with what the stage added) then goes; another member's is kept.
       std::int64_t input_grad_bytes = 0;
       for (std::size_t k = 0; k < n_in; ++k) {
         if (!sinks[k]) continue;
         torch::Tensor& gradient = sinks[k]->gradient;
-        if (std::find(carried.begin(), carried.end(), static_cast<int>(k)) != carried.end()) {
-          gradient = detail::compact_gradient(std::move(gradient));  // as the runtime keeps it
+        gradient = detail::compact_gradient(std::move(gradient));  // as the runtime keeps it
+        if (std::find(carried.begin(), carried.end(), static_cast<int>(k)) != carried.end())
           gradient = torch::Tensor();
-        } else {
-          gradient = detail::compact_gradient(std::move(gradient));
+        else
           input_grad_bytes += storage_bytes({gradient});
-        }
       }
       synchronize(device);
       stage.bwd_tmp_bytes = std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);

@@ -383,36 +383,20 @@ void Executor::backward(std::size_t first, std::size_t last) {
   // plain autograd groups them (there the later stages' contributions reach the input first).
   // Summed apart, (passed + (a + b)), a member the stage reads twice would differ in the last
   // bits (tests/python/test_random_chains.py).
-  std::vector<bool> seeded(carried.size(), false);
   for (std::size_t k = 0; k < carried.size(); ++k) {
     if (!carried[k].defined() || k >= sinks.size() || !sinks[k]) continue;
     roots.emplace_back(sinks[k], 0);
     root_grads.push_back(std::move(carried[k]));
-    carried[k] = torch::Tensor();
-    seeded[k] = true;
+    carried[k] = torch::Tensor();  // its sink gets the sum
   }
   detail::run_backward(std::move(roots), std::move(root_grads));
+  // Each member's gradient from its sink (a carried one's: the sum, in what storage the engine
+  // left it), or a passed one as it came where the input has no sink.
   Tensors grad_in(members_[ub].size());
   for (std::size_t k = 0; k < grad_in.size(); ++k) {
     torch::Tensor own =
         k < sinks.size() && sinks[k] ? std::move(sinks[k]->gradient) : torch::Tensor();
-    if (seeded[k]) {  // the sum, in what storage the engine left it
-      grad_in[k] = compact_gradient(std::move(own));
-      continue;
-    }
-    torch::Tensor& passed = carried[k];
-    if (passed.defined() && own.defined()) {
-      // The stage's own contribution goes into the passed gradient, in place when nothing else
-      // holds it (a gradient the caller's loss made may be an expanded view: then a new sum).
-      torch::NoGradGuard no_grad;
-      if (passed.use_count() == 1 && passed.storage().use_count() == 1 &&
-          passed.is_non_overlapping_and_dense())
-        passed.add_(own);
-      else
-        passed = passed + own;
-      own.reset();
-    }
-    grad_in[k] = passed.defined() ? std::move(passed) : compact_gradient(std::move(own));
+    grad_in[k] = carried[k].defined() ? std::move(carried[k]) : compact_gradient(std::move(own));
   }
   sinks.clear();
   y_[ub] = std::move(grad_in);
