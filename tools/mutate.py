@@ -564,8 +564,10 @@ def main():
                              stdout=subprocess.PIPE).stdout
     subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
     all_programs = sorted({p for ps in TORCH_TESTS.values() for p in ps})
+    # -O1: a mutated solver file compiles sooner than at -O3 (the 33 mutations in 6 min 21 s,
+    # against 7 min 14 s), and these tests still run in 23 s.
     configure = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                 "-DREMAT_BUILD_BENCH=OFF"]
+                 "-DREMAT_BUILD_BENCH=OFF", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"]
     if shutil.which("ccache"):
         # Putting back a mutated header rebuilds every file that includes it, each as the
         # unmutated build compiled it: from ccache (its cache in work/, filled by that build),

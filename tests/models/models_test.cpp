@@ -323,13 +323,19 @@ TEST_CASE("load_torchvision_weights checks names and shapes before changing anyt
   }
 }
 
-TEST_CASE("every model trains checkpointed at half its memory exactly as plain", "[models][runtime]") {
+// Every model of a family (its name starts with `family`: all but the convnets, covered by the
+// runtime tests, and the transformers, at small sizes and both granularities in
+// transformer_test.cpp) trains checkpointed at half its memory exactly as plain. Inception v3 by
+// branch, checkpointed: "Inception v3 at branch granularity" below. One test case per family, so
+// that ctest runs them side by side (the VGGs' 100-million-weight classifiers alone take a
+// minute).
+namespace {
+void check_family_trains_as_plain(const std::string& family) {
   torch::set_num_threads(1);  // the same reduction order in both runs
+  int models = 0;
   for (const auto& info : remat::models::registry()) {
-    if (info.name.rfind("convnet", 0) == 0) continue;  // covered by the runtime tests
-    // The transformers, at small sizes and both granularities: transformer_test.cpp.
-    if (info.has_granularity(remat::models::Granularity::kHalfBlock)) continue;
-    // Inception v3 by branch, checkpointed: "Inception v3 at branch granularity" below.
+    if (info.name.rfind(family, 0) != 0) continue;
+    ++models;
     DYNAMIC_SECTION(info.name) {
       const remat::models::ModelConfig config{10, 0, remat::models::Granularity::kBlock};
       const int image = std::max(info.min_image, 64);
@@ -374,6 +380,33 @@ TEST_CASE("every model trains checkpointed at half its memory exactly as plain",
         CHECK(torch::equal(plain[k], ours[k]));
       }
     }
+  }
+  REQUIRE(models > 0);
+}
+}  // namespace
+
+TEST_CASE("every ResNet trains checkpointed at half its memory exactly as plain", "[models][runtime]") {
+  check_family_trains_as_plain("resnet");
+}
+
+TEST_CASE("every VGG trains checkpointed at half its memory exactly as plain", "[models][runtime]") {
+  check_family_trains_as_plain("vgg");
+}
+
+TEST_CASE("every DenseNet and Inception v3 trains checkpointed at half its memory exactly as plain",
+          "[models][runtime]") {
+  check_family_trains_as_plain("densenet");
+  check_family_trains_as_plain("inception");
+}
+
+TEST_CASE("the families above are every model but the convnets and the transformers", "[models]") {
+  for (const auto& info : remat::models::registry()) {
+    INFO(info.name);
+    const bool convnet = info.name.rfind("convnet", 0) == 0;
+    const bool transformer = info.has_granularity(remat::models::Granularity::kHalfBlock);
+    const bool family = info.name.rfind("resnet", 0) == 0 || info.name.rfind("vgg", 0) == 0 ||
+                        info.name.rfind("densenet", 0) == 0 || info.name.rfind("inception", 0) == 0;
+    CHECK(convnet + transformer + family == 1);
   }
 }
 
