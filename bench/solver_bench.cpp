@@ -9,7 +9,6 @@
 //
 // Usage: remat_solver_bench [--quick] [--L N] [--slots N] [--threads T] [--reps R]
 
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,7 +46,7 @@ struct Args {
   bool quick = false;
   int length = 0;          // 0: every length
   std::int64_t slots = 0;  // 0: every slot count
-  int threads = 0;         // 0: one per hardware thread
+  int threads = 0;         // 0: one per available core
   int reps = 0;            // 0: 5; 3 for L >= 1000; 1 for L >= 1000 with more than 500 slots
 };
 
@@ -56,7 +55,7 @@ void print_usage(std::ostream& out) {
          "  --quick      only L in {30, 100, 300}\n"
          "  --L N        only chains of N stages\n"
          "  --slots N    only N memory slots (default: 500 and 2000)\n"
-         "  --threads T  solver threads (default 0: one per hardware thread)\n"
+         "  --threads T  solver threads (default 0: one per available core)\n"
          "  --reps R     repetitions per configuration (default 5; 3 for L >= 1000, 1 there\n"
          "               above 500 slots)\n";
 }
@@ -285,13 +284,6 @@ std::string cpu_model() {
   return "unknown";
 }
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
 struct Row {
   int length = 0;
   std::int64_t slots = 0;
@@ -380,17 +372,16 @@ int main(int argc, char** argv) {
   for (const Row& row : rows) {
     std::cout << "| " << row.length << " | " << row.slots << " | " << row.cells << " |\n";
   }
-  const int cpus = available_cpus();
+  const int cpus = remat::available_cores();
   std::cout << "\n"
             << "peak RSS: the solving child's ru_maxrss; table MiB: that minus its RSS before the "
                "solve (what the solve allocated, DP table included).\n"
             << "budgets:\n";
   for (const std::string& note : notes) std::cout << "  " << note << "\n";
-  std::cout << "machine: " << cpu_model() << ", nproc " << cpus << "\n"
+  std::cout << "machine: " << cpu_model() << ", available cores " << cpus << "\n"
             << "threads: "
             << (args.threads > 0 ? std::to_string(args.threads)
-                                 : "default (one per hardware thread: " +
-                                       std::to_string(std::thread::hardware_concurrency()) + ")")
+                                 : "default (one per available core: " + std::to_string(cpus) + ")")
             << "\n";
   return 0;
 }

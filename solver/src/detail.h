@@ -170,8 +170,8 @@ class WorkerPool {
 class PersistentTable {
  public:
   // capacity: the memory of the whole chain, x_0 included, the context excluded. threads: the
-  // number of workers (at most one per block of segment starts); 0 chooses, one per hardware
-  // thread or the calling thread alone for small problems.
+  // number of workers (at most one per block of segment starts); 0 chooses, one per available
+  // core or the calling thread alone for small problems.
   PersistentTable(const UnitChain& chain, const MinMemoryTable& min_memory, std::int64_t capacity,
                   int threads);
   // Opt(i, l, m, state): least time to reverse stages i..l with m units (x_i and y_{l+1}

@@ -147,10 +147,10 @@ PersistentTable::Plan PersistentTable::plan(int length, std::int64_t width, int 
   while (out.tile > 1 && out.block * out.tile * row_bytes > kPendingBytes) out.tile /= 2;
   while (out.block > 1 && out.block * out.tile * row_bytes > kPendingBytes) out.block /= 2;
   const int blocks = (length + 1 + out.block - 1) / out.block;
-  // Automatic: one worker per hardware thread, the small problems on the calling thread alone.
+  // Automatic: one worker per available core, the small problems on the calling thread alone.
   if (threads <= 0) {
     const double work = (length + 1.0) * (length + 1.0) * (length + 1.0) / 6.0 * width;
-    threads = work < 2e7 ? 1 : static_cast<int>(std::thread::hardware_concurrency());
+    threads = work < 2e7 ? 1 : available_cores();
   }
   out.workers = std::max(1, std::min(threads, blocks));
   return out;

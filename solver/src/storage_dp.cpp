@@ -33,7 +33,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 
 #include "detail.h"
 #include "discretization.h"
@@ -377,7 +376,7 @@ std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t uni
     }
   if (cells > static_cast<double>(max_cells) || work > max_work) return {};
   if (threads <= 0)
-    threads = work < 2e7 ? 1 : static_cast<int>(std::thread::hardware_concurrency());
+    threads = work < 2e7 ? 1 : available_cores();
   WorkerPool pool(std::max(1, threads));
   std::vector<std::vector<double>> scratch(
       static_cast<std::size_t>(pool.size()), std::vector<double>(static_cast<std::size_t>(dp->width_)));

@@ -32,7 +32,7 @@ class StorageDp {
   // The table for memories 0..capacity units (of `unit_bytes`, the context and x_0 included),
   // or none where it would take more than `max_cells` stored values or `max_work` candidate
   // evaluations.
-  // Its rows are computed by `threads` workers (0: one per hardware thread, or the calling thread
+  // Its rows are computed by `threads` workers (0: one per available core, or the calling thread
   // alone for small tables), shortest segments first; the values do not depend on the count.
   static std::unique_ptr<StorageDp> build(const Chain& chain, std::int64_t unit_bytes,
                                           std::int64_t capacity_units, bool use_nograd_time,

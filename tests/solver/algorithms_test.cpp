@@ -7,10 +7,15 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "discretization.h"
 #include "remat/solver.h"
 #include "test_chains.h"
+
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 namespace remat {
 namespace {
@@ -355,6 +360,45 @@ TEST_CASE("threads are at most kMaxThreads", "[solver]") {
                     Catch::Contains("threads (1025)"));
   // The most is accepted (a chain this short has one block of segment starts: one worker).
   CHECK(solve(chain, SolveOptions(store_all_peak(chain) - 1).threads(kMaxThreads)).ok());
+}
+
+TEST_CASE("automatic threads: the cores the process may run on, within its CPU quota", "[solver]") {
+  // A cgroup's quota: cgroup v2's cpu.max ("max" or microseconds, then the period), v1's
+  // cfs_quota_us (-1 for none); whole cores, rounded up.
+  CHECK(quota_cores("max", 100000) == 0);
+  CHECK(quota_cores("-1", 100000) == 0);
+  CHECK(quota_cores("200000", 100000) == 2);
+  CHECK(quota_cores("150000", 100000) == 2);
+  CHECK(quota_cores("50000", 100000) == 1);
+  CHECK(quota_cores("1e99", 100000) == 1000000);
+  CHECK(quota_cores("", 100000) == 0);
+  CHECK(quota_cores("12ab", 100000) == 0);
+  CHECK(quota_cores("100000", 0) == 0);
+  const int cores = available_cores();
+  CHECK(cores >= 1);
+#ifdef __linux__
+  // The affinity is the calling thread's: a thread pinned to one core sees one, however many
+  // the machine has (std::thread::hardware_concurrency() would count them all).
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  CHECK(cores <= CPU_COUNT(&allowed));
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed)) ++first;
+  int pinned = -1;
+  bool could_pin = false;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    could_pin = sched_setaffinity(0, sizeof one, &one) == 0;
+    pinned = available_cores();
+  }).join();
+  if (could_pin)
+    CHECK(pinned == 1);
+  else
+    WARN("this machine refuses sched_setaffinity: the pinned thread is not checked");
+#endif
 }
 
 TEST_CASE(

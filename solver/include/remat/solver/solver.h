@@ -28,6 +28,16 @@ const std::vector<Algorithm>& all_algorithms();
 /// cores only add contention, and each worker holds its own buffers (docs/algorithms.md).
 inline constexpr int kMaxThreads = 1024;
 
+/// The cores this process may run on, which automatic threads (`threads(0)`) use: its CPU
+/// affinity (`taskset`, a container's `--cpuset-cpus`), lowered to its cgroup's CPU quota where
+/// one is set (a container's `--cpus`, rounded up); at least 1. Not
+/// std::thread::hardware_concurrency(), which counts every core of the machine: a container
+/// allowed 2 of 64 cores would run 64 workers on 2.
+int available_cores();
+/// The whole cores a CPU quota allows: `quota` microseconds (cgroup v2's `cpu.max` first field,
+/// or v1's `cpu.cfs_quota_us`) per `period`, rounded up; 0 for none ("max", -1) or unreadable.
+int quota_cores(const std::string& quota, double period);
+
 /// Options of solve(). The budget is required; the rest have defaults.
 /// Example: `solve(chain, SolveOptions(700LL << 20).slots(500))`.
 struct SolveOptions {
@@ -47,8 +57,8 @@ struct SolveOptions {
   REMAT_ARG(int, segments) = 0;
   /// Cost `Fn`/`CF` with `fwd_nograd_ms` (the reference always uses `fwd_ms`).
   REMAT_ARG(bool, use_nograd_time) = true;
-  /// Worker threads of the dynamic program, at most kMaxThreads; 0 means one per hardware
-  /// thread.
+  /// Worker threads of the dynamic program, at most kMaxThreads; 0 means one per available
+  /// core (available_cores()) for large problems, the calling thread alone for small ones.
   REMAT_ARG(int, threads) = 0;
   /// `optimal` only: the most memory, in bytes, the dynamic program's tables may take; 0 means
   /// 80% of this machine's physical memory. The memory a solve needs is estimated before
