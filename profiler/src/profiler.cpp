@@ -742,19 +742,15 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
           any_grad = any_grad || source.grad;
           continue;
         }
-        // A view of an input member or a storage shared by several outputs counts its own
-        // elements as new bytes (an overstatement while the shared storage is live).
+        // A view of an input member, or a storage shared by several outputs, counts its whole
+        // storage as new bytes: an overstatement while the input or the other outputs are live,
+        // and what it keeps alive once they are gone. (Its own elements, where it is a slice,
+        // were below that: a slice carried on past its base held the whole storage, above the
+        // prediction and the budget.)
         bool view_of_input = false;
         for (const torch::Tensor& t : handed)
           view_of_input = view_of_input || shares_storage(out[o], t);
-        bool shared = view_of_input;
-        for (std::size_t p = 0; p < n_out; ++p)
-          shared = shared || (p != o && carried[p] < 0 && shares_storage(out[o], out[p]));
-        const std::int64_t bytes =
-            shared ? tracker.counted_bytes(out[o].numel() *
-                                           static_cast<std::int64_t>(out[o].element_size()))
-                   : storage_bytes({out[o]});
-        stage.outputs.push_back(Member{bytes, out[o].requires_grad()});
+        stage.outputs.push_back(Member{storage_bytes({out[o]}), out[o].requires_grad()});
         any_grad = any_grad || out[o].requires_grad();
         if (!view_of_input) out_storage[o] = out[o].storage().getWeakStorageImpl();
         if (out[o].requires_grad()) edges[o] = torch::autograd::impl::gradient_edge(out[o]);

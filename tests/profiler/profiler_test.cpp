@@ -277,6 +277,34 @@ TEST_CASE(
   CHECK(chain.stages[1].fwd_tmp_bytes == 0);
 }
 
+TEST_CASE("a slice of another output member counts its whole storage, which it keeps alive",
+          "[profiler]") {
+  // "split" returns h and a slice of it; "tail" drops h and carries the slice on: from there
+  // the slice alone holds h's whole storage (counted with its own elements, half of it, the
+  // step went 4 KiB above its prediction: tests/python/test_random_chains.py).
+  const auto split = [](const remat::Tensors& x, const remat::Tensors&) {
+    const torch::Tensor h = torch::tanh(x[0]);
+    return remat::Tensors{h, h.narrow(1, 0, 32)};
+  };
+  const auto tail = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{torch::tanh(x[0]) + torch::cat({x[1], x[1]}, 1), x[1]};
+  };
+  const auto head = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{x[0].sum(1, true) + x[1].sum(1, true)};
+  };
+  const std::vector<remat::NamedStage> stages{{"split", remat::callable_stage(split)},
+                                              {"tail", remat::callable_stage(tail)},
+                                              {"head", remat::callable_stage(head)}};
+  const torch::Tensor sample = torch::randn({32, 64}).requires_grad_(true);
+  const remat::Chain chain =
+      remat::profile(stages, {sample}, {}, quick().measure_time(false)).chain;
+  const std::int64_t whole = 32 * 64 * 4;
+  REQUIRE(chain.stages[0].outputs.size() == 2);
+  CHECK(chain.stages[0].outputs[0].bytes == whole);
+  CHECK(chain.stages[0].outputs[1].bytes == whole);  // not 32 * 32 * 4
+  CHECK(chain.stages[1].outputs[1].carried_from == 1);
+}
+
 TEST_CASE("a tensor that requires grad must be a parameter of a stage, and context a stage's",
           "[profiler]") {
   const torch::Tensor weight = torch::randn({4, 4}).requires_grad_(true);
