@@ -54,8 +54,7 @@ EXTENDED_OPERATIONS = OPERATIONS + ("relu_", "mul_", "add_", "gather", "read_sli
 # would change what autograd saved (and plain autograd would refuse it).
 SAVES_OUTPUT = ("relu", "tanh", "sigmoid", "softmax", "relu_")
 # Each extended kind of member, the operation that reads it.
-READ_BY = {"mask": "mask", "skip": "skip", "index": "gather", "slice": "read_slice",
-           "input_view": "read_input_view"}
+READ_BY = {"index": "gather", "slice": "read_slice", "input_view": "read_input_view"}
 
 
 class RandomStage(nn.Module):
@@ -70,6 +69,10 @@ class RandomStage(nn.Module):
         self.norms = nn.ModuleList()
         masks = [k for k, kind in enumerate(kinds) if kind == "mask"]
         skips = [k for k, kind in enumerate(kinds) if kind == "skip"]
+        # Extended: the members each reading operation may read (add_ adds a skip).
+        readers = {op: [k for k, kind in enumerate(kinds) if READ_BY.get(kind) == op]
+                   for op in READ_BY.values()}
+        readers["add_"] = skips
         fresh = False  # whether h is an activation of this stage that nothing has saved
         for _ in range(rng.randint(1, 4)):
             name = rng.choice(EXTENDED_OPERATIONS if extended else OPERATIONS)
@@ -77,9 +80,6 @@ class RandomStage(nn.Module):
                 name = "linear"
             argument = rng.choice(masks if name == "mask" else skips) if name in ("mask", "skip") else 0
             if extended:
-                readers = {op: [k for k, kind in enumerate(kinds) if READ_BY.get(kind) == op]
-                           for op in ("gather", "read_slice", "read_input_view")}
-                readers["add_"] = skips
                 if name in readers:
                     if readers[name]:
                         argument = rng.choice(readers[name])
