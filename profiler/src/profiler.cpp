@@ -591,6 +591,20 @@ std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   return total;
 }
 
+// A member that is a new tensor: its storage's bytes, and where it has a gradient that differs,
+// the gradient's. The runtime keeps a gradient of the member's own elements at most
+// (compact_gradient): more than the storage where the member is expanded (a stride of 0),
+// less where it is a slice of a larger storage.
+Member new_member(const torch::Tensor& t, bool grad) {
+  Member member{storage_bytes({t}), grad};
+  if (member.grad) {
+    const std::int64_t gradient =
+        counted_bytes(t.device(), static_cast<std::int64_t>(t.numel()) * t.element_size());
+    if (gradient != member.bytes) member.grad_bytes = gradient;
+  }
+  return member;
+}
+
 Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                 const Tensors& context, const ProfileOptions& options) {
   using detail::run_backward;
@@ -670,7 +684,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   Tensors x;
   for (const torch::Tensor& input : inputs) {
     x.push_back(input.detach().clone());
-    result.chain.inputs.push_back(Member{storage_bytes({x.back()}), input.requires_grad()});
+    result.chain.inputs.push_back(new_member(x.back(), input.requires_grad()));
   }
   result.chain.context_bytes = storage_bytes(context);
   // How the times are taken: kPasses after every stage is measured; kStages in the loop.
@@ -693,10 +707,19 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
 
     // Forward without autograd first: x_{i+1} for the next stage, and a check that the stage
     // leaves its input alone (with autograd, an in-place change of the input is refused).
+    // A tensor the stage before returned as several members (`return h, h`) is handed as
+    // distinct tensors on its storage, as with autograd below: which of them an output
+    // passes on is then the member it names, the same in both forwards.
     Tensors next;
     std::int64_t nograd_tmp = 0;
     {
       torch::NoGradGuard no_grad;
+      for (std::size_t k = 0; k < x.size(); ++k)
+        for (std::size_t j = 0; j < k; ++j)
+          if (x[k].is_same(x[j])) {
+            x[k] = x[k].detach();
+            break;
+          }
       PeakScope scope(tracker);
       next = run(x);
       synchronize(device);
@@ -738,7 +761,9 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         out_options[o] = out[o].options();
         if (carried[o] >= 0) {
           const Member& source = in_members[static_cast<std::size_t>(carried[o])];
-          stage.outputs.push_back(Member{source.bytes, source.grad, carried[o]});
+          Member member = source;
+          member.carried_from = carried[o];
+          stage.outputs.push_back(member);
           any_grad = any_grad || source.grad;
           continue;
         }
@@ -750,7 +775,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         bool view_of_input = false;
         for (const torch::Tensor& t : handed)
           view_of_input = view_of_input || shares_storage(out[o], t);
-        stage.outputs.push_back(Member{storage_bytes({out[o]}), out[o].requires_grad()});
+        stage.outputs.push_back(new_member(out[o], out[o].requires_grad()));
         any_grad = any_grad || out[o].requires_grad();
         if (!view_of_input) out_storage[o] = out[o].storage().getWeakStorageImpl();
         if (out[o].requires_grad()) edges[o] = torch::autograd::impl::gradient_edge(out[o]);

@@ -1,5 +1,6 @@
 #include "remat/solver/chain.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -132,13 +133,18 @@ Member get_member(const json& value, const std::string& source, const std::strin
     member.carried_from = static_cast<int>(carry.get<std::int64_t>());
     return member;
   }
-  check_keys(value, source, where, {"bytes"}, {"grad"}, "a tensor");
+  check_keys(value, source, where, {"bytes"}, {"grad", "grad_bytes"}, "a tensor");
   member.bytes = get_bytes(value.at("bytes"), source, where + ".bytes");
   if (value.contains("grad")) {
     if (!value.at("grad").is_boolean())
       fail(source, where + ".grad",
            str_cat("must be true or false, got ", type_name(value.at("grad"))));
     member.grad = value.at("grad").get<bool>();
+  }
+  if (value.contains("grad_bytes")) {
+    if (!member.grad)
+      fail(source, where + ".grad_bytes", "is given for a tensor without a gradient (grad false)");
+    member.grad_bytes = get_bytes(value.at("grad_bytes"), source, where + ".grad_bytes");
   }
   return member;
 }
@@ -263,6 +269,7 @@ Chain parse_v2(const json& doc, const std::string& source) {
                      input.size(), input.size() == 1 ? " member" : " members"));
       member.bytes = input[static_cast<std::size_t>(member.carried_from)].bytes;
       member.grad = input[static_cast<std::size_t>(member.carried_from)].grad;
+      member.grad_bytes = input[static_cast<std::size_t>(member.carried_from)].grad_bytes;
     }
     chain.stages.push_back(std::move(stage));
   }
@@ -307,7 +314,7 @@ std::int64_t Chain::activation_bytes(int k) const {
 std::int64_t Chain::gradient_bytes(int k) const {
   std::int64_t total = 0;
   for (const Member& member : members(k))
-    if (member.grad) total += member.bytes;
+    total += member.gradient_size();
   return total;
 }
 
@@ -330,7 +337,7 @@ std::int64_t Chain::carried_bytes() const {
   std::int64_t total = 0;
   for (const Stage& stage : stages)
     for (const Member& member : stage.outputs)
-      if (member.carried()) total += member.bytes;
+      if (member.carried()) total += std::max(member.bytes, member.gradient_size());
   return total;
 }
 
@@ -376,9 +383,16 @@ void Chain::validate(const std::string& source) const {
       seen[static_cast<std::size_t>(index)] = true;
     }
   };
+  auto check_grad_bytes = [&](const Member& member, const std::string& at) {
+    if (!member.grad_bytes) return;
+    if (!member.grad)
+      fail(source, at + ".grad_bytes", "is given for a tensor without a gradient (grad false)");
+    check_bytes(*member.grad_bytes, at + ".grad_bytes");
+  };
   if (inputs.empty()) fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     check_bytes(inputs[k].bytes, str_cat("inputs[", k, "].bytes"));
+    check_grad_bytes(inputs[k], str_cat("inputs[", k, "]"));
     if (inputs[k].carried())
       fail(source, str_cat("inputs[", k, "]"), "cannot be carried: x_0 has no stage before it");
   }
@@ -391,8 +405,10 @@ void Chain::validate(const std::string& source) const {
   check_bytes(context_bytes, "context_bytes");
   check_bytes(loss_tmp_bytes, "loss_tmp_bytes");
   check_ms(restart_ms, "restart_ms");
-  for (std::size_t k = 0; k < inputs.size(); ++k)
-    add_to_total(2 * inputs[k].bytes, str_cat("inputs[", k, "]"));
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    add_to_total(inputs[k].bytes, str_cat("inputs[", k, "]"));
+    add_to_total(inputs[k].gradient_size(), str_cat("inputs[", k, "]"));
+  }
   add_to_total(context_bytes, "context_bytes");
   add_to_total(loss_tmp_bytes, "loss_tmp_bytes");
   for (std::size_t i = 0; i < stages.size(); ++i) {
@@ -414,6 +430,7 @@ void Chain::validate(const std::string& source) const {
       const Member& member = stage.outputs[k];
       const std::string at = str_cat(where, ".outputs[", k, "]");
       check_bytes(member.bytes, at + ".bytes");
+      check_grad_bytes(member, at);
       if (!member.carried()) continue;
       const auto from = static_cast<std::size_t>(member.carried_from);
       if (from >= input.size())
@@ -424,9 +441,11 @@ void Chain::validate(const std::string& source) const {
         fail(source, at + ".carry",
              str_cat("(", member.carried_from, ") is carried twice: one tensor, one member"));
       carried[from] = true;
-      if (member.bytes != input[from].bytes || member.grad != input[from].grad)
+      if (member.bytes != input[from].bytes || member.grad != input[from].grad ||
+          member.gradient_size() != input[from].gradient_size())
         fail(source, at,
-             str_cat("is carried from input member ", from, " but its bytes or grad differ"));
+             str_cat("is carried from input member ", from,
+                     " but its bytes, grad or grad_bytes differ"));
     }
     check_indices(stage.saved_inputs, input.size(), where + ".saved_inputs", "the input");
     check_indices(stage.saved_outputs, stage.outputs.size(), where + ".saved_outputs",
@@ -436,7 +455,10 @@ void Chain::validate(const std::string& source) const {
         fail(source, str_cat(where, ".saved_outputs[", k, "]"),
              str_cat("(", stage.saved_outputs[k],
                      ") is a carried member: it is the input's tensor, list it in saved_inputs"));
-    for (const Member& member : stage.outputs) add_to_total(2 * member.bytes, where);
+    for (const Member& member : stage.outputs) {
+      add_to_total(member.bytes, where);
+      add_to_total(member.gradient_size(), where);
+    }
     add_to_total(stage.state_bytes, where);
     add_to_total(stage.fwd_tmp_bytes, where);
     add_to_total(stage.nograd_tmp_bytes(), where);
@@ -500,6 +522,8 @@ std::string chain_to_json(const Chain& chain) {
     } else {
       item["bytes"] = member.bytes;
       item["grad"] = member.grad;
+      if (member.grad && member.grad_bytes && *member.grad_bytes != member.bytes)
+        item["grad_bytes"] = *member.grad_bytes;
     }
     return item;
   };

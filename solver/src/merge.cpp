@@ -30,9 +30,11 @@ Stage merge_run(const Chain& chain, int first, int end) {
   const int inputs = static_cast<int>(chain.members(first).size());
   std::vector<std::int64_t> bytes;
   std::vector<bool> grad;
+  std::vector<std::optional<std::int64_t>> grad_bytes;
   for (const Member& member : chain.members(first)) {
     bytes.push_back(member.bytes);
     grad.push_back(member.grad);
+    grad_bytes.push_back(member.grad_bytes);
   }
   // ids[k - first]: the storage of each member of x_k.
   std::vector<std::vector<int>> ids(static_cast<std::size_t>(end - first) + 1);
@@ -57,6 +59,7 @@ Stage merge_run(const Chain& chain, int first, int end) {
         next.push_back(static_cast<int>(bytes.size()));
         bytes.push_back(member.bytes);
         grad.push_back(member.grad);
+        grad_bytes.push_back(member.grad_bytes);
       }
     }
     for (const int s : stage.saved_inputs)
@@ -71,7 +74,8 @@ Stage merge_run(const Chain& chain, int first, int end) {
   // The output x_end: a member of x_first carried all the way, else a new tensor.
   std::int64_t new_output_bytes = 0;
   for (const int id : last) {
-    Member member{bytes[static_cast<std::size_t>(id)], grad[static_cast<std::size_t>(id)]};
+    const auto u = static_cast<std::size_t>(id);
+    Member member{bytes[u], grad[u], -1, grad_bytes[u]};
     if (is_input(id))
       member.carried_from = id;
     else
@@ -144,12 +148,13 @@ Stage merge_run(const Chain& chain, int first, int end) {
   for (std::size_t u = 0; u < storages; ++u) {
     const int id = static_cast<int>(u);
     if (!grad[u] || output_ids.count(id) != 0) continue;
-    if (is_input(id)) input_gradients += bytes[u];
+    const std::int64_t size = grad_bytes[u].value_or(bytes[u]);
+    if (is_input(id)) input_gradients += size;
     const int lo = is_input(id) ? first : std::max(first, first_in[u] - 1);
     const int hi = std::min(last_in[u], end - 1);
     if (lo > hi) continue;
-    gradient_change[static_cast<std::size_t>(lo - first)] += bytes[u];
-    gradient_change[static_cast<std::size_t>(hi - first) + 1] -= bytes[u];
+    gradient_change[static_cast<std::size_t>(lo - first)] += size;
+    gradient_change[static_cast<std::size_t>(hi - first) + 1] -= size;
   }
   std::vector<std::int64_t> gradients(span, 0);
   std::int64_t running = 0;

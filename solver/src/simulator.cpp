@@ -186,7 +186,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
         if (!gradient[ul].empty() || backpropagated[ul - 1])
           reject("the loss was already computed");
         for (const Member& member : chain.members(length)) {
-          gradient[ul].push_back(member.grad ? memory.make(member.bytes) : -1);
+          gradient[ul].push_back(member.grad ? memory.make(member.gradient_size()) : -1);
           if (member.grad) memory.hold(gradient[ul].back(), Memory::kGradient);
         }
         temporary = chain.loss_tmp_bytes;
@@ -213,7 +213,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
         }
         for (std::size_t k = 0; k < input.size(); ++k) {
           if (!input[k].grad) continue;
-          if (ids[k] < 0) ids[k] = memory.make(input[k].bytes);
+          if (ids[k] < 0) ids[k] = memory.make(input[k].gradient_size());
           memory.hold(ids[k], Memory::kGradient);
         }
         gradient[ui] = std::move(ids);

@@ -106,7 +106,7 @@ struct StorageDp::Model {
         if (member.carried() && member.grad)
           receives[static_cast<std::size_t>(member.carried_from)] = true;
       for (std::size_t k = 0; k < input.size(); ++k)
-        if (receives[k]) passed[i] += input[k].bytes;
+        if (receives[k]) passed[i] += input[k].gradient_size();
     }
     bt[n] = chain.loss_tmp_bytes;
     restart = chain.restart_ms;

@@ -305,6 +305,70 @@ TEST_CASE("a slice of another output member counts its whole storage, which it k
   CHECK(chain.stages[1].outputs[1].carried_from == 1);
 }
 
+TEST_CASE("a member's gradient is counted with the member's elements, not its storage's",
+          "[profiler]") {
+  // "spread" returns h, a column expanded to h's shape (a stride of 0: 128 bytes of storage,
+  // an 8 KiB gradient) and a slice of h (h's whole storage, a gradient of half of it). With the
+  // expanded member's gradient counted as its 128 bytes, the step went 8 KiB above its
+  // prediction and budget (tests/python/test_random_chains.py, the layout networks).
+  const auto spread = [](const remat::Tensors& x, const remat::Tensors&) {
+    const torch::Tensor h = torch::tanh(x[0]);
+    return remat::Tensors{h, h.mean(1, true).expand({32, 64}), h.narrow(1, 0, 32)};
+  };
+  const auto read = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{x[0] * x[1] + torch::cat({x[2], x[2]}, 1), x[1]};
+  };
+  const auto head = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{x[0].sum(1, true) + x[1].sum(1, true)};
+  };
+  const std::vector<remat::NamedStage> stages{{"spread", remat::callable_stage(spread)},
+                                              {"read", remat::callable_stage(read)},
+                                              {"head", remat::callable_stage(head)}};
+  const torch::Tensor sample = torch::randn({32, 64}).requires_grad_(true);
+  const remat::Chain chain =
+      remat::profile(stages, {sample}, {}, quick().measure_time(false)).chain;
+  const std::int64_t whole = 32 * 64 * 4;
+  REQUIRE(chain.stages[0].outputs.size() == 3);
+  CHECK(chain.inputs[0].gradient_size() == whole);
+  CHECK_FALSE(chain.inputs[0].grad_bytes.has_value());  // the same as its bytes: not written
+  const remat::Member& expanded = chain.stages[0].outputs[1];
+  CHECK(expanded.bytes == 32 * 4);
+  CHECK(expanded.gradient_size() == whole);
+  const remat::Member& slice = chain.stages[0].outputs[2];
+  CHECK(slice.bytes == whole);
+  CHECK(slice.gradient_size() == whole / 2);
+  CHECK(chain.gradient_bytes(1) == whole + whole + whole / 2);
+  // Carried on, the member brings its gradient's size with it.
+  REQUIRE(chain.stages[1].outputs[1].carried_from == 1);
+  CHECK(chain.stages[1].outputs[1].gradient_size() == whole);
+}
+
+TEST_CASE("a tensor returned as two members is two members, in both forwards", "[profiler]") {
+  // `return h, h`: the next stage is handed two tensors on h's storage, with autograd and
+  // without alike, so the member it passes on (here the second) is the same in both forwards
+  // (the forward without autograd, handed h twice, found member 0 in it: "returns a different
+  // list of tensors with autograd than without").
+  const auto twice = [](const remat::Tensors& x, const remat::Tensors&) {
+    const torch::Tensor h = torch::tanh(x[0]);
+    return remat::Tensors{h, h};
+  };
+  const auto main_path = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{torch::sigmoid(x[0]), x[1]};
+  };
+  const auto add = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{x[0] + x[1]};
+  };
+  const std::vector<remat::NamedStage> stages{{"twice", remat::callable_stage(twice)},
+                                              {"main", remat::callable_stage(main_path)},
+                                              {"add", remat::callable_stage(add)}};
+  const torch::Tensor sample = torch::randn({32, 64}).requires_grad_(true);
+  const remat::Chain chain =
+      remat::profile(stages, {sample}, {}, quick().measure_time(false)).chain;
+  REQUIRE(chain.stages[1].outputs.size() == 2);
+  CHECK_FALSE(chain.stages[1].outputs[0].carried());
+  CHECK(chain.stages[1].outputs[1].carried_from == 1);
+}
+
 TEST_CASE("a tensor that requires grad must be a parameter of a stage, and context a stage's",
           "[profiler]") {
   const torch::Tensor weight = torch::randn({4, 4}).requires_grad_(true);

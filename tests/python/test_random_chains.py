@@ -26,6 +26,15 @@ gather) and members that are views of another member's storage: a slice of the s
 reshape of its input. Their first run found a fourth defect: a slice of an activation, carried
 on past it, was counted with its own elements where it keeps the whole storage alive; the step
 went up to 4 KiB above its prediction, and budget, at 13 of 500 seeds (docs/cost-model.md).
+
+The layout networks (as many) add members expanded from a column (a stride of 0), in
+bfloat16, transposed, without gradient, and a stage's h returned a second time. Their first run
+found two more defects at 14 of 100 seeds: an expanded member's gradient, a tensor of its own
+elements, was counted as its storage (the step up to 8 KiB above its prediction and budget, 4
+seeds); and a tensor returned twice was handed to the next stage's forward without autograd as
+one tensor, so that the profiler took the member it passed on for the other ("returns a
+different list of tensors with autograd than without", or "returned its input member 0 twice":
+10 seeds).
 """
 
 import copy
@@ -50,11 +59,23 @@ OPERATIONS = ("linear", "relu", "tanh", "sigmoid", "silu", "cumsum", "softmax", 
 # stage's h, or a reshape of its input).
 EXTENDED_OPERATIONS = OPERATIONS + ("relu_", "mul_", "add_", "gather", "read_slice",
                                     "read_input_view")
+# The layout networks' operations too (test_a_layout_random_network...): reads of a member
+# expanded from a column (stride 0: its gradient is larger than its storage), of a bfloat16
+# one, of the stage's h returned a second time, of h transposed, of a float member without
+# gradient.
+LAYOUT_OPERATIONS = EXTENDED_OPERATIONS + ("read_expanded", "read_half", "read_alias",
+                                           "read_transposed", "read_detached")
 # Which operations save their own output for the backward: an in-place operation after them
 # would change what autograd saved (and plain autograd would refuse it).
 SAVES_OUTPUT = ("relu", "tanh", "sigmoid", "softmax", "relu_")
 # Each extended kind of member, the operation that reads it.
-READ_BY = {"index": "gather", "slice": "read_slice", "input_view": "read_input_view"}
+READ_BY = {"index": "gather", "slice": "read_slice", "input_view": "read_input_view",
+           "expanded": "read_expanded", "half": "read_half", "alias": "read_alias",
+           "transposed": "read_transposed", "detached": "read_detached"}
+# The new members each kind of network may add (one at most per stage).
+EXTRA_MEMBERS = {1: ("index", "slice", "input_view"),
+                 2: ("index", "slice", "input_view", "expanded", "half", "alias", "transposed",
+                     "detached")}
 
 
 class RandomStage(nn.Module):
@@ -62,7 +83,7 @@ class RandomStage(nn.Module):
     member with gradient; "mask": a boolean one): a few operations on h, then h and a subset of
     the other members carried on, maybe h's input as a new skip, maybe a new mask."""
 
-    def __init__(self, rng: random.Random, kinds: list, extended: bool = False):
+    def __init__(self, rng: random.Random, kinds: list, extended: int = 0):
         super().__init__()
         self.operations = []
         self.fcs = nn.ModuleList()
@@ -75,7 +96,7 @@ class RandomStage(nn.Module):
         readers["add_"] = skips
         fresh = False  # whether h is an activation of this stage that nothing has saved
         for _ in range(rng.randint(1, 4)):
-            name = rng.choice(EXTENDED_OPERATIONS if extended else OPERATIONS)
+            name = rng.choice((OPERATIONS, EXTENDED_OPERATIONS, LAYOUT_OPERATIONS)[extended])
             if name == "mask" and not masks or name == "skip" and not skips:
                 name = "linear"
             argument = rng.choice(masks if name == "mask" else skips) if name in ("mask", "skip") else 0
@@ -104,7 +125,7 @@ class RandomStage(nn.Module):
         # Extended: at most one more new member, an integer one or a view of another's storage.
         self.new_extra = None
         if extended and rng.random() < 0.5:
-            self.new_extra = rng.choice(("index", "slice", "input_view"))
+            self.new_extra = rng.choice(EXTRA_MEMBERS[extended])
             self.out_kinds.append(self.new_extra)
 
     def forward(self, *xs):
@@ -152,6 +173,16 @@ class RandomStage(nn.Module):
                 h = h + torch.cat((xs[k], xs[k]), 1)
             elif name == "read_input_view":
                 h = h * xs[k].reshape(BATCH, WIDTH)
+            elif name == "read_expanded":
+                h = h + xs[k]
+            elif name == "read_half":
+                h = h * xs[k].float()
+            elif name == "read_alias":
+                h = h * torch.tanh(xs[k])
+            elif name == "read_transposed":
+                h = h + xs[k].t()
+            elif name == "read_detached":
+                h = h * xs[k]
         out = [h] + [xs[k] for k in self.carried]
         if self.new_skip:
             out.append(xs[0])
@@ -163,6 +194,16 @@ class RandomStage(nn.Module):
             out.append(h[:, : WIDTH // 2])  # a view of h's storage, the next member 0's
         elif self.new_extra == "input_view":
             out.append(xs[0].view(BATCH, WIDTH // 2, 2))  # a view of this stage's input
+        elif self.new_extra == "expanded":  # BATCH floats of storage, a BATCH x WIDTH gradient
+            out.append(h.mean(1, keepdim=True).expand(BATCH, WIDTH))
+        elif self.new_extra == "half":
+            out.append(h.to(torch.bfloat16))
+        elif self.new_extra == "alias":
+            out.append(h)  # the same tensor as member 0
+        elif self.new_extra == "transposed":
+            out.append(h.t())
+        elif self.new_extra == "detached":
+            out.append(h.detach() * 2)
         return tuple(out)
 
 
@@ -175,7 +216,7 @@ class Head(nn.Module):
         return self.fc(h)
 
 
-def random_network(seed: int, extended: bool = False):
+def random_network(seed: int, extended: int = 0):
     """Stages, their input x_0 = (h, mask) or (h,), and the random source that drew them."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -217,6 +258,10 @@ def drawn_seeds(share: float, found: list) -> list:
 SEEDS = drawn_seeds(1.0, [3, 57, 130, 134, 194, 285])
 # Extended: 13 of seeds 0 .. 499 found the slice counted with its own elements (above).
 EXTENDED_SEEDS = drawn_seeds(0.5, [71, 215, 220, 236, 248, 288, 291, 305, 374, 411, 419, 468, 488])
+# Layout: 14 of seeds 0 .. 99 found a member's gradient counted with its storage's bytes, or a
+# tensor returned twice passed on as the wrong member; 89 and 199 sum a gradient in another
+# order (above).
+LAYOUT_SEEDS = drawn_seeds(0.5, [8, 12, 22, 32, 40, 47, 50, 68, 72, 73, 74, 78, 89, 99, 199])
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -227,10 +272,21 @@ def test_a_random_network_never_peaks_above_its_prediction_and_trains_as_plain(s
 @pytest.mark.parametrize("seed", EXTENDED_SEEDS)
 def test_an_extended_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed):
     """In-place operations, integer members and members that are views of another's storage."""
-    check_trains_within_prediction_as_plain(*random_network(seed, extended=True))
+    check_trains_within_prediction_as_plain(*random_network(seed, extended=1))
 
 
-def check_trains_within_prediction_as_plain(stages, inputs, rng):
+@pytest.mark.parametrize("seed", LAYOUT_SEEDS)
+def test_a_layout_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed):
+    """Members expanded from a column, in bfloat16, returned twice, transposed, without
+    gradient. A tensor returned twice and read three times or more has its gradient summed in
+    another order than plain autograd's (docs/cost-model.md, "A tensor returned as several members"):
+    there the gradients are compared within rounding, and bit for bit elsewhere."""
+    stages, inputs, rng = random_network(seed, extended=2)
+    aliased = any(getattr(m, "new_extra", None) == "alias" for _, m in stages)
+    check_trains_within_prediction_as_plain(stages, inputs, rng, exact=not aliased)
+
+
+def check_trains_within_prediction_as_plain(stages, inputs, rng, exact=True):
     plain = copy.deepcopy(stages)
     x0 = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
     chk = remat.Checkpointable(stages, tuple(inputs), loss=loss_fn, progress=False)
@@ -264,5 +320,14 @@ def check_trains_within_prediction_as_plain(stages, inputs, rng):
             value = m(*value)
             value = (value,) if isinstance(value, torch.Tensor) else value
         loss_fn(value[0]).backward()
-    assert torch.equal(inputs[0].grad, x0[0].grad)
-    assert_same_training(nn.ModuleList(m for _, m in plain), nn.ModuleList(m for _, m in stages))
+    if exact:
+        assert torch.equal(inputs[0].grad, x0[0].grad)
+        assert_same_training(nn.ModuleList(m for _, m in plain), nn.ModuleList(m for _, m in stages))
+        return
+    torch.testing.assert_close(inputs[0].grad, x0[0].grad, rtol=1e-5, atol=1e-6)
+    for (name, p), (_, q) in zip(nn.ModuleList(m for _, m in plain).named_parameters(),
+                                 nn.ModuleList(m for _, m in stages).named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=f"gradient of {name}")
+    for (name, u), (_, v) in zip(nn.ModuleList(m for _, m in plain).named_buffers(),
+                                 nn.ModuleList(m for _, m in stages).named_buffers()):
+        assert torch.equal(u, v), f"buffer {name}"  # the forwards' values are the same

@@ -139,6 +139,28 @@ TEST_CASE("a version 2 chain is read field by field", "[solver]") {
       edited("\"loss_tmp_bytes\": 4", "\"loss_tmp_bytes\": 4, \"restart_ms\": 0.125", kValid2));
   CHECK(restarting.restart_ms == 0.125);
   CHECK(parse_chain(chain_to_json(restarting)).restart_ms == 0.125);
+  // A gradient of another size than its member (an expanded member's, larger): counted in the
+  // activation's gradient, carried with the member, written back; absent, the member's bytes.
+  CHECK(chain.stages[0].outputs[0].gradient_size() == 400);
+  CHECK(chain.stages[0].outputs[1].gradient_size() == 0);  // no gradient
+  CHECK(chain_to_json(chain).find("grad_bytes") == std::string::npos);
+  const Chain expanded = parse_chain(edited("\"outputs\": [{\"bytes\": 400}",
+                                            "\"outputs\": [{\"bytes\": 400, \"grad_bytes\": 6400}",
+                                            kValid2));
+  CHECK(expanded.stages[0].outputs[0].gradient_size() == 6400);
+  CHECK(expanded.gradient_bytes(1) == 6400);
+  CHECK(expanded.activation_bytes(1) == 408);
+  CHECK(chain_to_json(parse_chain(chain_to_json(expanded))) == chain_to_json(expanded));
+  CHECK(chain_to_json(expanded).find("\"grad_bytes\": 6400") != std::string::npos);
+  Chain carried_on = expanded;  // block carries the expanded member on
+  carried_on.stages[1].outputs.push_back(Member{400, true, 0, 6400});
+  carried_on.validate();
+  CHECK(carried_on.gradient_bytes(2) == 6800);
+  CHECK(parse_chain(chain_to_json(carried_on)).stages[1].outputs[1].gradient_size() == 6400);
+  carried_on.stages[1].outputs[1].grad_bytes = std::nullopt;  // 400: not its source's gradient
+  CHECK_THROWS_WITH(carried_on.validate("built"),
+                    Catch::Contains("stages[1].outputs[1] is carried from input member 0 but its "
+                                    "bytes, grad or grad_bytes differ"));
 }
 
 TEST_CASE("version 2 chain files are rejected with the stage, the member and the field",
@@ -168,6 +190,14 @@ TEST_CASE("version 2 chain files are rejected with the stage, the member and the
              Contains("stages[1].outputs has no member with a gradient"));
   CHECK_THAT(error2("{\"bytes\": 400, \"grad\": true}", "{\"bytes\": 400, \"grad\": 1}"),
              Contains("stages[1].outputs[0].grad must be true or false, got a number"));
+  CHECK_THAT(error2("{\"bytes\": 400, \"grad\": true}", "{\"bytes\": 400, \"grad_bytes\": -4}"),
+             Contains("stages[1].outputs[0].grad_bytes (-4) must not be negative"));
+  CHECK_THAT(error2("{\"bytes\": 400, \"grad\": true}", "{\"bytes\": 400, \"grad_bytes\": \"4\"}"),
+             Contains("stages[1].outputs[0].grad_bytes"));
+  CHECK_THAT(error2("{\"bytes\": 8, \"grad\": false}", "{\"bytes\": 8, \"grad\": false, \"grad_bytes\": 8}"),
+             Contains("inputs[1].grad_bytes is given for a tensor without a gradient (grad false)"));
+  CHECK_THAT(error2("{\"carry\": 1}", "{\"carry\": 1, \"grad_bytes\": 8}"),
+             Contains("stages[0].outputs[1].grad_bytes is not a field of a carried tensor"));
   CHECK_THAT(error2("\"outputs\": [{\"bytes\": 400, \"grad\": true}]", "\"outputs\": []"),
              Contains("stages[1].outputs is empty"));
   CHECK_THAT(error2("\"context_bytes\": 32", "\"context_bytes\": -1"),
@@ -242,6 +272,7 @@ TEST_CASE("chains survive a JSON round trip and are saved atomically", "[solver]
   spec.partial_keeps = true;
   spec.carried = true;
   spec.restarts = true;
+  spec.gradient_sizes = true;
   const Chain chain = test::random_chain(3, spec);
   REQUIRE(chain.restart_ms > 0);
   const Chain back = parse_chain(chain_to_json(chain));
@@ -430,7 +461,17 @@ TEST_CASE("validate() holds chains built in code to the same rules", "[solver]")
   chain.stages[2].outputs.push_back(Member{5, true, 0});  // carried, but 10 bytes at the source
   CHECK_THROWS_WITH(chain.validate("built"),
                     Catch::Contains("stages[2].outputs[1] is carried from input member 0 but its "
-                                    "bytes or grad differ"));
+                                    "bytes, grad or grad_bytes differ"));
+  chain.stages[2].outputs[1] = Member{10, false, -1};
+  chain.stages[2].outputs[1].grad_bytes = 40;
+  CHECK_THROWS_WITH(chain.validate("built"),
+                    Catch::Contains("stages[2].outputs[1].grad_bytes is given for a tensor without "
+                                    "a gradient (grad false)"));
+  chain.stages[2].outputs[1].grad = true;
+  chain.stages[2].outputs[1].grad_bytes = -1;
+  CHECK_THROWS_WITH(chain.validate("built"),
+                    Catch::Contains("stages[2].outputs[1].grad_bytes (-1) must not be negative"));
+  chain.stages[2].outputs.pop_back();
   chain.stages.clear();
   CHECK_THROWS_WITH(chain.validate("built"), Catch::Contains("stages is empty"));
   CHECK_THROWS_AS(solve(chain, SolveOptions(100)), ChainError);

@@ -158,6 +158,8 @@ class ExhaustiveOracle {
   int new_root(const Member& member) {
     if (sizes_.size() >= 32) throw std::logic_error("oracle: more than 32 storages");
     sizes_.push_back(member.bytes);
+    // Its gradient's size, where it has one (Member::grad_bytes, else its own size).
+    gradient_sizes_.push_back(member.grad ? member.grad_bytes.value_or(member.bytes) : 0);
     return static_cast<int>(sizes_.size()) - 1;
   }
   const Stage& stage(int i) const { return chain_.stages[static_cast<std::size_t>(i)]; }
@@ -190,7 +192,7 @@ class ExhaustiveOracle {
         if (members[m].grad) gradient[static_cast<std::size_t>(roots(k)[m])] = true;
     }
     for (std::size_t r = 0; r < sizes_.size(); ++r)
-      total += (alive[r] ? sizes_[r] : 0) + (gradient[r] ? sizes_[r] : 0);
+      total += (alive[r] ? sizes_[r] : 0) + (gradient[r] ? gradient_sizes_[r] : 0);
     return total;
   }
 
@@ -305,6 +307,7 @@ class ExhaustiveOracle {
   int length_;
   bool nograd_;
   std::vector<std::int64_t> sizes_;
+  std::vector<std::int64_t> gradient_sizes_;
   std::vector<std::vector<int>> roots_;
 };
 

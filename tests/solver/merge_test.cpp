@@ -173,6 +173,7 @@ TEST_CASE(
   for (std::uint64_t seed = 0; seed < 400; ++seed) {
     test::RandomChainSpec spec = test::carried_spec(7);
     spec.restarts = seed % 2 == 0;
+    spec.gradient_sizes = seed % 3 == 0;  // the merged stage's gradients of the right sizes
     const Chain chain = test::random_chain(31000 + seed, spec);
     const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain);
     if (!merged) continue;

@@ -84,6 +84,7 @@ TEST_CASE("storage dp: with carried members, the best nested sequence at every b
   for (std::uint64_t seed = 0; seed < 300; ++seed) {
     test::RandomChainSpec spec = carried_spec(5);
     spec.restarts = seed % 2 == 0;
+    spec.gradient_sizes = seed % 3 == 0;  // gradients larger or smaller than their members
     const Chain chain = test::random_chain(41000 + seed, spec);
     if (chain.carried_bytes() == 0) continue;
     ++chains;
@@ -148,6 +149,7 @@ TEST_CASE("storage dp: solve() is the best nested sequence at every budget, carr
   for (std::uint64_t seed = 0; seed < 120; ++seed) {
     test::RandomChainSpec spec = carried_spec(5);
     spec.restarts = seed % 2 == 1;
+    spec.gradient_sizes = seed % 3 == 0;
     const Chain chain = test::random_chain(45000 + seed, spec);
     if (chain.carried_bytes() == 0) continue;
     INFO(chain_to_json(chain));

@@ -31,6 +31,11 @@ struct RandomChainSpec {
   /// milliseconds with integer_times). Drawn after everything else: off, the chains are those
   /// of the same seeds without it.
   bool restarts = false;
+  /// Gradients of another size than their members' storages (Member::grad_bytes: an expanded
+  /// member's is larger, a slice's smaller) for one member with a gradient in three, from 0 to
+  /// twice max_bytes. Drawn after everything else: off, the chains are those of the same seeds
+  /// without them.
+  bool gradient_sizes = false;
 };
 
 /// Random chains of model v2 whose stages carry members on (sizes up to 12 bytes).
@@ -123,6 +128,21 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
   if (spec.restarts && uniform(0, 3) != 0)  // drawn last
     chain.restart_ms = spec.integer_times ? static_cast<double>(uniform(1, 3))
                                           : std::uniform_real_distribution<double>(0.0, 3.0)(rng);
+  if (spec.gradient_sizes) {
+    auto draw = [&](Member& member) {
+      if (member.grad && uniform(0, 2) == 0) member.grad_bytes = uniform(0, 2 * spec.max_bytes);
+    };
+    for (Member& member : chain.inputs) draw(member);
+    for (std::size_t i = 0; i < chain.stages.size(); ++i) {
+      const std::vector<Member>& input = chain.members(static_cast<int>(i));
+      for (Member& member : chain.stages[i].outputs) {
+        if (member.carried())  // the same tensor: its gradient too
+          member.grad_bytes = input[static_cast<std::size_t>(member.carried_from)].grad_bytes;
+        else
+          draw(member);
+      }
+    }
+  }
   return chain;
 }
 

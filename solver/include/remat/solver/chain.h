@@ -48,8 +48,15 @@ struct Member {
   bool grad = true;
   /// -1 for a new tensor; else the index, in the stage's input x_i, of the member it is.
   int carried_from = -1;
+  /// Counted size of its gradient where it differs from `bytes`: the gradient is a tensor of
+  /// the member's own elements, larger than its storage where the member is expanded (stride
+  /// 0: a column broadcast to a matrix), smaller where the member is a slice of a larger
+  /// storage. Absent: `bytes`.
+  std::optional<std::int64_t> grad_bytes = std::nullopt;
 
   bool carried() const { return carried_from >= 0; }
+  /// The bytes of its gradient: 0 without one, else `grad_bytes` if given, else `bytes`.
+  std::int64_t gradient_size() const { return grad ? grad_bytes.value_or(bytes) : 0; }
 };
 
 /// One stage of a chain: maps x_i to x_{i+1}. Times in milliseconds, sizes in bytes.
@@ -143,7 +150,8 @@ struct Chain {
   double store_all_ms() const;
   /// The bytes of the members carried over a stage, summed over the activations x_1 ... x_L:
   /// what the dynamic program may count more than once (docs/algorithms.md, "Carried
-  /// members"); 0 when no member is carried.
+  /// members"), each member's value or gradient, the larger (Member::grad_bytes); 0 when no
+  /// member is carried, or only empty ones.
   std::int64_t carried_bytes() const;
 
   /// Checks every invariant of the cost model and the limits above (kMaxChainBytes per size,
