@@ -162,13 +162,16 @@ check_python_against() {
 check_python_against "$newest_venv" "$newest_log" "$newest_dir" "${newest[@]}"
 check_python_against "$oldest_venv" "$oldest_log" "$oldest_dir" "${oldest[@]}"
 
-# 5. Debian's LibTorch 1.13 (CPU): build, every test, the find_package consumer. At -O1: this
-# build only runs the tests (no benchmark), whose time is LibTorch's, and -O1 compiles a
-# LibTorch translation unit in two thirds of -O3's time (docs/building.md, "Build time").
+# 5. Debian's LibTorch 1.13 (CPU): build, every test of what uses LibTorch, the find_package
+# consumer. At -O1: this build only runs the tests (no benchmark), whose time is LibTorch's,
+# and -O1 compiles a LibTorch translation unit in two thirds of -O3's time (docs/building.md,
+# "Build time"). The solver's and the reports' tests, the same code whatever the LibTorch, ran
+# in build/ and run again under sanitizers below (REMAT_TEST_TORCH_FREE=OFF).
 step "building remat against Debian's LibTorch 1.13 (build-debian/)"
 cmake -S . -B build-debian -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
   -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-  -DREMAT_BUILD_BENCH=OFF -DREMAT_PYTHON=/usr/bin/python3 -DREMAT_TRANSFORMERS_PYTHON="$venv_python" >/dev/null
+  -DREMAT_BUILD_BENCH=OFF -DREMAT_TEST_TORCH_FREE=OFF \
+  -DREMAT_PYTHON=/usr/bin/python3 -DREMAT_TRANSFORMERS_PYTHON="$venv_python" >/dev/null
 cmake --build build-debian -j "$jobs"
 step "tests (build-debian/, LibTorch 1.13)"
 ctest --test-dir build-debian --output-on-failure -j "$jobs"
