@@ -1,5 +1,6 @@
 // Every solver algorithm on small chains of extreme values (sizes 0 to 2^50, times 0 to 1e308,
-// infinities and NaN, tuples with members that have no gradient or are carried over a stage),
+// infinities and NaN, tuples with members that have no gradient, a gradient of another size, or
+// are carried over a stage),
 // at the least budget, the store-all peak, the largest int64 and a budget from the input, with
 // automatic or very few slots; and tradeoff. Either the chain or the options are refused as bad
 // input (std::invalid_argument, ChainError among them), or the result holds: a feasible
@@ -76,6 +77,22 @@ remat::Chain chain_from(FuzzedDataProvider& in) {
   }
   chain.loss_tmp_bytes = size_from(in);
   chain.restart_ms = time_from(in);  // last: the committed seeds keep their chains
+  // Gradients of other sizes than their members (Member::grad_bytes), after that for the same
+  // reason: a new member's drawn (on a member without gradient too: refused), a carried one's
+  // its source's where the source exists (else the chain is refused anyway).
+  for (remat::Member& member : chain.inputs)
+    if (in.ConsumeBool()) member.grad_bytes = size_from(in);
+  for (std::size_t i = 0; i < chain.stages.size(); ++i) {
+    const std::vector<remat::Member>& input =
+        i == 0 ? chain.inputs : chain.stages[i - 1].outputs;
+    for (remat::Member& member : chain.stages[i].outputs) {
+      if (!member.carried()) {
+        if (in.ConsumeBool()) member.grad_bytes = size_from(in);
+      } else if (static_cast<std::size_t>(member.carried_from) < input.size()) {
+        member.grad_bytes = input[static_cast<std::size_t>(member.carried_from)].grad_bytes;
+      }
+    }
+  }
   return chain;
 }
 
