@@ -6,6 +6,8 @@ tree, builds, runs the tests that should notice, and reports which mutations sur
     python3 tools/mutate.py --torch    # runtime, profiler, models, weight readers, distributed
     python3 tools/mutate.py --list     # the mutations, with what each would break (--torch too)
     python3 tools/mutate.py --only ID  # one mutation
+    python3 tools/mutate.py --all      # also those explained as equivalent (no test can kill
+                                       # them: by default not run, a whole test run each)
 
 The copy is made with `git archive HEAD` in build-mutate/tree (committed code only) and
 built without LibTorch (REMAT_WITH_TORCH=OFF) in build-mutate/build: the solver, report and
@@ -538,6 +540,9 @@ def main():
                         help="--torch: the Python whose torch and torchvision to build against "
                              "(default: scripts/run.sh's virtual environment)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--all", action="store_true",
+                        help="also the mutations explained as equivalent everywhere, which no "
+                             "test can kill (skipped otherwise: a whole test run each)")
     args = parser.parse_args()
     catalogue = TORCH_MUTATIONS if args.torch else MUTATIONS
     mutations = [m for m in catalogue if not args.only or m[0] in args.only]
@@ -622,8 +627,12 @@ def main():
         sys.exit(f"remat: the unmutated tree does not build (log: {log})")
     if not tests_pass():
         sys.exit(f"remat: the unmutated tree fails its tests (log: {log})")
-    survived = []
+    survived, skipped = [], []
     for mid, path, old, new, why in mutations:
+        if not args.all and not args.only and EXPLAINED.get(mid, "").startswith("equivalent:"):
+            skipped.append(mid)
+            print(f"{mid:28} {'not run (equivalent)':24} {'':5}    {why}", flush=True)
+            continue
         source = os.path.join(tree, path)
         original = open(source).read()
         if original.count(old) != 1:
@@ -643,9 +652,10 @@ def main():
         print(f"{mid:28} {verdict:24} {time.time() - started:5.0f} s  {why}", flush=True)
         if verdict == "SURVIVED" and mid in EXPLAINED:
             print(f"{'':28} {EXPLAINED[mid]}", flush=True)
-    killed = len(mutations) - len(survived)
-    print(f"\n{killed} of {len(mutations)} mutations killed"
-          + (f"; survived: {', '.join(survived)}" if survived else ""))
+    killed = len(mutations) - len(survived) - len(skipped)
+    print(f"\n{killed} of {len(mutations) - len(skipped)} mutations killed"
+          + (f"; survived: {', '.join(survived)}" if survived else "")
+          + (f"; not run, equivalent (--all runs them): {', '.join(skipped)}" if skipped else ""))
     unexplained = [mid for mid in survived if mid not in EXPLAINED]
     return 1 if unexplained else 0
 
