@@ -472,6 +472,59 @@ def test_an_activation_the_stage_before_keeps_never_takes_the_step_above_its_pre
     assert_same_stage_training(plain, stages)
 
 
+def test_a_block_that_returns_its_activation_twice_trains_as_plain_within_its_prediction():
+    # A residual block cut by layer, as users write it: "split" returns h twice, the main path
+    # and the shortcut, "main" works on the first and carries the second, "join" adds them. The
+    # shortcut is counted with the whole storage and gets a gradient of its own; h is read
+    # twice in all, so the sum of its two gradients is plain's to the bit (docs/cost-model.md,
+    # "A tensor returned as several members"). Before, the profiler refused "main" ("returns a
+    # different list of tensors with autograd than without").
+    class Split(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 64)
+
+        def forward(self, x):
+            h = torch.tanh(self.fc(x))
+            return h, h
+
+    class Main(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(64, 64), nn.Linear(64, 64)
+
+        def forward(self, h, shortcut):
+            return self.fc2(torch.relu(self.fc1(h))), shortcut
+
+    class Join(nn.Module):
+        def forward(self, y, shortcut):
+            return torch.relu(y + shortcut)
+
+    torch.manual_seed(0)
+    stages = []
+    for k in range(3):
+        stages += [(f"split{k}", Split()), (f"main{k}", Main()), (f"join{k}", Join())]
+    stages.append(("head", nn.Linear(64, 8)))
+    plain = copy.deepcopy(stages)
+    h = torch.randn(128, 64, requires_grad=True)
+
+    def loss_fn(out):
+        return (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
+
+    chk = remat.Checkpointable(stages, h, loss=loss_fn, progress=False)
+    chain = json.loads(chk.chain.to_json())
+    assert chain["stages"][1]["outputs"][1] == {"carry": 1}  # main passes the shortcut on
+    assert "carry" not in chain["stages"][0]["outputs"][1]  # split's second member is new
+    # Never under; over by the shortcuts, each counted once more as a value while h is live
+    # (one activation a block), and by the two gradients of join's members, which the
+    # addition's backward gives as one tensor: 3 or 4 activations (development machine).
+    steps_within_prediction(chk, h, loss_fn, below=4 * 128 * 64 * 4)
+    h2 = h.detach().clone().requires_grad_(True)
+    train_plain_stages(plain, [h2], loss_fn, steps=6)
+    assert torch.equal(h.grad, h2.grad)
+    assert_same_stage_training(plain, stages)
+
+
 def test_eval_and_no_grad_run_the_plain_network():
     torch.manual_seed(0)
     model = mlp()
