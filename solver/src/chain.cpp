@@ -141,11 +141,9 @@ Member get_member(const json& value, const std::string& source, const std::strin
            str_cat("must be true or false, got ", type_name(value.at("grad"))));
     member.grad = value.at("grad").get<bool>();
   }
-  if (value.contains("grad_bytes")) {
-    if (!member.grad)
-      fail(source, where + ".grad_bytes", "is given for a tensor without a gradient (grad false)");
+  // Given without a gradient: refused by Chain::validate, which parse_chain ends with.
+  if (value.contains("grad_bytes"))
     member.grad_bytes = get_bytes(value.at("grad_bytes"), source, where + ".grad_bytes");
-  }
   return member;
 }
 

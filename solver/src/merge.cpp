@@ -28,14 +28,8 @@ bool has_carried(const Chain& chain, int k) {
 // 0 .. n-1 ("inputs"), then every new member of x_{first+1} .. x_end in order.
 Stage merge_run(const Chain& chain, int first, int end) {
   const int inputs = static_cast<int>(chain.members(first).size());
-  std::vector<std::int64_t> bytes;
-  std::vector<bool> grad;
-  std::vector<std::optional<std::int64_t>> grad_bytes;
-  for (const Member& member : chain.members(first)) {
-    bytes.push_back(member.bytes);
-    grad.push_back(member.grad);
-    grad_bytes.push_back(member.grad_bytes);
-  }
+  // storage[id]: the member that made each storage (its size, gradient and gradient's size).
+  std::vector<Member> storage = chain.members(first);
   // ids[k - first]: the storage of each member of x_k.
   std::vector<std::vector<int>> ids(static_cast<std::size_t>(end - first) + 1);
   for (int m = 0; m < inputs; ++m) ids[0].push_back(m);
@@ -56,10 +50,8 @@ Stage merge_run(const Chain& chain, int first, int end) {
       if (member.carried()) {
         next.push_back(ids[local][static_cast<std::size_t>(member.carried_from)]);
       } else {
-        next.push_back(static_cast<int>(bytes.size()));
-        bytes.push_back(member.bytes);
-        grad.push_back(member.grad);
-        grad_bytes.push_back(member.grad_bytes);
+        next.push_back(static_cast<int>(storage.size()));
+        storage.push_back(member);
       }
     }
     for (const int s : stage.saved_inputs)
@@ -74,12 +66,9 @@ Stage merge_run(const Chain& chain, int first, int end) {
   // The output x_end: a member of x_first carried all the way, else a new tensor.
   std::int64_t new_output_bytes = 0;
   for (const int id : last) {
-    const auto u = static_cast<std::size_t>(id);
-    Member member{bytes[u], grad[u], -1, grad_bytes[u]};
-    if (is_input(id))
-      member.carried_from = id;
-    else
-      new_output_bytes += member.bytes;
+    Member member = storage[static_cast<std::size_t>(id)];
+    member.carried_from = is_input(id) ? id : -1;
+    if (!is_input(id)) new_output_bytes += member.bytes;
     out.outputs.push_back(member);
   }
   // What the run's autograd states keep: members of x_first (saved_inputs), new members of
@@ -93,7 +82,7 @@ Stage merge_run(const Chain& chain, int first, int end) {
     else if (output_ids.count(id) != 0)
       kept_outputs.insert(id);
     else
-      out.state_bytes += bytes[static_cast<std::size_t>(id)];
+      out.state_bytes += storage[static_cast<std::size_t>(id)].bytes;
   }
   for (std::size_t m = 0; m < last.size(); ++m)
     if (kept_outputs.count(last[m]) != 0) out.saved_outputs.push_back(static_cast<int>(m));
@@ -104,7 +93,7 @@ Stage merge_run(const Chain& chain, int first, int end) {
   // backward, x_end's new storages are kept as long (saved outputs) and y_end's too.
   // Linear in the run's members (a run can be a whole chain of 10,000 stages, where a mask is
   // carried through every stage): flags and counts by storage, not sets per stage.
-  const std::size_t storages = bytes.size();
+  const std::size_t storages = storage.size();
   std::int64_t fwd_peak = 0, nograd_peak = 0, bwd_peak = 0;
   std::int64_t states = 0, held_bytes = 0;
   std::vector<char> held(storages, 0);
@@ -117,7 +106,7 @@ Stage merge_run(const Chain& chain, int first, int end) {
       const auto u = static_cast<std::size_t>(id);
       if (is_input(id) || held[u]) continue;
       held[u] = 1;
-      held_bytes += bytes[u];
+      held_bytes += storage[u].bytes;
     }
     // The values: x_k, read, and x_{k+1}, made (a carried storage once).
     std::int64_t values = 0, unheld_values = 0;
@@ -126,8 +115,8 @@ Stage merge_run(const Chain& chain, int first, int end) {
         const auto u = static_cast<std::size_t>(id);
         if (is_input(id) || seen[u] == k) continue;
         seen[u] = k;
-        values += bytes[u];
-        if (!held[u]) unheld_values += bytes[u];
+        values += storage[u].bytes;
+        if (!held[u]) unheld_values += storage[u].bytes;
       }
     fwd_peak = std::max(fwd_peak, states + held_bytes + unheld_values + stage.fwd_tmp_bytes);
     nograd_peak = std::max(nograd_peak, values + stage.nograd_tmp_bytes());
@@ -147,8 +136,8 @@ Stage merge_run(const Chain& chain, int first, int end) {
   std::int64_t input_gradients = 0;  // y_first's new members, in the merged stage
   for (std::size_t u = 0; u < storages; ++u) {
     const int id = static_cast<int>(u);
-    if (!grad[u] || output_ids.count(id) != 0) continue;
-    const std::int64_t size = grad_bytes[u].value_or(bytes[u]);
+    if (!storage[u].grad || output_ids.count(id) != 0) continue;
+    const std::int64_t size = storage[u].gradient_size();
     if (is_input(id)) input_gradients += size;
     const int lo = is_input(id) ? first : std::max(first, first_in[u] - 1);
     const int hi = std::min(last_in[u], end - 1);
@@ -167,7 +156,7 @@ Stage merge_run(const Chain& chain, int first, int end) {
     for (const int id : ids_saved) {
       const auto u = static_cast<std::size_t>(id);
       if (is_input(id) || output_ids.count(id) != 0) continue;
-      if (keepers[u]++ == 0) kept_bytes += bytes[u];
+      if (keepers[u]++ == 0) kept_bytes += storage[u].bytes;
     }
   for (int k = end - 1; k >= first; --k) {
     const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
@@ -177,7 +166,7 @@ Stage merge_run(const Chain& chain, int first, int end) {
     for (const int id : saved[local]) {
       const auto u = static_cast<std::size_t>(id);
       if (is_input(id) || output_ids.count(id) != 0) continue;
-      if (--keepers[u] == 0) kept_bytes -= bytes[u];
+      if (--keepers[u] == 0) kept_bytes -= storage[u].bytes;
     }
   }
   out.fwd_tmp_bytes = std::max<std::int64_t>(0, fwd_peak - new_output_bytes - out.state_bytes);
