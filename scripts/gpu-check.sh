@@ -18,7 +18,8 @@
 # cpu-tests; on a fresh machine, build must be among them),
 # --build DIR (default build-gpu), --out DIR (default $OUT), --models resnet50:128:224,...
 # (throughput models, batch sizes and image sizes; a model may be NAME@GRANULARITY, remat's
-# stages at that granularity, e.g. inception_v3@branch:64:299).
+# stages at that granularity, e.g. inception_v3@branch:64:299), --no-stages-table (the fidelity
+# part leaves out its second table, each stage timed alone: a shorter check).
 # Environment: REMAT_PYTHON, the Python with torch and torchvision (default python3).
 # Exit status: 0 when every part ran and passed; 1 when a test failed or a measured peak
 # exceeded its budget (the other parts still run); 2 for bad arguments.
@@ -29,6 +30,7 @@ build=build-gpu
 out=${OUT:-}
 only=""
 throughput_models=""
+stages_table=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) mode=cpu ;;
@@ -36,7 +38,8 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --only) only=$2; shift ;;
     --models) throughput_models=$2; shift ;;
-    *) echo "usage: $0 [--cpu] [--build DIR] [--out DIR] [--only PARTS] [--models M:B,...]" >&2; exit 2 ;;
+    --no-stages-table) stages_table=0 ;;
+    *) echo "usage: $0 [--cpu] [--build DIR] [--out DIR] [--only PARTS] [--models M:B,...] [--no-stages-table]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -186,13 +189,41 @@ if has tests; then
   fi
 fi
 
+python_package=""  # where the package was installed, once it was
+install_python_package() {
+  # The package from this clone, built against this machine's torch (pip's build isolation
+  # off: no network here, and scikit-build-core and pybind11 are installed), into a folder of
+  # its own, once.
+  [ -z "$python_package" ] || return 0
+  say "the Python package: pip install (no build isolation)"
+  remat_cuda_compiler || true
+  export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
+  python_package=$build/python-site
+  rm -rf "$python_package"
+  # The extension needs Python's headers, which a machine without -dev packages may lack.
+  if ! "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+    say "no Python.h for $("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])'): the package cannot be built here"
+    status=1
+  fi
+  run "$python" -m pip install --no-build-isolation --no-deps --no-index --target "$python_package" . || status=1
+  export PYTHONPATH=$python_package${PYTHONPATH:+:$PYTHONPATH}
+}
+
+if has tests && [ "$mode" = gpu ]; then
+  # The Python package's CUDA tests (names that say cuda: the CUDA twins of the random tuple
+  # networks among them); CI runs the others.
+  install_python_package
+  say "tests: the Python package's CUDA ones"
+  run "$python" -m pytest -q -p no:cacheprovider -rs -k cuda tests/python || status=1
+fi
+
 if has fidelity; then
   say "fidelity: measured peak and step time against the prediction, at 100/75/50/30% of store-all"
   run "$build/bin/remat_training_bench" fidelity --device "$device" --budgets 100,75,50,30 \
     "${fidelity_args[@]}" --chains "$out/chains" --json "$out/fidelity.json" --markdown "$out/fidelity.md" || status=1
   # The same with each stage timed alone (--timing stages), on the same machine: what timing
   # within whole passes (the default on a GPU) changes (docs/cost-model.md, "How times are taken").
-  if [ "$mode" = gpu ]; then
+  if [ "$mode" = gpu ] && [ "$stages_table" = 1 ]; then
     say "fidelity again, each stage timed alone (--timing stages)"
     run "$build/bin/remat_training_bench" fidelity --device "$device" --budgets 100,75,50,30 --timing stages \
       "${fidelity_args[@]}" --chains "$out/chains" --json "$out/fidelity-stages.json" --markdown "$out/fidelity-stages.md" || status=1
@@ -268,24 +299,7 @@ if has distributed; then
 fi
 
 if has python; then
-  if [ "$mode" = gpu ]; then
-    # The package from this clone, built against this machine's torch (pip's build isolation
-    # off: no network here, and scikit-build-core and pybind11 are installed), into a folder
-    # of its own; then the Python tests, CUDA ones included.
-    say "the Python package: pip install (no build isolation), then its tests"
-    remat_cuda_compiler || true
-    export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
-    site=$build/python-site
-    rm -rf "$site"
-    # The extension needs Python's headers, which a machine without -dev packages may lack.
-    if ! "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
-      say "no Python.h for $("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])'): the package cannot be built here"
-      status=1
-    fi
-    run "$python" -m pip install --no-build-isolation --no-deps --no-index --target "$site" . || status=1
-    export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
-    run "$python" -m pytest -q -p no:cacheprovider -rs tests/python || status=1
-  fi
+  [ "$mode" = gpu ] && install_python_package
   say "the Python benchmark: remat, checkpoint_sequential and rockmate at 75/50/35% of store-all"
   run "$python" bench/python_bench.py "${python_bench_args[@]}" --json "$out/python.json" \
     --markdown "$out/python.md" || status=1
