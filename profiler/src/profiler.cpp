@@ -383,6 +383,44 @@ void time_stage(const Runner& run, const Tensors& x, const Tensors& next,
   }
 }
 
+// The unmeasured run of stage `index` before its memory is measured (profile(), warm_up):
+// forward with autograd on copies of its input x handed over as the runtime hands them, then
+// backward from its new members with a gradient; errors as the measured runs report them.
+void warm_up_stage(const Runner& run, const NamedStage& named, int index, const Tensors& x,
+                   const std::vector<Member>& in_members, c10::Device device) {
+  Tensors handed;
+  std::vector<detail::NodePtr<detail::GradientSink>> sinks;
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    detail::StageInput input = detail::stage_input(x[k].clone(), in_members[k].grad);
+    handed.push_back(std::move(input.tensor));
+    sinks.push_back(std::move(input.sink));
+  }
+  std::vector<torch::autograd::Edge> roots;
+  Tensors root_grads;
+  {
+    Tensors out = run(handed);
+    for (const torch::Tensor& t : out) {
+      if (!t.requires_grad() || carried_from(handed, t) >= 0) continue;
+      roots.push_back(torch::autograd::impl::gradient_edge(t));
+      root_grads.push_back(torch::ones_like(t, at::MemoryFormat::Contiguous));
+    }
+  }
+  handed.clear();
+  if (!roots.empty()) {
+    try {
+      detail::run_backward(std::move(roots), std::move(root_grads));
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
+    } catch (const std::exception& error) {
+      if (named.module->interrupts(std::current_exception())) throw;
+      std::throw_with_nested(
+          ProfileError(describe(index, named.name) + ": backward failed: " + message_of(error)));
+    }
+  }
+  sinks.clear();
+  synchronize(device);
+}
+
 // Marks on a device's timeline: CUDA events on the current stream (the host never waits for
 // them), or the host's clock on the CPU, where a stage's work is done when its call returns.
 class Marks {
@@ -694,6 +732,13 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                                                             : Timing::kStages;
   const bool per_stage_times = options.measure_time() && timing == Timing::kStages;
 
+  // A stage's first call may do once what later calls do not, and allocate for it: on a GPU,
+  // torch.compile autotunes its Triton kernels with a buffer of the L2 cache's size (60 MiB on
+  // an H200, where a compiled stage was predicted at that much above its measured peak), and
+  // cuDNN searches its algorithms under cudnn.benchmark. So each stage runs once, unmeasured,
+  // before its memory is measured: forward without autograd, with autograd, and backward (and
+  // the loss likewise).
+  const bool warm_up = device.is_cuda() || options.warm_up_on_cpu();
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
     if (options.progress()) options.progress()(i, length, named.name);
@@ -720,12 +765,18 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
             x[k] = x[k].detach();
             break;
           }
+      if (warm_up) {
+        (void)run(x);
+        synchronize(device);
+      }
       PeakScope scope(tracker);
       next = run(x);
       synchronize(device);
       nograd_tmp = scope.peak_above_start() - scope.live_above_start();
     }
     const std::vector<int> carried = carried_members(named, i, x, next);
+
+    if (warm_up) warm_up_stage(run, named, i, x, in_members, device);
 
     // Forward with autograd, on copies of the input members (their own storages, made before
     // the measurement) handed over as the runtime hands them (stage_input.h). Then our handles
@@ -884,45 +935,55 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     x = std::move(next);
   }
   if (options.loss()) {
-    // x_L handed over as the runtime's forward returns it: not a leaf, so that the loss's graph
-    // keeps it only if the loss saved it (a leaf would be held by its gradient accumulator).
     const std::vector<Member>& members = result.chain.members(length);
-    Tensors outputs;
-    std::vector<detail::NodePtr<detail::GradientSink>> sinks;
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      StageInput output = stage_input(x[k], members[k].grad);
-      outputs.push_back(std::move(output.tensor));
-      if (output.sink) sinks.push_back(std::move(output.sink));
+    // The loss's forward and backward on x_L, handed over as the runtime's forward returns it:
+    // not a leaf, so that the loss's graph keeps it only if the loss saved it (a leaf would be
+    // held by its gradient accumulator). Returns what the loss's backward passed to x_L.
+    const auto run_loss = [&](Tensors outputs, bool measure) {
+      std::vector<detail::NodePtr<detail::GradientSink>> sinks;
+      for (std::size_t k = 0; k < outputs.size(); ++k) {
+        StageInput output = stage_input(outputs[k], members[k].grad);
+        outputs[k] = std::move(output.tensor);
+        if (output.sink) sinks.push_back(std::move(output.sink));
+      }
+      synchronize(device);
+      std::optional<PeakScope> measured;
+      if (measure) measured.emplace(tracker);
+      try {
+        torch::Tensor value = options.loss()(outputs);
+        if (!value.defined() || value.numel() != 1)
+          throw ProfileError("the loss function returned " +
+                             (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
+                                              : std::string("an undefined tensor")) +
+                             ", not one value");
+        // A step written `loss(model(x)).backward()` lets the output go once the loss has its
+        // value; one that keeps `out = model(x)` holds it through the backward.
+        if (!options.output_held()) outputs.clear();
+        torch::autograd::backward({value});
+      } catch (const c10::OutOfMemoryError&) {
+        throw;
+      } catch (const ProfileError&) {
+        throw;
+      } catch (const std::exception& error) {
+        // The loss is the caller's code, in the language of the stages.
+        if (stages.back().module->interrupts(std::current_exception())) throw;
+        std::throw_with_nested(ProfileError(
+            std::string("the loss function failed on the chain's output: ") + message_of(error)));
+      }
+      synchronize(device);
+      std::int64_t gradient_bytes = 0;
+      for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
+      return measured ? std::max<std::int64_t>(0, measured->peak_above_start() - gradient_bytes)
+                      : std::int64_t{0};
+    };
+    if (warm_up) {
+      Tensors copies;
+      for (const torch::Tensor& t : x) copies.push_back(t.clone());
+      (void)run_loss(std::move(copies), false);
     }
+    Tensors outputs = std::move(x);
     x.clear();
-    synchronize(device);
-    PeakScope scope(tracker);
-    try {
-      torch::Tensor value = options.loss()(outputs);
-      if (!value.defined() || value.numel() != 1)
-        throw ProfileError("the loss function returned " +
-                           (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
-                                            : std::string("an undefined tensor")) +
-                           ", not one value");
-      // A step written `loss(model(x)).backward()` lets the output go once the loss has its
-      // value; one that keeps `out = model(x)` holds it through the backward.
-      if (!options.output_held()) outputs.clear();
-      torch::autograd::backward({value});
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
-    } catch (const ProfileError&) {
-      throw;
-    } catch (const std::exception& error) {
-      // The loss is the caller's code, in the language of the stages.
-      if (stages.back().module->interrupts(std::current_exception())) throw;
-      std::throw_with_nested(ProfileError(
-          std::string("the loss function failed on the chain's output: ") + message_of(error)));
-    }
-    synchronize(device);
-    std::int64_t gradient_bytes = 0;
-    for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
-    result.chain.loss_tmp_bytes =
-        std::max<std::int64_t>(0, scope.peak_above_start() - gradient_bytes);
+    result.chain.loss_tmp_bytes = run_loss(std::move(outputs), true);
   }
   if (timing == Timing::kPasses) {
     // Automatic on a GPU only where the passes' store-all memory fits with room to spare

@@ -141,7 +141,7 @@ TEST_CASE("profiling leaves the model exactly as it found it", "[profiler]") {
   torch::manual_seed(77);
   const torch::Tensor expected_random = torch::rand({8});
   torch::manual_seed(77);
-  remat::profile(net, sample, quick());
+  remat::profile(net, sample, quick().warm_up_on_cpu(GENERATE(false, true)));
   const torch::Tensor random = torch::rand({8});
 
   CHECK(remat::test::same_tensors(state, remat::test::state_of(*net)));
@@ -157,6 +157,72 @@ TEST_CASE("profiling leaves the model exactly as it found it", "[profiler]") {
   net->train();
   net->forward(sample);
   CHECK_FALSE(remat::test::same_tensors(state, remat::test::state_of(*net)));
+}
+
+// A stage whose first call does once what later calls do not, and allocates for it, as
+// torch.compile's autotuning of its kernels does on a GPU: its first forward without autograd,
+// its first with autograd and its first backward each allocate, and free, a scratch buffer of
+// 1 MiB; later calls do not (`spent`: never).
+std::atomic<bool> backward_scratch{false};
+void scratch() { (void)torch::zeros({1 << 18}); }
+struct ScratchOnFirstBackward : torch::autograd::Function<ScratchOnFirstBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x) {
+    return x * 2;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list grads) {
+    if (backward_scratch.exchange(false)) scratch();
+    return {grads[0] * 2};
+  }
+};
+struct FirstCallImpl : nn::Module {
+  explicit FirstCallImpl(bool spent) : first_grad(!spent), first_nograd(!spent) {
+    backward_scratch = !spent;
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    bool& first = torch::GradMode::is_enabled() ? first_grad : first_nograd;
+    if (first) scratch();
+    first = false;
+    return ScratchOnFirstBackward::apply(x);
+  }
+  bool first_grad, first_nograd;
+};
+TORCH_MODULE(FirstCall);
+
+TEST_CASE("a first call's one-time allocations are not counted where the profiler warms up",
+          "[profiler]") {
+  const torch::Tensor sample = torch::randn({16, 64});
+  // The loss's first call allocates its scratch too.
+  const auto profile = [&](bool spent, bool warm_up) {
+    torch::manual_seed(3);
+    nn::Sequential net(nn::Linear(64, 64), FirstCall(spent), nn::Linear(64, 8));
+    auto first_loss = std::make_shared<bool>(!spent);
+    const remat::LossFunction loss = [first_loss](const remat::Tensors& out) {
+      if (*first_loss) scratch();
+      *first_loss = false;
+      return out[0].square().sum();
+    };
+    return remat::profile(net, sample,
+                          quick().measure_time(false).loss(loss).warm_up_on_cpu(warm_up)).chain;
+  };
+  const remat::Chain steady = profile(true, false);
+  // Warmed up, the profile is the network's as later calls run it: the scratch is not counted.
+  CHECK(remat::chain_to_json(profile(false, true)) == remat::chain_to_json(steady));
+  CHECK(remat::chain_to_json(profile(true, true)) == remat::chain_to_json(steady));
+  // Measured cold (the CPU's default), each first call's scratch is its temporary peak (less
+  // what stays live after it: the 4 KiB output, the input's gradient), where the steady
+  // profile's temporaries are a few KiB.
+  const remat::Chain cold = profile(false, false);
+  const std::int64_t mib = 1 << 20, slack = 8 << 10;
+  const remat::Stage &first = cold.stages[1], &later = steady.stages[1];
+  CHECK(*later.fwd_nograd_tmp_bytes < slack);
+  CHECK(*first.fwd_nograd_tmp_bytes >= mib - slack);
+  CHECK(later.fwd_tmp_bytes < slack);
+  CHECK(first.fwd_tmp_bytes >= mib - slack);
+  CHECK(later.bwd_tmp_bytes < slack);
+  CHECK(first.bwd_tmp_bytes >= mib - slack);
+  CHECK(steady.loss_tmp_bytes < slack);
+  CHECK(cold.loss_tmp_bytes >= mib - slack);
 }
 
 TEST_CASE("the measured store-all peak equals the simulator's prediction", "[profiler]") {

@@ -113,6 +113,12 @@ struct ProfileOptions {
   /// within a pass (docs/cost-model.md, "How times are taken"). On the CPU, where the backward
   /// runs on the calling thread, it is 0 unless this is set (for the tests of the measurement).
   REMAT_ARG(bool, measure_restart_on_cpu) = false;
+  /// On a GPU each stage, and the loss, runs once unmeasured before its memory is measured
+  /// (forward without autograd, with autograd, backward): what a first call does once and
+  /// allocates for, torch.compile's autotuning of its Triton kernels or cuDNN's algorithm
+  /// search under cudnn.benchmark, is then not counted (docs/cost-model.md, "How memory is
+  /// measured"). On the CPU, where neither happens, only if this is set.
+  REMAT_ARG(bool, warm_up_on_cpu) = false;
 };
 
 struct Profile {
