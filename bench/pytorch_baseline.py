@@ -3,7 +3,7 @@ torch.utils.checkpoint.checkpoint_sequential on torchvision networks, split into
 stages as remat's C++ ports (see torchvision_stages.py).
 
     python bench/pytorch_baseline.py --model resnet50 --batch 32 --image 224 --device cuda \
-        --steps 20 --warmup 3 --segments all --json out.json [--threads N]
+        --steps 20 --warmup 3 --rounds 1 --segments all --json out.json [--threads N]
 
 The training step: forward, cross-entropy on random integer targets (Inception v3 with its
 auxiliary classifier: loss(logits) + 0.4 * loss(aux_logits), torchvision's recipe and remat's),
@@ -21,7 +21,15 @@ rest of the chain (the last segment) under plain autograd.
 
 Measurements, per configuration:
 - step time: the median of --steps timed steps after --warmup untimed ones
-  (time.perf_counter; on CUDA, torch.cuda.synchronize() before reading the clock).
+  (time.perf_counter; on CUDA, torch.cuda.synchronize() before reading the clock). With
+  --rounds R > 1 the configurations take turns: in each of R rounds each runs its share of
+  the timed steps (the first steps mod R rounds one more), after --warmup untimed steps at
+  its first turn and one at each later turn. A slow spell of the machine (a VM's host
+  busy elsewhere, clocks) then falls on every configuration alike, not on whichever ran
+  through it: the best configuration at equal memory is the fastest of several measurements,
+  and one measured in a fast spell alone would set the bar too high (an H200 measured
+  checkpoint_sequential K=8 on inception_v3 at 649 and at 820 images/s in two calls,
+  docs/performance.md).
 - peak activation bytes: the peak of memory during the step minus the memory live just
   before it (parameters, gradients, input, targets).
   On CUDA: torch.cuda.reset_peak_memory_stats() and memory_allocated() before each timed
@@ -38,7 +46,7 @@ A configuration that runs out of CUDA memory is recorded as {"oom": true}.
 
 Output: a table on stdout, one progress line per configuration on stderr and, with --json,
 {"model", "batch", "image", "device", "torch", "device_name", "threads" (torch's intra-op
-threads), "stages", "steps", "results": [{"method", "segments" (null for plain),
+threads), "stages", "steps", "rounds", "results": [{"method", "segments" (null for plain),
 "median_ms", "step_ms", "peak_bytes", "images_per_s"} or {"method", "segments", "oom": true}]}.
 """
 
@@ -85,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, 
     p.add_argument("--device", default="cuda", help="cpu, cuda or cuda:N")
     p.add_argument("--steps", type=_positive, default=20, help="timed steps (median)")
     p.add_argument("--warmup", type=_non_negative, default=3)
+    p.add_argument("--rounds", type=_positive, default=1,
+                   help="rounds in which the configurations take turns (the timed steps split among them)")
     p.add_argument("--segments", default="all", help='"all" (2 .. floor(2 sqrt(L))) or a comma list')
     p.add_argument("--threads", type=_positive, help="torch.set_num_threads")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -172,10 +182,20 @@ def cpu_peak_bytes(step: Callable[[], None]) -> int:
     return peak
 
 
-def measure(forward: Callable[[torch.Tensor], torch.Tensor | tuple], model: torch.nn.Module,
-            x: torch.Tensor, target: torch.Tensor, classes: int, steps: int,
-            warmup: int) -> dict:
-    """Times `steps` training steps after `warmup` and measures the peak activation bytes."""
+def round_plan(configs: int, steps: int, warmup: int, rounds: int) -> list[tuple[int, int, int]]:
+    """The turns of `configs` configurations, in order, as (configuration, untimed steps, timed
+    steps): `rounds` rounds (at most `steps`), in each of which every configuration takes its
+    turn; `warmup` untimed steps at its first turn and min(1, warmup) at each later one (other
+    configurations ran in between); the timed steps split among the rounds, the first
+    steps % rounds rounds taking one more."""
+    rounds = min(rounds, steps)
+    return [(c, warmup if r == 0 else min(1, warmup), steps // rounds + (r < steps % rounds))
+            for r in range(rounds) for c in range(configs)]
+
+
+def training_step(forward: Callable[[torch.Tensor], torch.Tensor | tuple], x: torch.Tensor,
+                  target: torch.Tensor, classes: int) -> Callable[[], None]:
+    """One training step of `forward` on the batch: forward, cross-entropy, backward."""
 
     def step() -> None:
         out = forward(x)
@@ -188,18 +208,22 @@ def measure(forward: Callable[[torch.Tensor], torch.Tensor | tuple], model: torc
             loss = loss + 0.4 * F.cross_entropy(aux, target)
         loss.backward()
 
-    times, peak = timed_steps(step, model, x.device, steps, warmup)
+    return step
+
+
+def summary(times: list[float], peak: int, batch: int) -> dict:
+    """A configuration's result from its timed steps and its peak."""
     median = statistics.median(times)
     return {"median_ms": median, "step_ms": times, "peak_bytes": peak,
-            "images_per_s": x.size(0) / (median / 1e3)}
+            "images_per_s": batch / (median / 1e3)}
 
 
 def timed_steps(step: Callable[[], None], model: torch.nn.Module, device: torch.device,
-                steps: int, warmup: int) -> tuple[list[float], int]:
+                steps: int, warmup: int, cpu_peak: bool = True) -> tuple[list[float], int]:
     """The times in ms of `steps` calls of `step` after `warmup` untimed ones, `model`'s
     gradients zeroed in place before each, and the peak bytes above what was live before a
     step, as the module docstring says (CUDA: the largest over the timed steps; CPU: one more
-    step under the profiler's memory events)."""
+    step under the profiler's memory events, unless `cpu_peak` is false: then 0)."""
     cuda = device.type == "cuda"
     times, peak = [], 0
     for i in range(warmup + steps):
@@ -217,7 +241,7 @@ def timed_steps(step: Callable[[], None], model: torch.nn.Module, device: torch.
             times.append(ms)
             if cuda:
                 peak = max(peak, torch.cuda.max_memory_allocated(device) - before)
-    if not cuda:
+    if not cuda and cpu_peak:
         model.zero_grad(set_to_none=False)
         peak = cpu_peak_bytes(step)
     return times, peak
@@ -253,32 +277,51 @@ def main(argv: list[str] | None = None) -> int:
     configs += [("checkpoint_sequential", k,
                  lambda t, k=k: checkpoint_sequential(chain, k, t, use_reentrant=False))
                 for k in counts]
-    results = []
-    for n, (method, k, forward) in enumerate(configs, 1):
-        result: dict = {"method": method, "segments": k}
-        oom = False
+    steps = [training_step(forward, x, target, args.classes) for _, _, forward in configs]
+    times: list[list[float]] = [[] for _ in configs]
+    peaks = [0] * len(configs)
+    oom = [False] * len(configs)
+    plan = round_plan(len(configs), args.steps, args.warmup, args.rounds)
+    last_turn = {c: n for n, (c, _, _) in enumerate(plan)}
+    for n, (c, untimed, timed) in enumerate(plan):
+        if oom[c]:
+            continue
         try:
-            result |= measure(forward, model, x, target, args.classes, args.steps, args.warmup)
+            # On the CPU the peak comes from one more step, after the configuration's last turn.
+            turn_times, peak = timed_steps(steps[c], model, args.device, timed, untimed,
+                                           cpu_peak=last_turn[c] == n)
+            times[c] += turn_times
+            peaks[c] = max(peaks[c], peak)
         except torch.OutOfMemoryError:
-            oom = True  # cleaned up outside the handler, whose traceback holds the tensors
-        if oom:
-            result["oom"] = True
+            oom[c] = True  # cleaned up outside the handler, whose traceback holds the tensors
+        if oom[c]:
             model.zero_grad(set_to_none=False)
             gc.collect()
             torch.cuda.empty_cache()
+        if last_turn[c] == n or oom[c]:
+            method, k, _ = configs[c]
+            label = method + (f" K={k}" if k else "")
+            status = ("out of memory" if oom[c] else
+                      f"{statistics.median(times[c]):.1f} ms, peak {format_bytes(peaks[c])}")
+            print(f"[{c + 1}/{len(configs)}] {label}: {status}", file=sys.stderr, flush=True)
+        elif args.rounds > 1 and c == len(configs) - 1:
+            print(f"  round {n // len(configs) + 1} of {min(args.rounds, args.steps)} done",
+                  file=sys.stderr, flush=True)
+    results = []
+    for c, (method, k, _) in enumerate(configs):
+        result: dict = {"method": method, "segments": k}
+        result |= {"oom": True} if oom[c] else summary(times[c], peaks[c], args.batch)
         results.append(result)
-        label = method + (f" K={k}" if k else "")
-        status = ("out of memory" if oom else
-                  f"{result['median_ms']:.1f} ms, peak {format_bytes(result['peak_bytes'])}")
-        print(f"[{n}/{len(configs)}] {label}: {status}", file=sys.stderr, flush=True)
 
     report = {"model": args.model, "batch": args.batch, "image": args.image,
               "device": str(args.device), "torch": torch.__version__,
               "device_name": device_name(args.device), "threads": torch.get_num_threads(),
-              "stages": len(chain), "steps": args.steps, "results": results}
+              "stages": len(chain), "steps": args.steps, "rounds": min(args.rounds, args.steps),
+              "results": results}
     print(f"{args.model}, batch {args.batch}, {args.image}x{args.image}, {args.device} "
           f"({report['device_name']}, {report['threads']} threads), torch {torch.__version__}, "
-          f"{len(chain)} stages, median of {args.steps} steps after {args.warmup}")
+          f"{len(chain)} stages, median of {args.steps} steps after {args.warmup}"
+          + (f", in {min(args.rounds, args.steps)} rounds" if args.rounds > 1 else ""))
     print(f"{'method':<22} {'segments':>8} {'median ms':>10} {'images/s':>9} "
           f"{'peak activations':>17} {'vs plain':>8}")
     plain = results[0].get("peak_bytes")

@@ -79,7 +79,8 @@ if [ "$mode" = gpu ]; then
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3,inception_v3@branch --batch 32 --steps 10 --warmup 3)
   [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,inception_v3@branch:64:299,vgg16:64:224
   throughput_args=(--steps 10 --warmup 3)
-  baseline_args=(--steps 10 --warmup 3)
+  # PyTorch's configurations take turns, in 5 rounds of 2 timed steps (bench/pytorch_baseline.py).
+  baseline_args=(--steps 10 --warmup 3 --rounds 5)
   # PyTorch's sublinear-memory reimplementation: resnet152, batch 16, 5459 MiB -> 2455 MiB
   # (45%) at 10% lower speed; remat at 45% of store-all, and at 40% and 35% (where the
   # parameters and gradients, which that figure included, would put 45% of the total).
@@ -96,7 +97,7 @@ else
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux@branch --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1 --traced 2)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
   throughput_args=(--steps 3 --warmup 1 --repeat 1)
-  baseline_args=(--steps 3 --warmup 1)
+  baseline_args=(--steps 3 --warmup 1 --rounds 2)
   reference_spec=resnet18:2:64
   reference_budgets=100,45
   transformer_args=(--models gpt2 --batch 1 --seq 32 --steps 1 --warmup 0)
