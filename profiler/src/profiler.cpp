@@ -383,6 +383,21 @@ void time_stage(const Runner& run, const Tensors& x, const Tensors& next,
   }
 }
 
+// The backward of stage `index` from `roots`; a failure is the stage's, named as such (out of
+// memory and the stage's own interruptions pass through).
+void stage_backward(const NamedStage& named, int index, std::vector<torch::autograd::Edge> roots,
+                    Tensors root_grads) {
+  try {
+    detail::run_backward(std::move(roots), std::move(root_grads));
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const std::exception& error) {
+    if (named.module->interrupts(std::current_exception())) throw;
+    std::throw_with_nested(
+        ProfileError(describe(index, named.name) + ": backward failed: " + message_of(error)));
+  }
+}
+
 // The unmeasured run of stage `index` before its memory is measured (profile(), warm_up):
 // forward with autograd on copies of its input x handed over as the runtime hands them, then
 // backward from its new members with a gradient; errors as the measured runs report them.
@@ -406,17 +421,7 @@ void warm_up_stage(const Runner& run, const NamedStage& named, int index, const 
     }
   }
   handed.clear();
-  if (!roots.empty()) {
-    try {
-      detail::run_backward(std::move(roots), std::move(root_grads));
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
-    } catch (const std::exception& error) {
-      if (named.module->interrupts(std::current_exception())) throw;
-      std::throw_with_nested(
-          ProfileError(describe(index, named.name) + ": backward failed: " + message_of(error)));
-    }
-  }
+  if (!roots.empty()) stage_backward(named, index, std::move(roots), std::move(root_grads));
   sinks.clear();
   synchronize(device);
 }
@@ -645,7 +650,6 @@ Member new_member(const torch::Tensor& t, bool grad) {
 
 Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                 const Tensors& context, const ProfileOptions& options) {
-  using detail::run_backward;
   using detail::stage_input;
   using detail::StageInput;
   const auto started = Clock::now();
@@ -904,15 +908,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     if (!roots.empty()) {
       synchronize(device);
       PeakScope scope(tracker);
-      try {
-        run_backward(std::move(roots), std::move(root_grads));
-      } catch (const c10::OutOfMemoryError&) {
-        throw;
-      } catch (const std::exception& error) {
-        if (named.module->interrupts(std::current_exception())) throw;
-        std::throw_with_nested(
-            ProfileError(describe(i, named.name) + ": backward failed: " + message_of(error)));
-      }
+      stage_backward(named, i, std::move(roots), std::move(root_grads));
       // As the runtime does, member by member, each in its own storage: a carried member's
       // (the passed one with what the stage added) then goes; another member's is kept.
       std::int64_t input_grad_bytes = 0;
