@@ -23,6 +23,28 @@ if not (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALL
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 
+# Whether the CUDA tests can run: a GPU, and remat built with CUDA.
+CUDA_AVAILABLE = torch.cuda.is_available() and remat._C.WITH_CUDA
+requires_cuda = pytest.mark.skipif(not CUDA_AVAILABLE, reason="no CUDA GPU, or remat built without CUDA")
+
+
+@pytest.fixture
+def deterministic():
+    """Deterministic algorithms (cuDNN and cuBLAS: CUBLAS_WORKSPACE_CONFIG is set above, before
+    cuBLAS starts) for the test, so that nondeterministic kernels do not hide a difference."""
+    torch.use_deterministic_algorithms(True)
+    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+    yield
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.benchmark = benchmark
+
+
+def weighted_loss(out: torch.Tensor) -> torch.Tensor:
+    """A loss whose gradient differs for every output column: the sum of the squares of the
+    output weighted from -1 to 1 along its last dimension."""
+    return (out * torch.linspace(-1, 1, out.shape[-1], device=out.device)).square().sum()
+
+
 def step_peak(step: Callable[[], Any]) -> int:
     """Peak bytes of CPU memory allocated during `step()` above what was live before it, as
     remat's CPU tracker counts them (every allocation through LibTorch's CPU allocator)."""

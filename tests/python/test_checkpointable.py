@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential as torch_checkpoint_sequential
 
 import remat
-from conftest import assert_same_training, step_peak, storage_peak, tensor_bytes
+from conftest import assert_same_training, step_peak, storage_peak, tensor_bytes, weighted_loss
 
 
 def mlp() -> nn.Sequential:
@@ -34,7 +34,7 @@ NETS = {"mlp": (mlp, (16, 64)), "cnn": (cnn, (4, 3, 16, 16))}
 def train_step(model, x, seed):
     torch.manual_seed(seed)
     out = model(x)
-    loss = (out * torch.linspace(-1, 1, out.shape[-1], device=out.device)).square().sum()
+    loss = weighted_loss(out)
     loss.backward()
     return out.detach(), loss.detach()
 
@@ -266,10 +266,7 @@ def test_a_schedule_of_the_merged_chain_trains_as_plain_at_its_predicted_peak():
     plain = copy.deepcopy(stages)
     x = torch.randn(32, 64, requires_grad=True)
 
-    def loss_fn(out):
-        return (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
-
-    chk = remat.Checkpointable(stages, x, loss=loss_fn, progress=False)
+    chk = remat.Checkpointable(stages, x, loss=weighted_loss, progress=False)
     measured = json.loads(chk.chain.to_json())
     found = None
     for seed in range(300):
@@ -301,7 +298,7 @@ def test_a_schedule_of_the_merged_chain_trains_as_plain_at_its_predicted_peak():
 
     def step():
         out = chk(x)
-        loss_fn(out).backward()
+        weighted_loss(out).backward()
 
     step()  # the parameters' gradients are allocated by the first step; the chain leaves them out
     x.grad = None  # freed before the measurement: the step allocates y_0, as the chain counts it
@@ -310,7 +307,7 @@ def test_a_schedule_of_the_merged_chain_trains_as_plain_at_its_predicted_peak():
     # the loss's two scalars (8 bytes) are outside it, as at every budget of this chain.
     assert peak + tensor_bytes(x) + reserve == found.peak_bytes + 8, (peak, found.sequence)
     x2 = x.detach().clone().requires_grad_(True)
-    train_plain_stages(plain, [x2], loss_fn, steps=2)
+    train_plain_stages(plain, [x2], weighted_loss, steps=2)
     assert torch.equal(x.grad, x2.grad)
     assert_same_stage_training(plain, stages)
 
@@ -344,15 +341,12 @@ def test_a_mask_given_with_the_input_and_carried_on_trains_at_the_predicted_peak
     h = torch.randn(32, 64, requires_grad=True)
     mask = torch.rand(32, 64) < 0.25
 
-    def loss_fn(out):
-        return (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
-
-    chk = remat.Checkpointable(stages, (h, mask), loss=loss_fn, progress=False)
+    chk = remat.Checkpointable(stages, (h, mask), loss=weighted_loss, progress=False)
     reserve = remat._C.runtime_reserve_bytes("cpu")
 
     def step():
         out = chk(h, mask)
-        loss_fn(out).backward()
+        weighted_loss(out).backward()
 
     step()  # the parameters' gradients are allocated by the first step; the chain leaves them out
     full, least = chk.store_all_peak(), chk.min_budget()
@@ -368,7 +362,7 @@ def test_a_mask_given_with_the_input_and_carried_on_trains_at_the_predicted_peak
         assert peak + tensor_bytes(h) + tensor_bytes(mask) + reserve == solution.peak_bytes + 8, (
             budget, peak, solution.sequence)
     h2 = h.detach().clone().requires_grad_(True)
-    train_plain_stages(plain, [h2, mask], loss_fn, steps=steps)
+    train_plain_stages(plain, [h2, mask], weighted_loss, steps=steps)
     assert torch.equal(h.grad, h2.grad)
     assert_same_stage_training(plain, stages)
 
@@ -425,11 +419,8 @@ def test_a_mask_that_several_stages_keep_never_takes_the_step_above_its_predicti
     stages = [("make", Make())] + [(f"masked{k}", MaskedLinear()) for k in range(3)] + [("head", Head())]
     h = torch.randn(32, 64, requires_grad=True)
 
-    def loss_fn(out):
-        return (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
-
-    chk = remat.Checkpointable(stages, h, loss=loss_fn, progress=False)
-    exact = steps_within_prediction(chk, h, loss_fn, below=32 * 64)  # a mask
+    chk = remat.Checkpointable(stages, h, loss=weighted_loss, progress=False)
+    exact = steps_within_prediction(chk, h, weighted_loss, below=32 * 64)  # a mask
     assert exact >= 1  # 4 of the 5 on the development machine (PyTorch 2.11)
 
 
@@ -459,15 +450,12 @@ def test_an_activation_the_stage_before_keeps_never_takes_the_step_above_its_pre
     h = torch.randn(256, 64, requires_grad=True)
     activation_bytes = 256 * 64 * 4
 
-    def loss_fn(out):
-        return (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
-
-    chk = remat.Checkpointable(stages, h, loss=loss_fn, progress=False)
+    chk = remat.Checkpointable(stages, h, loss=weighted_loss, progress=False)
     assert json.loads(chk.chain.to_json())["stages"][0]["saved_outputs"] == [0]
-    exact = steps_within_prediction(chk, h, loss_fn, below=activation_bytes)
+    exact = steps_within_prediction(chk, h, weighted_loss, below=activation_bytes)
     assert exact >= 1  # all 5 on the development machine (PyTorch 2.11)
     h2 = h.detach().clone().requires_grad_(True)
-    train_plain_stages(plain, [h2], loss_fn, steps=6)
+    train_plain_stages(plain, [h2], weighted_loss, steps=6)
     assert torch.equal(h.grad, h2.grad)
     assert_same_stage_training(plain, stages)
 
@@ -508,19 +496,16 @@ def test_a_block_that_returns_its_activation_twice_trains_as_plain_within_its_pr
     plain = copy.deepcopy(stages)
     h = torch.randn(128, 64, requires_grad=True)
 
-    def loss_fn(out):
-        return (out * torch.linspace(-1, 1, out.shape[-1])).square().sum()
-
-    chk = remat.Checkpointable(stages, h, loss=loss_fn, progress=False)
+    chk = remat.Checkpointable(stages, h, loss=weighted_loss, progress=False)
     chain = json.loads(chk.chain.to_json())
     assert chain["stages"][1]["outputs"][1] == {"carry": 1}  # main passes the shortcut on
     assert "carry" not in chain["stages"][0]["outputs"][1]  # split's second member is new
     # Never under; over by the shortcuts, each counted once more as a value while h is live
     # (one activation a block), and by the two gradients of join's members, which the
     # addition's backward gives as one tensor: 3 or 4 activations (development machine).
-    steps_within_prediction(chk, h, loss_fn, below=4 * 128 * 64 * 4)
+    steps_within_prediction(chk, h, weighted_loss, below=4 * 128 * 64 * 4)
     h2 = h.detach().clone().requires_grad_(True)
-    train_plain_stages(plain, [h2], loss_fn, steps=6)
+    train_plain_stages(plain, [h2], weighted_loss, steps=6)
     assert torch.equal(h.grad, h2.grad)
     assert_same_stage_training(plain, stages)
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import remat
-from conftest import assert_same_training, cuda_step_peak, step_peak, tensor_bytes
+from conftest import assert_same_training, cuda_step_peak, requires_cuda, step_peak, tensor_bytes
 
 
 def _why_compile_cannot_run() -> str:
@@ -45,8 +45,7 @@ def compiled_stages_kept_compiled():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not (torch.cuda.is_available() and remat._C.WITH_CUDA), reason="no CUDA GPU, or remat built without CUDA"))])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
 def test_compiled_stages_train_as_plain_compiled_stages(compiled_stages_kept_compiled, device):
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Dropout(0.2), nn.Linear(128, 128), nn.GELU(),

@@ -10,21 +10,10 @@ import torch
 from torch import nn
 
 import remat
-from conftest import assert_same_training, check_autocast_training, cuda_step_peak, tensor_bytes
+from conftest import assert_same_training, check_autocast_training, cuda_step_peak, requires_cuda, tensor_bytes
 from test_checkpointable import cnn, train_step
 
-pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and remat._C.WITH_CUDA),
-                                reason="no CUDA GPU, or remat built without CUDA")
-
-
-@pytest.fixture
-def deterministic():
-    # CUBLAS_WORKSPACE_CONFIG is set by conftest.py, before cuBLAS starts.
-    torch.use_deterministic_algorithms(True)
-    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
-    yield
-    torch.use_deterministic_algorithms(False)
-    torch.backends.cudnn.benchmark = benchmark
+pytestmark = requires_cuda
 
 
 def cuda_cnn() -> nn.Sequential:

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import remat
-from conftest import assert_same_training, cuda_step_peak, step_peak, tensor_bytes
+from conftest import assert_same_training, cuda_step_peak, requires_cuda, step_peak, tensor_bytes, weighted_loss
 
 BATCH, WIDTH = 32, 64
 OPERATIONS = ("linear", "relu", "tanh", "sigmoid", "silu", "cumsum", "softmax", "layer_norm",
@@ -233,10 +233,6 @@ def random_network(seed: int, extended: int = 0):
     return stages, inputs, rng
 
 
-def loss_fn(out):
-    return (out * torch.linspace(-1, 1, out.shape[-1], device=out.device)).square().sum()
-
-
 def with_drawn_times(chain: remat.Chain, rng: random.Random) -> remat.Chain:
     data = json.loads(chain.to_json())
     for stage in data["stages"]:
@@ -286,23 +282,11 @@ def test_a_layout_random_network_never_peaks_above_its_prediction_and_trains_as_
     check_trains_within_prediction_as_plain(stages, inputs, rng, exact=not aliased)
 
 
-CUDA = torch.cuda.is_available() and remat._C.WITH_CUDA
 # On a GPU (the GPU check runs the tests whose names say cuda): the first seeds of each kind, and
 # every seed that found a defect.
 CUDA_SEEDS = [s for s in SEEDS if s < 40 or s >= 200] + [3, 57, 130, 134, 194, 285]
 CUDA_EXTENDED_SEEDS = [s for s in EXTENDED_SEEDS if s < 20 or s >= 100]
 CUDA_LAYOUT_SEEDS = [s for s in LAYOUT_SEEDS if s < 20 or s >= 100] + [22, 32, 40, 47, 50, 68, 72, 73, 74, 78, 89, 99]
-cuda_only = pytest.mark.skipif(not CUDA, reason="no CUDA GPU, or remat built without CUDA")
-
-
-@pytest.fixture
-def deterministic_cuda():
-    # CUBLAS_WORKSPACE_CONFIG is set by conftest.py, before cuBLAS starts.
-    torch.use_deterministic_algorithms(True)
-    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
-    yield
-    torch.use_deterministic_algorithms(False)
-    torch.backends.cudnn.benchmark = benchmark
 
 
 def on_cuda(stages, inputs, rng):
@@ -312,23 +296,23 @@ def on_cuda(stages, inputs, rng):
     return stages, [t.detach().cuda().requires_grad_(t.requires_grad) for t in inputs], rng
 
 
-@cuda_only
+@requires_cuda
 @pytest.mark.parametrize("seed", sorted(set(CUDA_SEEDS)))
-def test_cuda_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed, deterministic_cuda):
+def test_cuda_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed, deterministic):
     """The random networks on a GPU: the caching allocator's own peak (not remat's tracker)
     against the prediction; gradients and buffers as plain autograd's on the GPU, bit for bit."""
     check_trains_within_prediction_as_plain(*on_cuda(*random_network(seed)))
 
 
-@cuda_only
+@requires_cuda
 @pytest.mark.parametrize("seed", sorted(set(CUDA_EXTENDED_SEEDS)))
-def test_cuda_extended_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed, deterministic_cuda):
+def test_cuda_extended_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed, deterministic):
     check_trains_within_prediction_as_plain(*on_cuda(*random_network(seed, extended=1)))
 
 
-@cuda_only
+@requires_cuda
 @pytest.mark.parametrize("seed", sorted(set(CUDA_LAYOUT_SEEDS)))
-def test_cuda_layout_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed, deterministic_cuda):
+def test_cuda_layout_random_network_never_peaks_above_its_prediction_and_trains_as_plain(seed, deterministic):
     stages, inputs, rng = random_network(seed, extended=2)
     aliased = any(getattr(m, "new_extra", None) == "alias" for _, m in stages)
     check_trains_within_prediction_as_plain(*on_cuda(stages, inputs, rng), exact=not aliased)
@@ -338,13 +322,13 @@ def check_trains_within_prediction_as_plain(stages, inputs, rng, exact=True):
     device = inputs[0].device.type
     plain = copy.deepcopy(stages)
     x0 = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
-    chk = remat.Checkpointable(stages, tuple(inputs), loss=loss_fn, progress=False)
+    chk = remat.Checkpointable(stages, tuple(inputs), loss=weighted_loss, progress=False)
     chk.set_chain(with_drawn_times(chk.chain, rng))
     reserve = remat._C.runtime_reserve_bytes(device)
 
     def step():
         out = chk(*inputs)
-        loss_fn(out).backward()
+        weighted_loss(out).backward()
 
     steps = 0
     torch.manual_seed(1000 + steps)
@@ -377,7 +361,7 @@ def check_trains_within_prediction_as_plain(stages, inputs, rng, exact=True):
         for _, m in plain:
             value = m(*value)
             value = (value,) if isinstance(value, torch.Tensor) else value
-        loss_fn(value[0]).backward()
+        weighted_loss(value[0]).backward()
     if exact:
         assert torch.equal(inputs[0].grad, x0[0].grad)
         assert_same_training(nn.ModuleList(m for _, m in plain), nn.ModuleList(m for _, m in stages))
