@@ -281,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     times: list[list[float]] = [[] for _ in configs]
     peaks = [0] * len(configs)
     oom = [False] * len(configs)
-    plan = round_plan(len(configs), args.steps, args.warmup, args.rounds)
+    rounds = min(args.rounds, args.steps)  # as round_plan takes them
+    plan = round_plan(len(configs), args.steps, args.warmup, rounds)
     last_turn = {c: n for n, (c, _, _) in enumerate(plan)}
     for n, (c, untimed, timed) in enumerate(plan):
         if oom[c]:
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{statistics.median(times[c]):.1f} ms, peak {format_bytes(peaks[c])}")
             print(f"[{c + 1}/{len(configs)}] {label}: {status}", file=sys.stderr, flush=True)
         elif args.rounds > 1 and c == len(configs) - 1:
-            print(f"  round {n // len(configs) + 1} of {min(args.rounds, args.steps)} done",
+            print(f"  round {n // len(configs) + 1} of {rounds} done",
                   file=sys.stderr, flush=True)
     results = []
     for c, (method, k, _) in enumerate(configs):
@@ -316,12 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     report = {"model": args.model, "batch": args.batch, "image": args.image,
               "device": str(args.device), "torch": torch.__version__,
               "device_name": device_name(args.device), "threads": torch.get_num_threads(),
-              "stages": len(chain), "steps": args.steps, "rounds": min(args.rounds, args.steps),
+              "stages": len(chain), "steps": args.steps, "rounds": rounds,
               "results": results}
     print(f"{args.model}, batch {args.batch}, {args.image}x{args.image}, {args.device} "
           f"({report['device_name']}, {report['threads']} threads), torch {torch.__version__}, "
           f"{len(chain)} stages, median of {args.steps} steps after {args.warmup}"
-          + (f", in {min(args.rounds, args.steps)} rounds" if args.rounds > 1 else ""))
+          + (f", in {rounds} rounds" if args.rounds > 1 else ""))
     print(f"{'method':<22} {'segments':>8} {'median ms':>10} {'images/s':>9} "
           f"{'peak activations':>17} {'vs plain':>8}")
     plain = results[0].get("peak_bytes")
