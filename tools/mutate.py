@@ -266,7 +266,7 @@ TORCH_MUTATIONS = [
     # The loop keeps its push_back: nothing becomes unused.
 
     ("prof-loss-output-kept", "profiler/src/profiler.cpp",
-     "      if (!options.output_held()) outputs.clear();\n",
+     "        if (!options.output_held()) outputs.clear();\n",
      "",
      "the loss of a step that lets the output go (output_held false) is measured with x_L still "
      "held: loss_tmp_bytes counts the logits the step frees"),
