@@ -494,6 +494,49 @@ TORCH_TESTS = {
 HELPERS = ["remat_dp_worker"]
 
 # Survivors with a written reason: they do not fail the check, and the reason is printed.
+# The test that noticed each mutation (the first to fail, from work/killed_by.txt of a whole
+# run): run first, so that a mutation is usually judged in that test's time, not the suite's
+# (the 35 mutations took 7.7 min in CI, most of it whole-suite runs). Only an order: a
+# mutation this test does not notice still meets every other test. A name no test has any
+# more stops the run (rename it here).
+KILLED_BY = {
+    'sim-fwd-tmp': 'solver:every algorithm returns a valid sequence within the budget',
+    'sim-nograd-tmp': 'solver:merge: a residual block cut by layer becomes one stage, its fields derived by hand',
+    'sim-loss-tmp': 'solver:every algorithm returns a valid sequence within the budget',
+    'sim-bwd-tmp': 'solver:every algorithm returns a valid sequence within the budget',
+    'sim-saved-outputs': 'solver:every algorithm returns a valid sequence within the budget',
+    'sim-keep-x0': "solver:merge: solve() is as fast as the merged chain's solve, fits, and is never faster than the best nested schedule",
+    'sim-grad-release': 'solver:every algorithm returns a valid sequence within the budget',
+    'sim-output-dropped': 'solver:every algorithm returns a valid sequence within the budget',
+    'dp-output-tail': 'solver:every algorithm returns a valid sequence within the budget',
+    'dp-output-shared': 'solver:every algorithm returns a valid sequence within the budget',
+    'dp-restart-loss': 'solver:persistent DP equals the top-down recurrence at every memory',
+    'sim-restart': 'solver:persistent DP equals the top-down recurrence at every memory',
+    'units-round-down': "solver:given slots: int64's largest budget does not overflow the units, and too few slots are infeasible at every budget",
+    'parse-kib': 'solver:sizes are parsed with units',
+    'periodic-size': 'solver:optimal never needs more memory than a heuristic, with automatic units',
+    'dp-lf-bound': 'solver:the DP is the best nested schedule when no-grad forwards need more than autograd ones',
+    'search-unchecked': "solver:merge: solve() is as fast as the merged chain's solve, fits, and is never faster than the best nested schedule",
+    'search-none': 'solver:with carried members solve() searches above the budget: it fits, is no slower than the DP at the budget, and never faster than the best nested schedule',
+    'pin-never': 'solver:pin: a mask of x_0 carried on becomes context, every sequence the same',
+    'merge-fwd-tmp': "solver:merge: solve() is as fast as the merged chain's solve, fits, and is never faster than the best nested schedule",
+    'merge-bwd-gradient': "solver:merge: solve() is as fast as the merged chain's solve, fits, and is never faster than the best nested schedule",
+    'merge-expand-backward': "solver:merge: solve() is as fast as the merged chain's solve, fits, and is never faster than the best nested schedule",
+    'merge-never': "solver:merge: solve() is as fast as the merged chain's solve, fits, and is never faster than the best nested schedule",
+    'merge-least': "solver:merge: solve() is as fast as the merged chain's solve, fits, and is never faster than the best nested schedule",
+    'storage-passed': 'solver:with carried members the DP never overruns and is never faster than possible',
+    'storage-tail': 'solver:with carried members the DP never overruns and is never faster than possible',
+    'storage-right-held': 'solver:with carried members the DP never overruns and is never faster than possible',
+    'storage-never': "solver:merge: tradeoff's optimal points are solve()'s, merged runs included",
+    'sim-grad-size': 'solver:with carried members the DP never overruns and is never faster than possible',
+    'storage-passed-size': 'solver:with carried members the DP never overruns and is never faster than possible',
+    'merge-grad-size': 'solver:with carried members the DP never overruns and is never faster than possible',
+    'plot-off-scale': 'report:tradeoff plot: a point far above the scale is drawn at its top edge, marked',
+    'plot-peak-at-budget': 'report:schedule plot geometry: marks, budget line and peak where the axes put them',
+    'plot-aggregate-end': 'report:schedule plot geometry: marks, budget line and peak where the axes put them',
+    'plot-bin-last': "report:profile plot geometry: bar heights are the stages' values on their axes",
+}
+
 EXPLAINED = {
     "dist-dtor-waits-after-failure":
         "equivalent on LibTorch 2.9 and later, which this check builds against: Gloo's "
@@ -566,6 +609,9 @@ def main():
         sys.exit("remat: unknown mutation in --only (see --list, with --torch for LibTorch's)")
     # Both catalogues' texts first, in this tree: CI runs only the first, and a line edited since
     # would otherwise stop the --torch check only when someone runs it.
+    for mid in KILLED_BY:
+        if mid not in {m[0] for m in MUTATIONS}:
+            sys.exit(f"remat: KILLED_BY names {mid!r}, which is not a mutation (update it)")
     for mid, path, old, _, _ in MUTATIONS + TORCH_MUTATIONS:
         if open(os.path.join(ROOT, path)).read().count(old) != 1:
             sys.exit(f"remat: mutation {mid}: its text is not found once in {path} (update it)")
@@ -607,26 +653,37 @@ def main():
     # most mutations are noticed by a few of them, in seconds, where the whole suite, slowest
     # first, takes 20 s. The verdict is the same: the others run when these pass.
     killers = []
+    # The test that noticed each mutation in this run (the first to fail), written at the end
+    # to work/killed_by.txt, for KILLED_BY.
+    noticed = {}
+
+    def failed_tests():
+        failed = os.path.join(build, "Testing", "Temporary", "LastTestsFailed.log")
+        if not os.path.exists(failed):
+            return []
+        with open(failed) as lines:  # "<number>:<name>" per line
+            return [n for n in (line.rstrip("\n").split(":", 1)[-1] for line in lines) if n]
 
     def ctest_pass(mid):
         cmd = ["ctest", "--test-dir", build, "-j", str(args.jobs)]
         if not mid:
             return run(cmd, ROOT, log) == 0
         cmd.append("--stop-on-failure")
-        if killers:
-            pattern = "^(" + "|".join(ctest_literal(name) for name in killers) + ")$"
+        # First the test that noticed this mutation before, with those that noticed others in
+        # this run; the rest only where these pass. The verdict is the whole suite's.
+        first = ([KILLED_BY[mid]] if mid in KILLED_BY else []) + \
+            [name for name in killers if name != KILLED_BY.get(mid)]
+        if first:
+            pattern = "^(" + "|".join(ctest_literal(name) for name in first) + ")$"
             if run(cmd + ["-R", pattern], ROOT, log) != 0:
+                noticed[mid] = failed_tests()[:1]
                 return False
             cmd += ["-E", pattern]
         if run(cmd, ROOT, log) == 0:
             return True
-        failed = os.path.join(build, "Testing", "Temporary", "LastTestsFailed.log")
-        if os.path.exists(failed):
-            with open(failed) as lines:  # "<number>:<name>" per line
-                for line in lines:
-                    name = line.rstrip("\n").split(":", 1)[-1]
-                    if name and name not in killers:
-                        killers.append(name)
+        names = failed_tests()
+        noticed[mid] = names[:1]
+        killers.extend(name for name in names if name not in killers)
         return False
 
     def tests_pass(mid=None):
@@ -639,6 +696,14 @@ def main():
         sys.exit(f"remat: the unmutated tree does not build (log: {log})")
     if not tests_pass():
         sys.exit(f"remat: the unmutated tree fails its tests (log: {log})")
+    if not args.torch:
+        listing = subprocess.run(["ctest", "--test-dir", build, "-N"], check=True,
+                                 stdout=subprocess.PIPE, text=True).stdout
+        names = {line.split(": ", 1)[1].strip() for line in listing.splitlines()
+                 if line.lstrip().startswith("Test") and ": " in line}
+        for mid, name in KILLED_BY.items():
+            if name not in names:
+                sys.exit(f"remat: KILLED_BY[{mid!r}]: no test is named {name!r} (update it)")
     survived, skipped = [], []
     for mid, path, old, new, why in mutations:
         if not args.all and not args.only and EXPLAINED.get(mid, "").startswith("equivalent:"):
@@ -664,6 +729,10 @@ def main():
         print(f"{mid:28} {verdict:24} {time.time() - started:5.0f} s  {why}", flush=True)
         if verdict == "SURVIVED" and mid in EXPLAINED:
             print(f"{'':28} {EXPLAINED[mid]}", flush=True)
+    with open(os.path.join(work, "killed_by.txt"), "w") as out:
+        for mid, names in noticed.items():
+            if names:
+                out.write(f"    {mid!r}: {names[0]!r},\n")
     killed = len(mutations) - len(survived) - len(skipped)
     print(f"\n{killed} of {len(mutations) - len(skipped)} mutations killed"
           + (f"; survived: {', '.join(survived)}" if survived else "")
