@@ -137,10 +137,12 @@ struct Measured {
   double median_ms() const { return step_ms.empty() ? 0 : median(step_ms); }
 };
 
-Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tensor&)>& forward,
-                 int steps, int warmup) {
+// Adds `steps` timed steps after `warmup` untimed ones to `m` (the peaks: the largest so far).
+// Out of memory: `m` is reset and marked so.
+void measure_more(Measured& m, Setup& s,
+                  const std::function<remat::Tensors(const torch::Tensor&)>& forward, int steps,
+                  int warmup) {
   remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(s.device);
-  Measured m;
   try {
     for (int k = 0; k < warmup + steps; ++k) {
       for (auto& p : s.net->parameters()) p.mutable_grad().zero_();
@@ -177,7 +179,28 @@ Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tenso
     m = Measured();
     m.oom = true;
   }
+}
+
+Measured measure(Setup& s, const std::function<remat::Tensors(const torch::Tensor&)>& forward,
+                 int steps, int warmup) {
+  Measured m;
+  measure_more(m, s, forward, steps, warmup);
   return m;
+}
+
+// Rounds in which configurations take turns, as bench/pytorch_baseline.py's round_plan: at
+// most `steps` rounds; round r runs steps / rounds timed steps (one more in the first
+// steps % rounds), after `warmup` untimed ones in the first round and min(1, warmup) later
+// (the allocator's cache and the caches of the GPU were another configuration's).
+struct Round {
+  int warmup, steps;
+};
+std::vector<Round> round_plan(int steps, int warmup, int rounds) {
+  rounds = std::min(rounds, steps);
+  std::vector<Round> plan;
+  for (int r = 0; r < rounds; ++r)
+    plan.push_back({r == 0 ? warmup : std::min(1, warmup), steps / rounds + (r < steps % rounds)});
+  return plan;
 }
 
 // The allocator's calls per timed step, on a GPU, into a fidelity row.
@@ -266,11 +289,16 @@ std::string device_name(torch::Device device) {
 // ---- fidelity ----
 
 int fidelity(const std::vector<std::string>& models, torch::Device device, int batch, int image,
-             const std::vector<double>& budgets, int steps, int warmup, int repeat, int traced,
-             const std::string& json_path, const std::string& markdown_path) {
+             const std::vector<double>& budgets, int steps, int warmup, int rounds, int repeat,
+             int traced, const std::string& json_path, const std::string& markdown_path) {
   std::ostringstream md;
   md << "Fidelity on " << device_name(device) << ", LibTorch " << TORCH_VERSION
-     << ": median of " << steps << " steps after " << warmup << ". Peak = activation bytes "
+     << ": median of " << steps << " steps after " << warmup
+     << (rounds > 1 ? ", plain training and the schedules taking turns in " +
+                          std::to_string(std::min(rounds, steps)) +
+                          " rounds (one untimed step each after the first)"
+                    : std::string())
+     << ". Peak = activation bytes "
      << "(allocator statistics above parameters and gradients, the batch included).\n\n"
      << "| model | budget | budget bytes | predicted peak | measured peak | measured / predicted | "
         "within budget | predicted ms | measured ms | measured / predicted |\n"
@@ -278,18 +306,68 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
   json rows = json::array(), plain_rows = json::array();
   std::ostringstream plain_md, allocator_md, trace_md;
   bool all_within = true;
+  const std::vector<Round> plan = round_plan(steps, warmup, rounds);
   for (const std::string& model : models) {
     Setup s(model, device, batch, image);
     s.profile(repeat);
-    remat::Checkpointable chk(s.net);
-    chk->set_chain(s.chain);
-    // Plain training through the same stages: its time against the store-all prediction
-    // shows how far the profile's times are from a step's before any schedule is involved.
+    // Plain training through the same stages (entry 0), then each feasible budget's schedule,
+    // each with a Checkpointable of its own on the same network, so that they can take turns.
+    // Plain's time against the store-all prediction shows how far the profile's times are
+    // from a step's before any schedule is involved.
+    const std::vector<remat::NamedStage> stages = remat::stages_of(s.net);
+    struct Entry {
+      double percent = 0;  // plain: -1
+      remat::Checkpointable chk{nullptr};
+      Measured m;
+    };
+    std::vector<Entry> entries(1);
+    entries[0].percent = -1;
+    remat::Checkpointable first(s.net);
+    first->set_chain(s.chain);
+    // Percentages of the store-all peak as the runtime needs it (its reserve included).
+    const std::int64_t store_all = first->store_all_peak();
+    std::vector<json> budget_rows;
+    for (double percent : budgets) {
+      const auto budget =
+          static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all)));
+      json row = {{"model", s.label()}, {"percent", percent}, {"budget_bytes", budget}};
+      remat::Checkpointable chk(s.net);
+      chk->set_chain(s.chain);
+      const remat::Solution& solution = chk->compute_sequence(budget);
+      if (!solution.ok()) {
+        row["infeasible"] = true;
+        row["min_budget_bytes"] = solution.min_feasible_budget_bytes;
+      } else {
+        row["predicted_peak_bytes"] = solution.peak_bytes;
+        row["predicted_ms"] = solution.makespan_ms;
+        Entry entry;
+        entry.percent = percent;
+        entry.chk = chk;
+        entries.push_back(std::move(entry));
+      }
+      budget_rows.push_back(std::move(row));
+    }
+    for (std::size_t r = 0; r < plan.size(); ++r) {
+      for (Entry& e : entries) {
+        if (e.m.oom) continue;
+        if (e.percent < 0)
+          std::fprintf(stderr, "%s: plain", s.label().c_str());
+        else
+          std::fprintf(stderr, "%s: optimal at %.0f%% of store-all", s.label().c_str(), e.percent);
+        if (plan.size() > 1) std::fprintf(stderr, " (round %zu of %zu)", r + 1, plan.size());
+        std::fprintf(stderr, "\n");
+        if (e.percent < 0)
+          measure_more(
+              e.m, s, [&](const torch::Tensor& x) { return remat::run_stages(stages, {x}); },
+              plan[r].steps, plan[r].warmup);
+        else
+          measure_more(
+              e.m, s, [&](const torch::Tensor& x) { return e.chk->forward(remat::Tensors{x}); },
+              plan[r].steps, plan[r].warmup);
+      }
+    }
     {
-      const std::vector<remat::NamedStage> stages = remat::stages_of(s.net);
-      std::fprintf(stderr, "%s: plain\n", s.label().c_str());
-      const Measured m = measure(
-          s, [&](const torch::Tensor& x) { return remat::run_stages(stages, {x}); }, steps, warmup);
+      const Measured& m = entries[0].m;
       const double predicted_ms = s.chain.store_all_ms();
       json row = {{"model", s.label()}, {"predicted_ms", predicted_ms}, {"oom", m.oom}};
       if (!m.oom) {
@@ -306,33 +384,26 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       }
       plain_rows.push_back(row);
     }
-    // Percentages of the store-all peak as the runtime needs it (its reserve included).
-    const std::int64_t store_all = chk->store_all_peak();
-    for (double percent : budgets) {
-      const auto budget =
-          static_cast<std::int64_t>(std::llround(percent / 100 * static_cast<double>(store_all)));
-      json row = {{"model", s.label()}, {"percent", percent}, {"budget_bytes", budget}};
-      std::fprintf(stderr, "%s: optimal at %.0f%% of store-all\n", s.label().c_str(), percent);
-      const remat::Solution solution = chk->compute_sequence(budget);
-      if (!solution.ok()) {
-        row["infeasible"] = true;
-        row["min_budget_bytes"] = solution.min_feasible_budget_bytes;
+    std::size_t next = 1;  // the entry of the next feasible budget
+    for (json& row : budget_rows) {
+      const double percent = row["percent"].get<double>();
+      const std::int64_t budget = row["budget_bytes"].get<std::int64_t>();
+      if (row.contains("infeasible")) {
         md << "| " << s.label() << " | " << percent << "% | " << mib(budget)
-           << " | infeasible (needs " << mib(solution.min_feasible_budget_bytes)
+           << " | infeasible (needs " << mib(row["min_budget_bytes"].get<std::int64_t>())
            << ") | | | | | | |\n";
         rows.push_back(row);
         continue;
       }
-      const Measured m = measure(
-          s, [&](const torch::Tensor& x) { return chk->forward(remat::Tensors{x}); }, steps,
-          warmup);
-      row["predicted_peak_bytes"] = solution.peak_bytes;
-      row["predicted_ms"] = solution.makespan_ms;
+      Entry& e = entries[next++];
+      const Measured& m = e.m;
+      const std::int64_t predicted_peak = row["predicted_peak_bytes"].get<std::int64_t>();
+      const double predicted_ms = row["predicted_ms"].get<double>();
       if (m.oom) {
         row["oom"] = true;
         all_within = false;
         md << "| " << s.label() << " | " << percent << "% | " << mib(budget) << " | "
-           << mib(solution.peak_bytes) << " | out of memory | | no | | | |\n";
+           << mib(predicted_peak) << " | out of memory | | no | | | |\n";
         rows.push_back(row);
         continue;
       }
@@ -362,15 +433,22 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       char line[512];
       std::snprintf(line, sizeof line, "| %s | %.0f%% | %s | %s | %s | %.3f | %s | %.1f | %.1f | %.3f |\n",
                     s.label().c_str(), percent, mib(static_cast<double>(budget)).c_str(),
-                    mib(static_cast<double>(solution.peak_bytes)).c_str(),
+                    mib(static_cast<double>(predicted_peak)).c_str(),
                     mib(static_cast<double>(measured)).c_str(),
-                    static_cast<double>(measured) / static_cast<double>(solution.peak_bytes),
-                    within ? "yes" : "**NO**", solution.makespan_ms, m.median_ms(),
-                    m.median_ms() / solution.makespan_ms);
+                    static_cast<double>(measured) / static_cast<double>(predicted_peak),
+                    within ? "yes" : "**NO**", predicted_ms, m.median_ms(),
+                    m.median_ms() / predicted_ms);
       md << line;
       std::printf("%s", line);
       std::fflush(stdout);
-      const json traces = traced_steps(s, chk, traced);
+      // The traced steps come after the other schedules' steps: one untimed step first.
+      if (traced > 0 && warmup > 0) {
+        Measured untimed;
+        measure_more(
+            untimed, s, [&](const torch::Tensor& x) { return e.chk->forward(remat::Tensors{x}); },
+            0, 1);
+      }
+      const json traces = traced_steps(s, e.chk, traced);
       if (!traces.is_null() && !traces.empty()) {
         const json& trace = median_step(traces);
         row["trace"] = trace;
@@ -413,6 +491,7 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
   write_file(markdown_path, md.str());
   write_file(json_path, json{{"device", device_name(device)},
                              {"libtorch", TORCH_VERSION},
+                             {"rounds", std::min(rounds, steps)},
                              {"rows", rows},
                              {"plain", plain_rows}}
                                 .dump(2) +
@@ -612,7 +691,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string device_text = "cpu", json_path, markdown_path, svg_path, pytorch_json, models_text = "resnet18",
               budgets_text = "100,75,50,30", timing_text = "auto";
-  int batch = 32, image = 0, steps = 20, warmup = 3, repeat = 5, threads = 0, traced = 5;
+  int batch = 32, image = 0, steps = 20, warmup = 3, repeat = 5, threads = 0, traced = 5, rounds = 1;
   bool malloc_defaults = false;
   for (CLI::App* cmd : {app.add_subcommand("fidelity", "Peak and step time against the prediction"),
                         app.add_subcommand("throughput", "Throughput against checkpoint_sequential")}) {
@@ -638,15 +717,21 @@ int main(int argc, char** argv) {
   app.get_subcommand("fidelity")
       ->add_option("--traced", traced, "Traced steps after the timed ones (the table: their median)")
       ->capture_default_str();
+  app.get_subcommand("fidelity")
+      ->add_option("--rounds", rounds,
+                   "Rounds in which plain training and the schedules take turns (the timed steps "
+                   "split among them)")
+      ->capture_default_str();
   CLI::App* tp = app.get_subcommand("throughput");
   tp->add_option("--model", models_text)->required();
   tp->add_option("--pytorch-json", pytorch_json, "Results of bench/pytorch_baseline.py to merge");
   tp->add_option("--svg", svg_path, "Draw throughput against peak memory");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (steps < 1 || warmup < 0 || batch < 1 || repeat < 1 || traced < 0)
+    if (steps < 1 || warmup < 0 || batch < 1 || repeat < 1 || traced < 0 || rounds < 1)
       throw std::invalid_argument(
-          "--steps, --batch and --repeat must be at least 1, --warmup and --traced at least 0");
+          "--steps, --batch, --repeat and --rounds must be at least 1, --warmup and --traced at "
+          "least 0");
     profile_timing = remat::parse_timing(timing_text);
     chains_prefix = app.got_subcommand("fidelity") ? "fidelity" : "throughput";
     const torch::Device device(device_text);
@@ -656,8 +741,8 @@ int main(int argc, char** argv) {
     std::vector<double> budgets;
     for (const std::string& b : split(budgets_text)) budgets.push_back(std::stod(b));
     if (app.got_subcommand("fidelity"))
-      return fidelity(split(models_text), device, batch, image, budgets, steps, warmup, repeat,
-                      traced, json_path, markdown_path);
+      return fidelity(split(models_text), device, batch, image, budgets, steps, warmup, rounds,
+                      repeat, traced, json_path, markdown_path);
     return throughput(models_text, device, batch, image, budgets, steps, warmup, repeat,
                       pytorch_json, json_path, markdown_path, svg_path);
   } catch (const std::exception& error) {

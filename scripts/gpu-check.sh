@@ -76,7 +76,9 @@ if [ "$mode" = gpu ]; then
     export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   fi
   distributed_args=(--model resnet50 --batch 64 --image 224 --steps 10 --budget 50%)
-  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3,inception_v3@branch --batch 32 --steps 10 --warmup 3)
+  # Plain training and the schedules take turns, in 5 rounds of 2 timed steps: a slow spell of
+  # the machine is shared among them, not taken by one schedule.
+  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3,inception_v3@branch --batch 32 --steps 10 --warmup 3 --rounds 5)
   [ -n "$throughput_models" ] || throughput_models=resnet50:128:224,resnet152:128:224,densenet201:64:224,inception_v3:64:299,inception_v3@branch:64:299,vgg16:64:224
   throughput_args=(--steps 10 --warmup 3)
   # PyTorch's configurations take turns, in 5 rounds of 2 timed steps (bench/pytorch_baseline.py).
@@ -94,7 +96,7 @@ else
   device=cpu
   [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python
   distributed_args=(--model resnet18 --batch 2 --image 32 --steps 2 --budget 100% --repeat 1)
-  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux@branch --batch 2 --image 80 --steps 3 --warmup 1 --repeat 1 --traced 2)
+  fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux@branch --batch 2 --image 80 --steps 3 --warmup 1 --rounds 2 --repeat 1 --traced 2)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
   throughput_args=(--steps 3 --warmup 1 --repeat 1)
   baseline_args=(--steps 3 --warmup 1 --rounds 2)
