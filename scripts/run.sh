@@ -133,7 +133,8 @@ bash scripts/consumer-check.sh build "$torch_prefix"
 step "the Python package: pip install . (PyTorch 2.x), then pytest tests/python"
 "$venv_python" -m pip install -q . --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON \
   --config-settings=cmake.define.REMAT_WERROR=ON
-"$venv_python" -m pytest -q -p no:cacheprovider tests/python
+# One process per core (pytest-xdist): each test uses one.
+"$venv_python" -m pytest -q -p no:cacheprovider -n "$jobs" tests/python
 
 # 4d. The same against the newest PyTorch on PyPI, which users' `pip install .` most often
 # builds against (its LibTorch holds autograd nodes differently and needs C++20), and against

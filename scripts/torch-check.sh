@@ -49,8 +49,10 @@ step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 
 
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-torch-$version${torchvision:+-vision-$torchvision}
 wanted="torch==$version${torchvision:+ torchvision==$torchvision}${extra[*]:+ ${extra[*]}}"
+# Made again when the tests' packages change too.
+stamp="$wanted; $(grep -v '^#' scripts/test-requirements.txt | tr '\n' ' ')"
 made=0
-[ "$(cat "$venv/remat-wanted" 2>/dev/null)" = "$wanted" ] && made=1
+[ "$(cat "$venv/remat-wanted" 2>/dev/null)" = "$stamp" ] && made=1
 if [ "$venv_path" = 1 ]; then
   echo "$venv"
   [ "$made" = 1 ]; exit
@@ -61,7 +63,7 @@ if [ "$made" = 0 ]; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q "torch==$version" ${torchvision:+"torchvision==$torchvision"} \
     -r scripts/test-requirements.txt scikit-build-core numpy ${extra[@]+"${extra[@]}"}
-  echo "$wanted" > "$venv/remat-wanted"
+  echo "$stamp" > "$venv/remat-wanted"
 fi
 python=$venv/bin/python
 [ "$venv_only" = 1 ] && { step "$wanted ready in $venv"; exit 0; }
@@ -89,5 +91,5 @@ fi
 step "the Python package against it: pip install . (built in $build/python), then pytest tests/python"
 "$python" -m pip install -q . --config-settings=build-dir="$build/python" \
   --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON --config-settings=cmake.define.REMAT_WERROR=ON
-"$python" -m pytest -q -p no:cacheprovider tests/python
+"$python" -m pytest -q -p no:cacheprovider -n "$jobs" tests/python
 step "all passed against PyTorch $version"
