@@ -31,6 +31,26 @@ inline double relative_error(const torch::Tensor& actual, const torch::Tensor& e
   return (actual - expected).abs().max().item<double>() / std::max(scale, 1e-30);
 }
 
+/// The VGG called `name` (vgg11 ... vgg19_bn) with `options`: the registry builds each at its
+/// classifier's full width, the tests most 64 wide (VGGOptions::classifier_width).
+inline torch::nn::Sequential vgg_named(const std::string& name, const models::VGGOptions& options) {
+  const bool bn = name.size() > 3 && name.substr(name.size() - 3) == "_bn";
+  const int depth = std::stoi(name.substr(3));
+  switch (depth) {
+    case 11:
+      return bn ? models::vgg11_bn(options) : models::vgg11(options);
+    case 13:
+      return bn ? models::vgg13_bn(options) : models::vgg13(options);
+    case 16:
+      return bn ? models::vgg16_bn(options) : models::vgg16(options);
+    case 19:
+      return bn ? models::vgg19_bn(options) : models::vgg19(options);
+    default:
+      FAIL("no VGG " << name);
+  }
+  return nullptr;
+}
+
 /// Every parameter and buffer of `net` under the reference's name (torchvision_name).
 inline std::map<std::string, torch::Tensor> reference_state(const torch::nn::Sequential& net) {
   std::map<std::string, torch::Tensor> state;

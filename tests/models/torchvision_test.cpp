@@ -51,23 +51,8 @@ std::vector<std::pair<std::string, int>> reference_cases() {
 
 /// The port of a case as the Python side built it: 10 classes, VGGs 64 wide.
 nn::Sequential port(const std::string& name) {
-  if (name.rfind("vgg", 0) == 0) {
-    const VGGOptions options = VGGOptions().num_classes(10).classifier_width(64);
-    const bool bn = name.size() > 3 && name.substr(name.size() - 3) == "_bn";
-    const int depth = std::stoi(name.substr(3));
-    switch (depth) {
-      case 11:
-        return bn ? vgg11_bn(options) : vgg11(options);
-      case 13:
-        return bn ? vgg13_bn(options) : vgg13(options);
-      case 16:
-        return bn ? vgg16_bn(options) : vgg16(options);
-      case 19:
-        return bn ? vgg19_bn(options) : vgg19(options);
-      default:
-        FAIL("no VGG " << name);
-    }
-  }
+  if (name.rfind("vgg", 0) == 0)
+    return remat::test::vgg_named(name, VGGOptions().num_classes(10).classifier_width(64));
   if (name == "inception_v3_transform")
     return inception_v3(
         InceptionV3Options().num_classes(10).aux_logits(false).transform_input(true));
