@@ -496,9 +496,9 @@ HELPERS = ["remat_dp_worker"]
 # Survivors with a written reason: they do not fail the check, and the reason is printed.
 # The test that noticed each mutation (the first to fail, from work/killed_by.txt of a whole
 # run): run first, so that a mutation is usually judged in that test's time, not the suite's
-# (the 35 mutations took 7.7 min in CI, most of it whole-suite runs). Only an order: a
-# mutation this test does not notice still meets every other test. A name no test has any
-# more stops the run (rename it here).
+# (without it the 35 mutations took 7.7 min in a fresh clone's test run, most of it in
+# whole-suite runs). Only an order: a mutation this test does not notice still meets every
+# other test. A name no test has any more stops the run (rename it here).
 KILLED_BY = {
     'sim-fwd-tmp': 'solver:every algorithm returns a valid sequence within the budget',
     'sim-nograd-tmp': 'solver:merge: a residual block cut by layer becomes one stage, its fields derived by hand',
