@@ -493,7 +493,6 @@ TORCH_TESTS = {
 # Programs the test programs run (built with them).
 HELPERS = ["remat_dp_worker"]
 
-# Survivors with a written reason: they do not fail the check, and the reason is printed.
 # The test that noticed each mutation (the first to fail, from work/killed_by.txt of a whole
 # run): run first, so that a mutation is usually judged in that test's time, not the suite's
 # (without it the 35 mutations took 7.7 min in a fresh clone's test run, most of it in
@@ -537,6 +536,7 @@ KILLED_BY = {
     'plot-bin-last': "report:profile plot geometry: bar heights are the stages' values on their axes",
 }
 
+# Survivors with a written reason: they do not fail the check, and the reason is printed.
 EXPLAINED = {
     "dist-dtor-waits-after-failure":
         "equivalent on LibTorch 2.9 and later, which this check builds against: Gloo's "
@@ -609,12 +609,12 @@ def main():
         sys.exit("remat: unknown mutation in --only (see --list, with --torch for LibTorch's)")
     # Both catalogues' texts first, in this tree: CI runs only the first, and a line edited since
     # would otherwise stop the --torch check only when someone runs it.
-    for mid in KILLED_BY:
-        if mid not in {m[0] for m in MUTATIONS}:
-            sys.exit(f"remat: KILLED_BY names {mid!r}, which is not a mutation (update it)")
     for mid, path, old, _, _ in MUTATIONS + TORCH_MUTATIONS:
         if open(os.path.join(ROOT, path)).read().count(old) != 1:
             sys.exit(f"remat: mutation {mid}: its text is not found once in {path} (update it)")
+    for mid in KILLED_BY:
+        if mid not in {m[0] for m in MUTATIONS}:
+            sys.exit(f"remat: KILLED_BY names {mid!r}, which is not a mutation (update it)")
     work = os.path.join(ROOT, "build-mutate-torch" if args.torch else "build-mutate")
     tree, build, log = (os.path.join(work, d) for d in ("tree", "build", "mutate.log"))
     # A fresh build too: `git archive` gives the sources the commit's times, older than objects
@@ -676,13 +676,13 @@ def main():
         if first:
             pattern = "^(" + "|".join(ctest_literal(name) for name in first) + ")$"
             if run(cmd + ["-R", pattern], ROOT, log) != 0:
-                noticed[mid] = failed_tests()[:1]
+                noticed[mid] = next(iter(failed_tests()), None)
                 return False
             cmd += ["-E", pattern]
         if run(cmd, ROOT, log) == 0:
             return True
         names = failed_tests()
-        noticed[mid] = names[:1]
+        noticed[mid] = next(iter(names), None)
         killers.extend(name for name in names if name not in killers)
         return False
 
@@ -694,8 +694,6 @@ def main():
 
     if run(configure, ROOT, log) != 0 or run(build_cmd, ROOT, log) != 0:
         sys.exit(f"remat: the unmutated tree does not build (log: {log})")
-    if not tests_pass():
-        sys.exit(f"remat: the unmutated tree fails its tests (log: {log})")
     if not args.torch:
         listing = subprocess.run(["ctest", "--test-dir", build, "-N"], check=True,
                                  stdout=subprocess.PIPE, text=True).stdout
@@ -704,6 +702,8 @@ def main():
         for mid, name in KILLED_BY.items():
             if name not in names:
                 sys.exit(f"remat: KILLED_BY[{mid!r}]: no test is named {name!r} (update it)")
+    if not tests_pass():
+        sys.exit(f"remat: the unmutated tree fails its tests (log: {log})")
     survived, skipped = [], []
     for mid, path, old, new, why in mutations:
         if not args.all and not args.only and EXPLAINED.get(mid, "").startswith("equivalent:"):
@@ -730,9 +730,9 @@ def main():
         if verdict == "SURVIVED" and mid in EXPLAINED:
             print(f"{'':28} {EXPLAINED[mid]}", flush=True)
     with open(os.path.join(work, "killed_by.txt"), "w") as out:
-        for mid, names in noticed.items():
-            if names:
-                out.write(f"    {mid!r}: {names[0]!r},\n")
+        for mid, name in noticed.items():
+            if name:
+                out.write(f"    {mid!r}: {name!r},\n")
     killed = len(mutations) - len(survived) - len(skipped)
     print(f"\n{killed} of {len(mutations) - len(skipped)} mutations killed"
           + (f"; survived: {', '.join(survived)}" if survived else "")
