@@ -316,12 +316,15 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
     // from a step's before any schedule is involved.
     const std::vector<remat::NamedStage> stages = remat::stages_of(s.net);
     struct Entry {
-      double percent = 0;  // plain: -1
-      remat::Checkpointable chk{nullptr};
+      std::string what;  // "plain", "optimal at 75% of store-all"
+      std::function<remat::Tensors(const torch::Tensor&)> forward;
+      remat::Checkpointable chk{nullptr};  // none for plain
       Measured m;
     };
-    std::vector<Entry> entries(1);
-    entries[0].percent = -1;
+    std::vector<Entry> entries;
+    entries.push_back({"plain",
+                       [&](const torch::Tensor& x) { return remat::run_stages(stages, {x}); },
+                       nullptr, Measured()});
     remat::Checkpointable first(s.net);
     first->set_chain(s.chain);
     // Percentages of the store-all peak as the runtime needs it (its reserve included).
@@ -340,30 +343,22 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       } else {
         row["predicted_peak_bytes"] = solution.peak_bytes;
         row["predicted_ms"] = solution.makespan_ms;
-        Entry entry;
-        entry.percent = percent;
-        entry.chk = chk;
-        entries.push_back(std::move(entry));
+        char what[64];
+        std::snprintf(what, sizeof what, "optimal at %.0f%% of store-all", percent);
+        entries.push_back(
+            {what,
+             [chk](const torch::Tensor& x) mutable { return chk->forward(remat::Tensors{x}); },
+             chk, Measured()});
       }
       budget_rows.push_back(std::move(row));
     }
     for (std::size_t r = 0; r < plan.size(); ++r) {
       for (Entry& e : entries) {
         if (e.m.oom) continue;
-        if (e.percent < 0)
-          std::fprintf(stderr, "%s: plain", s.label().c_str());
-        else
-          std::fprintf(stderr, "%s: optimal at %.0f%% of store-all", s.label().c_str(), e.percent);
+        std::fprintf(stderr, "%s: %s", s.label().c_str(), e.what.c_str());
         if (plan.size() > 1) std::fprintf(stderr, " (round %zu of %zu)", r + 1, plan.size());
         std::fprintf(stderr, "\n");
-        if (e.percent < 0)
-          measure_more(
-              e.m, s, [&](const torch::Tensor& x) { return remat::run_stages(stages, {x}); },
-              plan[r].steps, plan[r].warmup);
-        else
-          measure_more(
-              e.m, s, [&](const torch::Tensor& x) { return e.chk->forward(remat::Tensors{x}); },
-              plan[r].steps, plan[r].warmup);
+        measure_more(e.m, s, e.forward, plan[r].steps, plan[r].warmup);
       }
     }
     {
@@ -444,9 +439,7 @@ int fidelity(const std::vector<std::string>& models, torch::Device device, int b
       // The traced steps come after the other schedules' steps: one untimed step first.
       if (traced > 0 && warmup > 0) {
         Measured untimed;
-        measure_more(
-            untimed, s, [&](const torch::Tensor& x) { return e.chk->forward(remat::Tensors{x}); },
-            0, 1);
+        measure_more(untimed, s, e.forward, 0, 1);
       }
       const json traces = traced_steps(s, e.chk, traced);
       if (!traces.is_null() && !traces.empty()) {
