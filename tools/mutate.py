@@ -13,7 +13,7 @@ The copy is made with `git archive HEAD` in build-mutate/tree (committed code on
 built without LibTorch (REMAT_WITH_TORCH=OFF) in build-mutate/build: the solver, report and
 CLI tests. With --torch, in build-mutate-torch/ against scripts/run.sh's PyTorch (with the
 torchvision comparisons), each mutation checked by its component's test programs
-(TORCH_TESTS); about 37 minutes on 2 cores, so CI runs only the first kind. Exit status 1
+(TORCH_TESTS); 37 minutes on 2 cores for 28 of them, so CI runs only the first kind. Exit status 1
 when a mutation survives without a written reason (EXPLAINED); a surviving mutation needs a
 test, or such a reason. docs/testing.md reports the kill rate.
 """
@@ -285,6 +285,49 @@ TORCH_MUTATIONS = [
     # simulator's prediction" (the let-go column: predicted above measured by x_L), and
     # checkpointable_test.cpp "a loss measured with the output let go ..." (the chain's flag,
     # and its JSON, say held; every let-go budget's prediction is one logits too high).
+
+    # Tuple stages counted by storage (sessions 30-41): each checked by hand against the
+    # development build on 2026-11-29, killed by the test named below each.
+    ("prof-member-own-elements", "profiler/src/profiler.cpp",
+     "  Member member{storage_bytes({t}), grad};\n",
+     "  Member member{counted_bytes(t.device(), static_cast<std::int64_t>(t.numel()) * "
+     "t.element_size()), grad};\n",
+     "a member is counted with its own elements, not its storage: a slice carried on past its "
+     "base keeps the whole storage alive, above the prediction and the budget"),
+    # profiler_test.cpp "a slice of another output member counts its whole storage, which it
+    # keeps alive".
+
+    ("prof-grad-as-storage", "profiler/src/profiler.cpp",
+     "    if (gradient != member.bytes) member.grad_bytes = gradient;\n",
+     "    (void)gradient;\n",
+     "a member's gradient is counted at its storage's size: an expanded member's gradient is "
+     "larger, and the step goes above its prediction"),
+    # profiler_test.cpp "a member's gradient is counted with the member's elements, not its
+    # storage's".
+
+    ("prof-storage-per-tensor", "profiler/src/profiler.cpp",
+     "    if (seen.insert(t.storage().unsafeGetStorageImpl()).second)\n",
+     "    if (seen.insert(t.storage().unsafeGetStorageImpl()).second || true)\n",
+     "tensors that share a storage are counted once each: a mask and its transpose given as "
+     "context count twice"),
+    # profiler_test.cpp "context is counted by storage: two views of one mask once, a row with
+    # its whole table" (new with this mutation: no test gave two context tensors one storage).
+
+    ("prof-carried-as-new", "profiler/src/profiler.cpp",
+     "    if (out.is_same(inputs[k])) return static_cast<int>(k);\n",
+     "    if (out.is_same(inputs[k]) && false) return static_cast<int>(k);\n",
+     "a member returned as it came is taken for a new tensor: a skip carried past a stage is "
+     "counted again as its output, and a member returned twice is no longer refused"),
+    # profiler_test.cpp "a slice of another output member counts its whole storage, which it
+    # keeps alive" (its carried_from), and the tuple stages' tests.
+
+    ("rt-larger-input-accepted", "runtime/src/checkpointable.cpp",
+     "          fits = t.size(static_cast<std::int64_t>(d)) <= sig.sizes[d];\n",
+     "          fits = t.size(static_cast<std::int64_t>(d)) > 0;\n",
+     "an input larger than the one measured is accepted: its activations are larger than the "
+     "schedule's, and the step goes over the budget"),
+    # checkpointable_test.cpp's test of inputs other than the one measured ("the input is
+    # 5x3x12x12 but the schedule was computed for ...").
 
     # ---- models/ ----------------------------------------------------------------------------
     ("models-resnet-bn-swap", "models/src/resnet.cpp",

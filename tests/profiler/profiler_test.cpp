@@ -409,6 +409,31 @@ TEST_CASE("a member's gradient is counted with the member's elements, not its st
   CHECK(chain.stages[1].outputs[1].gradient_size() == whole);
 }
 
+TEST_CASE("context is counted by storage: two views of one mask once, a row with its whole table",
+          "[profiler]") {
+  // A causal mask and its transpose, given as two context tensors, are one storage; a row of a
+  // table keeps the whole table alive. Counted per tensor, the mask would be counted twice and
+  // the row as 64 bytes.
+  const auto masked = [](const remat::Tensors& x, const remat::Tensors& context) {
+    return remat::Tensors{
+        torch::tanh(x[0].matmul(context[0]) + x[0].matmul(context[1]) + context[2])};
+  };
+  const auto head = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{x[0].sum(1, true)};
+  };
+  const std::vector<remat::NamedStage> stages{
+      {"masked", remat::callable_stage(masked, {}, {}, /*takes_context=*/true)},
+      {"head", remat::callable_stage(head)}};
+  const torch::Tensor mask = torch::ones({16, 16}).tril();
+  const torch::Tensor table = torch::randn({8, 16});
+  const torch::Tensor sample = torch::randn({4, 16}).requires_grad_(true);
+  const remat::Chain chain = remat::profile(stages, {sample}, {mask, mask.t(), table[3]},
+                                            quick().measure_time(false))
+                                 .chain;
+  CHECK(chain.context_bytes ==
+        remat::counted_bytes(c10::kCPU, 16 * 16 * 4) + remat::counted_bytes(c10::kCPU, 8 * 16 * 4));
+}
+
 TEST_CASE("a tensor returned as two members is two members, in both forwards", "[profiler]") {
   // `return h, h`: the next stage is handed two tensors on h's storage, with autograd and
   // without alike, so the member it passes on (here the second) is the same in both forwards
