@@ -52,15 +52,15 @@ int list_models(const ModelsArgs& args, Format format) {
   if (format == Format::kText)
     fmt::print("{:<20} {:>7} {:>13} {:>10} {:>10}  {}\n", "model", "stages", "parameters",
                "input", "min input", "description");
-  // Building a model initializes its weights (VGG's 140 million take seconds): show progress.
+  // Every built-in model's counts are known without building it; a model whose are not is
+  // built, which initializes its weights (VGG's 140 million take seconds): show progress.
   ProgressBar bar("models");
   const auto& all = models::registry();
   for (std::size_t k = 0; k < all.size(); ++k) {
     const models::ModelInfo& info = all[k];
     bar.update(static_cast<int>(k), static_cast<int>(all.size()), info.name);
     torch::NoGradGuard no_grad;
-    // The transformers are counted, not built (gpt2-xl's weights take 6 GB).
-    std::int64_t params = info.known_parameters, stages = info.known_stages;
+    std::int64_t params = info.parameters_for(args.classes), stages = info.known_stages;
     if (params == 0) {
       const torch::nn::Sequential net = info.make(args.classes);
       params = models::parameter_count(*net);

@@ -100,13 +100,42 @@ const std::vector<ModelInfo>& registry() {
     add("densenet161", "torchvision DenseNet-161", 32, 224, [](int c) { return densenet161(D().num_classes(c)); });
     add("densenet169", "torchvision DenseNet-169", 32, 224, [](int c) { return densenet169(D().num_classes(c)); });
     add("densenet201", "torchvision DenseNet-201", 32, 224, [](int c) { return densenet201(D().num_classes(c)); });
+    // The convolutional networks' counts at 1000 classes (torchvision's, the convnets' remat's
+    // own), what each class adds, and their stages: models_test.cpp builds each and compares.
+    struct Known {
+      const char* name;
+      std::int64_t parameters, per_class;
+      int stages;
+    };
+    static constexpr Known kKnown[] = {
+        {"convnet", 1430216, 257, 12},          {"convnet-deep", 7721544, 257, 30},
+        {"resnet18", 11689512, 513, 11},        {"resnet34", 21797672, 513, 19},
+        {"resnet50", 25557032, 2049, 19},       {"resnet101", 44549160, 2049, 36},
+        {"resnet152", 60192808, 2049, 53},      {"vgg11", 132863336, 4097, 17},
+        {"vgg11_bn", 132868840, 4097, 17},      {"vgg13", 133047848, 4097, 19},
+        {"vgg13_bn", 133053736, 4097, 19},      {"vgg16", 138357544, 4097, 22},
+        {"vgg16_bn", 138365992, 4097, 22},      {"vgg19", 143667240, 4097, 25},
+        {"vgg19_bn", 143678248, 4097, 25},      {"inception_v3", 27161264, 2049 + 769, 20},
+        {"inception_v3_noaux", 23834568, 2049, 19}, {"densenet121", 7978856, 1025, 63},
+        {"densenet161", 28681000, 2209, 83},    {"densenet169", 14149480, 1665, 87},
+        {"densenet201", 20013928, 1921, 103}};
+    for (ModelInfo& model : all) {
+      for (const Known& known : kKnown) {
+        if (model.name != known.name) continue;
+        model.known_parameters = known.parameters;
+        model.parameters_per_class = known.per_class;
+        model.known_stages = known.stages;
+      }
+    }
     // Transformers: their image size or granularity changes the model (make_for).
     const auto add_vit = [&](const char* name, const char* description, int patch, int layers,
-                             std::int64_t parameters, torch::nn::Sequential (*make)(ViTOptions)) {
+                             std::int64_t parameters, std::int64_t per_class,
+                             torch::nn::Sequential (*make)(ViTOptions)) {
       ModelInfo vit = info(name, description, patch, 224,
                            [make](int c) { return make(ViTOptions().num_classes(c)); });
       vit.image_multiple = patch;
       vit.known_parameters = parameters;  // torchvision's (transformer_test.cpp builds them)
+      vit.parameters_per_class = per_class;  // the head: width + 1
       vit.known_stages = layers + 2;
       vit.granularities = {Granularity::kBlock, Granularity::kHalfBlock};
       vit.make_for = [make](const ModelConfig& config) {
@@ -117,9 +146,9 @@ const std::vector<ModelInfo>& registry() {
       };
       all.push_back(std::move(vit));
     };
-    add_vit("vit_b_16", "torchvision ViT-B/16 (vision transformer)", 16, 12, 86567656, vit_b_16);
-    add_vit("vit_b_32", "torchvision ViT-B/32", 32, 12, 88224232, vit_b_32);
-    add_vit("vit_l_16", "torchvision ViT-L/16", 16, 24, 304326632, vit_l_16);
+    add_vit("vit_b_16", "torchvision ViT-B/16 (vision transformer)", 16, 12, 86567656, 769, vit_b_16);
+    add_vit("vit_b_32", "torchvision ViT-B/32", 32, 12, 88224232, 769, vit_b_32);
+    add_vit("vit_l_16", "torchvision ViT-L/16", 16, 24, 304326632, 1025, vit_l_16);
     for (const char* name : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}) {
       const GPT2Options options = gpt2_config(name);
       ModelInfo lm = info(name, gpt2_description(name, options), 1, 0,
@@ -144,6 +173,11 @@ torch::nn::Sequential ModelInfo::build(const ModelConfig& config) const {
   TORCH_CHECK_VALUE(has_granularity(config.granularity), name, " has no ",
                     granularity_name(config.granularity), " granularity");
   return make_for ? make_for(config) : make(config.num_classes);
+}
+
+std::int64_t ModelInfo::parameters_for(int num_classes) const {
+  if (known_parameters == 0) return 0;
+  return known_parameters + parameters_per_class * (static_cast<std::int64_t>(num_classes) - 1000);
 }
 
 bool ModelInfo::has_granularity(Granularity granularity) const {

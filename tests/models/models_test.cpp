@@ -25,7 +25,29 @@ TEST_CASE("the ports have torchvision's parameter counts", "[models]") {
       {"inception_v3_noaux", 23834568}};
   for (const auto& [name, count] : expected) {
     INFO(name);
-    CHECK(parameter_count(*remat::models::find_model(name).make(1000)) == count);
+    const remat::models::ModelInfo& info = remat::models::find_model(name);
+    // What `remat models` lists without building the model, and what the built one has.
+    CHECK(info.known_parameters == count);
+    CHECK(info.parameters_for(1000) == count);
+    const nn::Sequential net = info.make(1000);
+    CHECK(parameter_count(*net) == count);
+    CHECK(static_cast<int>(net->size()) == info.known_stages);
+  }
+  // remat's own convnets: their listed counts are those of the built models.
+  for (const char* name : {"convnet", "convnet-deep"}) {
+    INFO(name);
+    const remat::models::ModelInfo& info = remat::models::find_model(name);
+    const nn::Sequential net = info.make(1000);
+    CHECK(parameter_count(*net) == info.known_parameters);
+    CHECK(static_cast<int>(net->size()) == info.known_stages);
+  }
+  // Every model's counts are known (the transformers' are checked in transformer_test.cpp),
+  // and counted at other numbers of classes in "every parameter and buffer has a distinct
+  // torchvision name".
+  for (const auto& info : remat::models::registry()) {
+    INFO(info.name);
+    CHECK(info.known_parameters > 0);
+    CHECK(info.known_stages > 0);
   }
 }
 
@@ -220,6 +242,8 @@ TEST_CASE("every parameter and buffer has a distinct torchvision name", "[models
     // built here (gpt2-xl takes 6 GB).
     if (info.input == InputKind::kTokens) continue;
     nn::Sequential model = info.make(10);
+    // `remat models --classes 10` lists this count without building the model.
+    CHECK(parameter_count(*model) == info.parameters_for(10));
     std::set<std::string> names;
     std::size_t count = 0;
     for (const auto& p : model->named_parameters()) names.insert(torchvision_name(model, p.key())), ++count;

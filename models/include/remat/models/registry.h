@@ -55,10 +55,15 @@ struct ModelInfo {
   /// The granularities the model can be cut at, the default (kBlock) first: the transformers
   /// also have kHalfBlock, Inception v3 kBranch.
   std::vector<Granularity> granularities{Granularity::kBlock};
-  /// Parameters and stages (at block granularity, 1000 classes), when known without building
-  /// the model (the transformers: gpt2-xl's weights take 6 GB); 0: count them on a built one.
+  /// Parameters (at 1000 classes) and stages (at block granularity), known without building
+  /// the model, which `remat models` lists (building takes seconds for a VGG's 140 million
+  /// weights, and 6 GB for gpt2-xl's); 0: count them on a built one. models_test.cpp and
+  /// transformer_test.cpp build each model and compare.
   std::int64_t known_parameters = 0;
   int known_stages = 0;
+  /// The parameters each class adds to known_parameters: the classifier's inputs and its bias
+  /// (both of Inception v3's classifiers); 0 for the language models, which have no classes.
+  std::int64_t parameters_per_class = 0;
   /// Makes the model for `config` (image size, granularity); empty: make(config.num_classes).
   std::function<torch::nn::Sequential(const ModelConfig& config)> make_for;
 
@@ -66,6 +71,8 @@ struct ModelInfo {
   torch::nn::Sequential build(const ModelConfig& config) const;
   /// Whether `granularity` is one of granularities.
   bool has_granularity(Granularity granularity) const;
+  /// The parameters at `num_classes` classes from the known counts; 0 where they are not known.
+  std::int64_t parameters_for(int num_classes) const;
 };
 
 /// The training loss of the built-in classifiers, from the members of their output: the
