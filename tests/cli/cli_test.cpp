@@ -1076,7 +1076,7 @@ TEST_CASE("demo profiles, schedules and trains within its budget", "[cli]") {
   CHECK_THAT(run.out, Catch::Contains("within the budget of"));
 }
 
-TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
+TEST_CASE("models lists every model, models NAME lists its stages", "[cli]") {
   if (!REMAT_CLI_HAS_TORCH) {
     const RunResult run = run_remat({"models"});
     CHECK(run.exit_code == 2);
@@ -1110,6 +1110,17 @@ TEST_CASE("models lists every model; models NAME lists its stages", "[cli]") {
   CHECK(by_name["gpt2-medium"]["granularities"] == nlohmann::json{"block", "half"});
   CHECK(by_name["resnet18"]["granularities"] == nlohmann::json{"block"});
   CHECK(by_name["inception_v3_noaux"]["granularities"] == nlohmann::json{"block", "branch"});
+  // At other numbers of classes every image model's count changes with its classifier: the
+  // vision transformers' too (they were listed at 1000 classes whatever --classes said).
+  const RunResult ten = run_remat({"models", "--classes", "10", "--format", "json"});
+  INFO(describe(ten));
+  REQUIRE(ten.exit_code == 0);
+  std::map<std::string, nlohmann::json> at_ten;
+  for (const auto& m : nlohmann::json::parse(ten.out)) at_ten[m.at("name").get<std::string>()] = m;
+  CHECK(at_ten["resnet18"]["parameters"] == 11689512 - 990 * 513);
+  CHECK(at_ten["inception_v3"]["parameters"] == 27161264 - 990 * (2049 + 769));
+  CHECK(at_ten["vit_b_16"]["parameters"] == 86567656 - 990 * 769);
+  CHECK(at_ten["gpt2"]["parameters"] == 124439808);  // no classes
 
   const RunResult stages = run_remat({"models", "resnet18", "--batch", "2", "--image", "64"});
   INFO(describe(stages));
@@ -1403,7 +1414,7 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
 }
 
 TEST_CASE(
-    "train --nproc trains data-parallel; bad job settings are exit 2, a missing rank 0 exit 5",
+    "train --nproc trains data-parallel, bad job settings are exit 2, a missing rank 0 exit 5",
     "[cli][distributed]") {
   if (!REMAT_CLI_HAS_TORCH) return;  // the LibTorch commands' refusal is tested above
   const std::vector<std::string> base = {"train",   "--model",   "resnet18",  "--batch", "2",

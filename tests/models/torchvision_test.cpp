@@ -226,7 +226,7 @@ TEST_CASE("the vision transformer reproduces torchvision's, outputs and gradient
   }
 }
 
-TEST_CASE("vit_b_16, vit_b_32 and vit_l_16 have torchvision's names and shapes; old MLP names load",
+TEST_CASE("vit_b_16, vit_b_32 and vit_l_16 have torchvision's names and shapes, and old MLP names load",
           "[models][torchvision][vit]") {
   const auto expected = remat::test::read_shape_listing(reference("vit_names.txt"));
   REQUIRE(expected.size() == 3);

@@ -328,7 +328,7 @@ TEST_CASE("stage adapters: names, member lists, plain runs", "[profiler]") {
 }
 
 TEST_CASE(
-    "a stage whose output is a view of its input keeps no state; the view counts its own bytes",
+    "a stage whose output is a view of its input keeps no state, and the view counts its own bytes",
     "[profiler]") {
   nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(3, 4, 3).padding(1)), View(),
                      nn::Linear(4 * 8 * 8, 5));
@@ -554,7 +554,7 @@ TEST_CASE("bad stages are errors naming the stage, and the model is left unchang
 }
 
 TEST_CASE("timing within whole passes: every stage timed, memory as measured alone, the model "
-          "restored; out of memory, each stage alone",
+          "restored, and out of memory, each stage alone",
           "[profiler]") {
   torch::manual_seed(3);
   nn::Sequential net = remat::test::conv_chain(8, 10, true);
@@ -720,7 +720,7 @@ TEST_CASE("within passes, each stage's backward time is its own, across fused an
   }
 }
 
-TEST_CASE("on CUDA, times are taken within whole passes by default; memory as each stage alone",
+TEST_CASE("on CUDA, times are taken within whole passes by default, memory as each stage alone",
           "[profiler][cuda]") {
   REMAT_REQUIRE_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);

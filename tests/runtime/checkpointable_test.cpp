@@ -469,7 +469,7 @@ TEST_CASE("a chain measured under autocast is refused for steps without it", "[r
   CHECK_NOTHROW(chk->forward(sample.clone()).to(torch::kFloat).sum().backward());
 }
 
-TEST_CASE("the input may or may not require grad; eval and no-grad run the plain network",
+TEST_CASE("the input may or may not require grad, and eval and no-grad run the plain network",
           "[runtime]") {
   torch::set_num_threads(1);
   torch::manual_seed(3);
@@ -876,7 +876,7 @@ TEST_CASE("measured peak stays within the budget and close to the prediction", "
   CHECK(after_loss > 0);
 }
 
-TEST_CASE("out of memory abandons the step cleanly; a smaller budget then trains exactly",
+TEST_CASE("out of memory abandons the step cleanly, and a smaller budget then trains exactly",
           "[runtime]") {
   torch::set_num_threads(1);
   const torch::Tensor sample = torch::randn({4, 3, 24, 24});

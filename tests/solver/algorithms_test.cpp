@@ -247,7 +247,7 @@ TEST_CASE("bad options are refused by solve and by min_feasible_budget alike", "
   }
 }
 
-TEST_CASE("with N slots, rounding can make a larger budget slower; measured", "[solver]") {
+TEST_CASE("with N slots, rounding can make a larger budget slower, measured", "[solver]") {
   // With --slots N the unit is floor(budget / N): it grows with the budget, and sizes rounded
   // up to whole units can then need more units. docs/algorithms.md quotes these figures.
   int pairs = 0, increases = 0;

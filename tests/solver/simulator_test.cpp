@@ -70,7 +70,7 @@ TEST_CASE("a replay by hand: live memory after each operation", "[solver]") {
   CHECK(held.makespan_ms == sim.makespan_ms);
 }
 
-TEST_CASE("the caller's output stays to the step's end; one made again is another copy",
+TEST_CASE("the caller's output stays to the step's end, and one made again is another copy",
           "[solver]") {
   Chain chain = four_stages();
   // x_4 made without autograd, given to the loss, then made again by Fe_3 for B_3: the caller
