@@ -286,8 +286,8 @@ TORCH_MUTATIONS = [
     # checkpointable_test.cpp "a loss measured with the output let go ..." (the chain's flag,
     # and its JSON, say held; every let-go budget's prediction is one logits too high).
 
-    # Tuple stages counted by storage (sessions 30-41): each checked by hand against the
-    # development build on 2026-11-29, killed by the test named below each.
+    # Tuple stages counted by storage (sessions 30-41): each killed on 2026-11-29, by hand
+    # against the development build and by this script (--only), by the test named below each.
     ("prof-member-own-elements", "profiler/src/profiler.cpp",
      "  Member member{storage_bytes({t}), grad};\n",
      "  Member member{counted_bytes(t.device(), static_cast<std::int64_t>(t.numel()) * "
