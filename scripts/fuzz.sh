@@ -23,6 +23,8 @@ case "$seconds" in ''|*[!0-9]*) echo "usage: $0 [SECONDS | --ci] [TARGET...]" >&
 declare -A ci_runs=([chain_parser]=500000 [solver]=100000 [state_dict]=60000 [safetensors]=400000)
 command -v clang++ >/dev/null || { echo "remat: the fuzz targets need clang++ (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 
+source scripts/ccache.sh
+remat_use_ccache
 build=build-fuzz
 cmake -S fuzz -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"

@@ -42,8 +42,8 @@ if [ "$mode" = test ]; then
 fi
 
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
-packages=(g++ cmake ninja-build catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libgloo-dev python3-venv)
-[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev ccache)
+packages=(g++ cmake ninja-build ccache catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libgloo-dev python3-venv)
+[ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
@@ -73,6 +73,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# Every build below goes through ccache, its cache in ~/.cache/remat/ccache (scripts/ccache.sh):
+# a fresh clone of a commit this machine has built compiles nothing again.
+source scripts/ccache.sh
+remat_use_ccache
+command -v ccache > /dev/null && ccache --zero-stats > /dev/null
 
 # 2. PyTorch 2.x from PyPI, in a virtual environment outside the clone (reused while the pins
 # are unchanged; a half-made one is made again).
@@ -114,14 +120,15 @@ fi
 step "building remat against PyTorch's LibTorch with CUDA (build/)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
   -DCMAKE_PREFIX_PATH="$torch_prefix" -DREMAT_REQUIRE_CUDA=ON -DREMAT_PYTHON="$venv_python" >/dev/null
-cmake --build build -j "$jobs"
-
 if [ "$mode" = demo ]; then
   # 4a. The main job: profile a built-in network on CPU, choose a schedule at half its
-  # store-all peak, train a few steps with it, measured against predicted.
+  # store-all peak, train a few steps with it, measured against predicted. Only the remat
+  # program is built (the tests and benchmarks are for `test`).
+  cmake --build build -j "$jobs" --target remat
   step "remat demo"
   exec build/bin/remat demo
 fi
+cmake --build build -j "$jobs"
 
 # 4b. Every test against PyTorch 2.x, then an installed remat used through find_package.
 step "tests (build/, PyTorch 2.x)"
@@ -236,4 +243,5 @@ for chain in "${chains[@]}"; do  # exit 3: infeasible at 50%, a result, not a fa
   [ "$code" = 0 ] || [ "$code" = 3 ] || { echo "remat schedule --chain $chain: exit $code" >&2; exit 1; }
 done
 "$venv_python" -m pytest -q -p no:cacheprovider tests/tools
+command -v ccache > /dev/null && step "ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"{d=$2} $1=="preprocessed_cache_hit"{p=$2} $1=="cache_miss"{m=$2} END{printf "%d hits (%d direct), %d misses", d+p, d, m}')"
 step "all tests passed"

@@ -70,6 +70,8 @@ python=$venv/bin/python
 prefix=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 step "PyTorch $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)') at $prefix"
 source scripts/cuda-compiler.sh
+source scripts/ccache.sh
+remat_use_ccache
 remat_cuda_compiler || true
 cuda=OFF
 "$python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)' && cuda=ON

@@ -674,11 +674,15 @@ def main():
     # against 7 min 14 s), and these tests still run in 23 s.
     configure = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                  "-DREMAT_BUILD_BENCH=OFF", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"]
-    if shutil.which("ccache"):
+    if shutil.which("ccache") and os.environ.get("REMAT_CCACHE", "1") != "0":
         # Putting back a mutated header rebuilds every file that includes it, each as the
-        # unmutated build compiled it: from ccache (its cache in work/, filled by that build),
-        # seconds instead of a minute.
-        os.environ["CCACHE_DIR"] = os.path.join(work, "ccache")
+        # unmutated build compiled it: from ccache, seconds instead of a minute. The test
+        # command's cache (scripts/ccache.sh, in its environment) also keeps each mutated file's
+        # objects, so that a later run of the same commit compiles nothing; run alone, the
+        # cache is work/ccache. The base folder is the clone, which holds work/.
+        os.environ.setdefault("CCACHE_DIR", os.path.join(work, "ccache"))
+        os.environ.setdefault("CCACHE_BASEDIR", ROOT)
+        os.environ.setdefault("CCACHE_NOHASHDIR", "1")
         configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
     if args.torch:
         python = args.python or default_python()

@@ -24,6 +24,7 @@
 
 #include "remat/solver.h"
 #include "run_process.h"
+#include "test_paths.h"
 
 // A test of the LibTorch commands ends here, reported as skipped (never as passed), in a build
 // without LibTorch; the tests of what such a build says instead are separate.
@@ -42,7 +43,7 @@ namespace {
 using nlohmann::json;
 
 const std::string kResnet18 =
-    std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet18-synthetic.json";
+    std::string(remat::test_paths::source_dir) + "/examples/chains/resnet18-synthetic.json";
 
 /// A directory under /tmp, removed with everything in it when the object goes.
 class TempDir {
@@ -83,7 +84,7 @@ using remat::test::RunResult;
 /// Runs the remat executable (remat::test::run_process).
 RunResult run_remat(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
                     const std::string& stdout_to = "") {
-  return remat::test::run_process(REMAT_EXECUTABLE, "remat", args, env, stdout_to);
+  return remat::test::run_process(remat::test_paths::remat_executable, "remat", args, env, stdout_to);
 }
 
 /// Runs `remat schedule` with `--format json` and parses stdout.
@@ -573,7 +574,7 @@ TEST_CASE("JSON output of every algorithm is complete and describes a valid sche
 
   SECTION("a long sequence wraps over lines of at most 100 columns that read back whole") {
     const std::string resnet50 =
-        std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet50-synthetic.json";
+        std::string(remat::test_paths::source_dir) + "/examples/chains/resnet50-synthetic.json";
     const std::vector<std::string> args = {"--chain", resnet50,      "--budget",
                                            "30%",     "--algorithm", "revolve"};
     const json out = schedule_json(args, 0);
@@ -913,7 +914,7 @@ TEST_CASE(
     "each turned off by its option",
     "[cli]") {
   const std::string inception =
-      std::string(REMAT_SOURCE_DIR) + "/examples/chains/inception_v3-branch-b4-cpu.json";
+      std::string(remat::test_paths::source_dir) + "/examples/chains/inception_v3-branch-b4-cpu.json";
   const remat::Chain chain = remat::load_chain(inception);
   const std::vector<std::string> base = {"--chain", inception, "--budget", "90%"};
   auto with = [&](std::vector<std::string> extra) {
@@ -970,7 +971,7 @@ TEST_CASE(
 TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]") {
   TempDir dir;
   const std::string chain =
-      std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet50-synthetic.json";
+      std::string(remat::test_paths::source_dir) + "/examples/chains/resnet50-synthetic.json";
   const std::string svg = dir.path() + "/schedule.svg";
   const json out = schedule_json({"--chain", chain, "--budget", "40%", "--plot", svg}, 0);
   const std::string text = read_file(svg);
@@ -1008,7 +1009,7 @@ TEST_CASE("schedule --plot draws the schedule the JSON describes", "[cli][plot]"
 TEST_CASE("tradeoff prints makespan against budget, as text, JSON and a plot", "[cli][plot]") {
   TempDir dir;
   const std::string chain =
-      std::string(REMAT_SOURCE_DIR) + "/examples/chains/resnet18-synthetic.json";
+      std::string(remat::test_paths::source_dir) + "/examples/chains/resnet18-synthetic.json";
   const std::string svg = dir.path() + "/tradeoff.svg";
   const RunResult run =
       run_remat({"tradeoff", "--chain", chain, "--points", "8", "--format", "json", "--plot", svg});
@@ -1553,7 +1554,7 @@ echo "ranks $(echo $kids | wc -w) alive $alive"
 )sh");
   const RunResult run =
       remat::test::run_process("/bin/sh", "sh", {"-c", script},
-                               {std::string("REMAT=") + REMAT_EXECUTABLE, "PATH=/usr/bin:/bin"});
+                               {std::string("REMAT=") + remat::test_paths::remat_executable, "PATH=/usr/bin:/bin"});
   INFO(describe(run));
   CHECK(run.out == "ranks 2 alive 0\n");
 }
@@ -1586,7 +1587,7 @@ echo "launcher $?"
   const std::string err = dir.path() + "/err";
   const RunResult run = remat::test::run_process(
       "/bin/sh", "sh", {"-c", script},
-      {std::string("REMAT=") + REMAT_EXECUTABLE, "ERR=" + err, "PATH=/usr/bin:/bin"});
+      {std::string("REMAT=") + remat::test_paths::remat_executable, "ERR=" + err, "PATH=/usr/bin:/bin"});
   const std::string said = read_file(err);
   INFO(describe(run) << "\nthe job's stderr:\n" << said);
   CHECK(run.out == "launcher 5\n");
@@ -1949,7 +1950,7 @@ TEST_CASE("a closed pipe on standard output is exit 2, not death by SIGPIPE", "[
     close(fds[0]);  // no reader, ever: the first write fails
     TempDir dir;
     const std::string err_path = dir.path() + "/stderr";
-    std::vector<char*> argv{const_cast<char*>(REMAT_EXECUTABLE)};
+    std::vector<char*> argv{const_cast<char*>(remat::test_paths::remat_executable)};
     for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
     const pid_t pid = fork();
@@ -1958,7 +1959,7 @@ TEST_CASE("a closed pipe on standard output is exit 2, not death by SIGPIPE", "[
       signal(SIGPIPE, SIG_DFL);
       const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       if (err_fd < 0 || dup2(fds[1], 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
-      execv(REMAT_EXECUTABLE, argv.data());
+      execv(remat::test_paths::remat_executable, argv.data());
       _exit(127);
     }
     close(fds[1]);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "test_paths.h"
+
 namespace {
 
 // The commands that run in remat-torch (cli/cli.h's list).
@@ -24,7 +26,7 @@ struct Example {
 };
 
 std::vector<Example> console_examples(const std::string& file) {
-  std::ifstream in(std::string(REMAT_SOURCE_DIR) + "/" + file);
+  std::ifstream in(std::string(remat::test_paths::source_dir) + "/" + file);
   REQUIRE(in.good());
   std::vector<Example> out;
   bool inside = false;
@@ -46,9 +48,9 @@ std::vector<Example> console_examples(const std::string& file) {
 }
 
 std::vector<std::string> run(const std::string& command) {
-  std::string executable = REMAT_EXECUTABLE;
+  std::string executable = remat::test_paths::remat_executable;
   const std::string bin = executable.substr(0, executable.rfind('/'));
-  const std::string shell = "cd '" + std::string(REMAT_SOURCE_DIR) + "' && PATH='" + bin +
+  const std::string shell = "cd '" + std::string(remat::test_paths::source_dir) + "' && PATH='" + bin +
                             "':\"$PATH\" && (" + command + ") 2>&1";
   FILE* pipe = popen(shell.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -100,7 +102,7 @@ TEST_CASE("the examples in docs/ print what the docs say", "[cli][docs]") {
   // Every page: README.md and docs/*.md.
   std::vector<std::string> files{"README.md"};
   for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(REMAT_SOURCE_DIR) + "/docs"))
+       std::filesystem::directory_iterator(std::string(remat::test_paths::source_dir) + "/docs"))
     if (entry.path().extension() == ".md")
       files.push_back("docs/" + entry.path().filename().string());
   std::sort(files.begin(), files.end());

@@ -17,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "dp_model.h"
+#include "test_paths.h"
 #include "remat/runtime.h"
 
 namespace {
@@ -67,7 +68,7 @@ Job run_job(int world, std::vector<std::string> args, const std::string& name,
     remove_tree(job.dir);
     std::error_code ignored;
     fs::create_directories(job.dir, ignored);
-    std::vector<std::string> argv{REMAT_DP_WORKER, "--out", job.dir.string()};
+    std::vector<std::string> argv{remat::test_paths::dp_worker, "--out", job.dir.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     const auto start = std::chrono::steady_clock::now();
     job.exits = remat::distributed::launch_local(

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "models/model_checks.h"
+#include "test_paths.h"
 #include "remat/models.h"
 
 namespace nn = torch::nn;
@@ -16,7 +17,7 @@ using remat::test::relative_error;
 namespace {
 
 std::string reference(const std::string& file) {
-  return std::string(REMAT_TRANSFORMERS_REFERENCE_DIR) + "/" + file;
+  return std::string(remat::test_paths::transformers_reference_dir) + "/" + file;
 }
 
 GPT2Options small() {

@@ -1,8 +1,9 @@
 // read_state_dict on files written by Python's torch.save (make_state_dicts.py, run before these
-// tests, writes them into REMAT_STATE_DICT_DIR): values, dtypes, shapes, strides and storage
+// tests, writes them into remat::test_paths::state_dict_dir): values, dtypes, shapes, strides and storage
 // sharing as Python saved them, in both file formats; errors that name the file and the problem.
 
 #include "remat/models/state_dict.h"
+#include "test_paths.h"
 
 #include <torch/types.h>
 
@@ -20,7 +21,7 @@ using remat::models::StateDictEntry;
 using remat::models::StateDictError;
 
 std::string data_path(const std::string& name) {
-  return std::string(REMAT_STATE_DICT_DIR) + "/" + name;
+  return std::string(remat::test_paths::state_dict_dir) + "/" + name;
 }
 
 std::vector<std::string> names_of(const std::vector<StateDictEntry>& entries) {

@@ -17,6 +17,7 @@
 #include <map>
 
 #include "models/model_checks.h"
+#include "test_paths.h"
 #include "remat/models.h"
 
 namespace nn = torch::nn;
@@ -32,7 +33,7 @@ constexpr double kTrainTolerance = 1e-4;
 constexpr double kWrongLayer = 1e-3;
 
 std::string reference(const std::string& file) {
-  return std::string(REMAT_TORCHVISION_REFERENCE_DIR) + "/" + file;
+  return std::string(remat::test_paths::torchvision_reference_dir) + "/" + file;
 }
 
 std::map<std::string, torch::Tensor> read_io(const std::string& name) {
