@@ -21,6 +21,44 @@ function(remat_check_torch)
   set(REMAT_TORCH_CUDA_MISMATCH "${REMAT_TORCH_CUDA_MISMATCH}" PARENT_SCOPE)
 endfunction()
 
+# remat_torch_pin_prefix(): before find_package(Torch). PyTorch documents its CMake files'
+# folder as the prefix (torch.utils.cmake_prefix_path, site-packages/torch/share/cmake), or
+# Torch_DIR as its Torch folder; TorchConfig.cmake then looks its libraries up on the system
+# paths before its own lib/ folder, and where Debian's libtorch-dev is installed it found
+# Debian's library for pip's headers (remat_check_torch refused that). The LibTorch that such
+# a prefix names is put first in CMAKE_PREFIX_PATH, in the caller's scope: its own lib/ is then
+# searched first, and the library found is the prefix's own. The first LibTorch that
+# find_package would find is the one pinned; a prefix that is the torch folder itself needs
+# nothing. FALLBACK_DIR, a Torch folder, is pinned where the caller names no LibTorch (an
+# installed remat's rematConfig.cmake gives the one remat was built against).
+#   remat_torch_pin_prefix([FALLBACK_DIR])
+function(remat_torch_pin_prefix)
+  set(torch_dir "${Torch_DIR}")
+  if(NOT torch_dir OR NOT EXISTS "${torch_dir}/TorchConfig.cmake")
+    set(torch_dir "")
+    foreach(entry IN LISTS CMAKE_PREFIX_PATH)
+      if(EXISTS "${entry}/share/cmake/Torch/TorchConfig.cmake")
+        return()  # the torch folder itself, as docs/building.md names it
+      elseif(EXISTS "${entry}/Torch/TorchConfig.cmake")
+        set(torch_dir "${entry}/Torch")
+        break()
+      endif()
+    endforeach()
+  endif()
+  if(NOT torch_dir AND ARGC GREATER 0 AND EXISTS "${ARGV0}/TorchConfig.cmake")
+    set(torch_dir "${ARGV0}")
+  endif()
+  set(torch_prefix "")
+  if(torch_dir)
+    get_filename_component(torch_prefix "${torch_dir}/../../.." ABSOLUTE)
+  endif()
+  if(NOT torch_prefix OR NOT IS_DIRECTORY "${torch_prefix}/lib")
+    return()
+  endif()
+  message(STATUS "remat: LibTorch's libraries looked up in ${torch_prefix}/lib first")
+  set(CMAKE_PREFIX_PATH "${torch_prefix};${CMAKE_PREFIX_PATH}" PARENT_SCOPE)
+endfunction()
+
 # remat_torch_cuda_runtime(): after find_package(Torch), warns where the CUDA toolkit that
 # LibTorch's CMake files found (CUDA_VERSION) is of another major version than the CUDA this
 # LibTorch was built with (pip's torch/version.py, or the +cuXYZ of a LibTorch zip's
