@@ -41,6 +41,9 @@ if [ "$mode" = test ]; then
   mapfile -t oldest < <(pin_args scripts/torch-oldest-requirements.txt)
 fi
 
+# 0. The commit messages since the convention began (CONTRIBUTING.md): a second's work.
+[ "$mode" = test ] && bash scripts/check-commits.sh
+
 # 1. Debian packages (nothing vendored, nothing downloaded at build time).
 packages=(g++ cmake ninja-build ccache catch2 libfmt-dev nlohmann-json3-dev libcli11-dev libgloo-dev python3-venv)
 [ "$mode" = test ] && packages+=(libtorch-dev librsvg2-bin python3-torchvision python3-dev clang libclang-rt-dev)
