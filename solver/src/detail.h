@@ -164,6 +164,20 @@ class WorkerPool {
   std::exception_ptr error_;
 };
 
+// The work of a dynamic program's table, counted rather than timed (a count is not noisy):
+// tests/solver/work_test.cpp compares it with committed figures, bench/solver_bench prints it.
+// It depends on the chain, the capacity and the order of the candidates (the table's blocks and
+// tiles), not on the number of threads.
+struct TableStats {
+  std::int64_t candidates = 0;  // candidates (leaves and chain steps) offered to a row
+  std::int64_t values = 0;      // their values computed or written, after pruning
+  TableStats& operator+=(const TableStats& other) {
+    candidates += other.candidates;
+    values += other.values;
+    return *this;
+  }
+};
+
 // The persistent dynamic program over memory 0..capacity units for every segment (i, l) and
 // both states of its start (docs/algorithms.md). Rows are stored compressed: +inf below their
 // minimum memory, constant above the memory where they saturate.
@@ -183,6 +197,8 @@ class PersistentTable {
   Sequence rebuild(std::int64_t m) const;
   // Bytes held by the table's rows.
   std::int64_t stored_bytes() const { return stored_bytes_; }
+  // The work it took to compute the table.
+  const TableStats& stats() const { return stats_; }
 
   // How a table of `length` stages with rows of `width` memories is computed: `block`
   // segment starts at a time, `tile` segment ends at a time, by `workers` threads (`threads`
@@ -215,14 +231,14 @@ class PersistentTable {
   };
   void run_block(int start, int end, int tile, int worker, double* scratch, std::int64_t width,
                  const std::atomic<int>* above, std::atomic<int>& done,
-                 const std::atomic<bool>& failed);
+                 const std::atomic<bool>& failed, TableStats& stats);
   void single_row(int i, int worker);
   void begin_row(int i, int l, bool taped, Pending& p);
   // Leaf j of a row (i, l): left is Opt(i, j-1, ., state), right Opt(j, l, ., fresh), shifted
   // by x[i], left by `tail` (UnitChain::left_shift); the leaf's own forwards need `forward_lo`.
   void add_leaf(std::int64_t shift, std::int64_t tail, std::int64_t forward_lo, double prefix,
-                const Row& left, const Row& right, Pending& p);
-  void finish_row(int i, int l, bool taped, int worker, Pending& p);
+                const Row& left, const Row& right, Pending& p, TableStats& stats);
+  void finish_row(int i, int l, bool taped, int worker, Pending& p, TableStats& stats);
   double* allocate(int worker, std::int64_t count);
   void rebuild(int i, int l, std::int64_t m, bool taped, Sequence& out) const;
 
@@ -243,6 +259,7 @@ class PersistentTable {
   };
   std::vector<Arena> arenas_;
   std::int64_t stored_bytes_ = 0;
+  TableStats stats_;
 };
 
 // The table's sequence for a budget of `bytes` (its capacity at most, in its unit, the context

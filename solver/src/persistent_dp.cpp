@@ -108,6 +108,7 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   WorkerPool pool(how.workers);
   arenas_.resize(static_cast<std::size_t>(pool.size()));
   std::vector<std::vector<double>> scratch(arenas_.size());
+  std::vector<TableStats> work(arenas_.size());
   const int states = taped_rows_.empty() ? 1 : 2;
   for (auto& buffer : scratch)
     buffer.resize(static_cast<std::size_t>(states * block * tile * width));
@@ -125,7 +126,8 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
     try {
       run_block(start, end, tile, worker, scratch[static_cast<std::size_t>(worker)].data(), width,
                 k > 0 ? &progress[static_cast<std::size_t>(k - 1)] : nullptr,
-                progress[static_cast<std::size_t>(k)], failed);
+                progress[static_cast<std::size_t>(k)], failed,
+                work[static_cast<std::size_t>(worker)]);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();
@@ -134,6 +136,7 @@ PersistentTable::PersistentTable(const UnitChain& chain, const MinMemoryTable& m
   });
   if (error) std::rethrow_exception(error);
   for (const Arena& arena : arenas_) stored_bytes_ += arena.bytes;
+  for (const TableStats& worker : work) stats_ += worker;
 }
 
 PersistentTable::Plan PersistentTable::plan(int length, std::int64_t width, int threads) {
@@ -180,8 +183,8 @@ double* PersistentTable::allocate(int worker, std::int64_t count) {
 // first read.
 void PersistentTable::run_block(int start, int end, int tile, int worker, double* scratch,
                                 std::int64_t width, const std::atomic<int>* above,
-                                std::atomic<int>& done,
-                                const std::atomic<bool>& failed) {
+                                std::atomic<int>& done, const std::atomic<bool>& failed,
+                                TableStats& stats) {
   const UnitChain& c = chain_;
   const int length = c.length;
   const int count = end - start;
@@ -233,7 +236,7 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
                      static_cast<std::size_t>(l - l0)];
     };
     const auto finish = [&](int i, int l) {
-      for (int s = 0; s < states_of(i); ++s) finish_row(i, l, s == 1, worker, slot(i, s, l));
+      for (int s = 0; s < states_of(i); ++s) finish_row(i, l, s == 1, worker, slot(i, s, l), stats);
     };
     for (int l = l0; l < l1; ++l) {
       const int top = std::min(end - 1, l - 1);  // rows (i, l), i <= top, have leaves
@@ -254,7 +257,7 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
               Pending& p = slot(i, s, l);
               const Row& right = row(j, l);
               if (p.active && !right.empty())
-                add_leaf(shift, c.left_shift(l), forward_lo(i, j, l), sum, left, right, p);
+                add_leaf(shift, c.left_shift(l), forward_lo(i, j, l), sum, left, right, p, stats);
             }
           }
         }
@@ -278,7 +281,7 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
             const Row& left = row(i, j - 1, s == 1);
             if (!left.empty())
               add_leaf(c.x[static_cast<std::size_t>(i)], c.left_shift(l), forward_lo(i, j, l),
-                       prefix_of(i, j), left, right, p);
+                       prefix_of(i, j), left, right, p, stats);
           }
         }
       }
@@ -310,13 +313,16 @@ void PersistentTable::begin_row(int i, int l, bool taped, Pending& p) {
 // (tail = left_shift: the caller's x_L when the left part runs after the loss), from
 // m = forward_lo on.
 void PersistentTable::add_leaf(std::int64_t shift, std::int64_t tail, std::int64_t forward_lo,
-                               double prefix, const Row& left, const Row& right, Pending& p) {
+                               double prefix, const Row& left, const Row& right, Pending& p,
+                               TableStats& stats) {
   const std::int64_t start = std::max({p.lo, forward_lo, shift + right.lo, tail + left.lo});
-  relax_pair(p.best, p.lo, capacity_, start, prefix, right, shift, left, tail);
+  ++stats.candidates;
+  stats.values += relax_pair(p.best, p.lo, capacity_, start, prefix, right, shift, left, tail);
 }
 
 // Adds the chain step to row (i, l, s) and stores the row.
-void PersistentTable::finish_row(int i, int l, bool taped, int worker, Pending& p) {
+void PersistentTable::finish_row(int i, int l, bool taped, int worker, Pending& p,
+                                 TableStats& stats) {
   if (!p.active) return;
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
@@ -326,8 +332,10 @@ void PersistentTable::finish_row(int i, int l, bool taped, int worker, Pending& 
   const Row& rest = row(i + 1, l, true);
   if (!rest.empty()) {
     const std::int64_t shift = c.chain_shift(i, taped);
-    relax_one(best, lo, capacity_, std::max({lo, c.chain_step_memory(i, l, taped), shift + rest.lo}),
-              c.fw[ui] + c.bw[ui], rest, shift);
+    ++stats.candidates;
+    stats.values += relax_one(best, lo, capacity_,
+                              std::max({lo, c.chain_step_memory(i, l, taped), shift + rest.lo}),
+                              c.fw[ui] + c.bw[ui], rest, shift);
   }
   const std::int64_t n = capacity_ - lo + 1;
   REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "row (", i, ", ", l, taped ? ", taped" : "",
