@@ -1,7 +1,5 @@
 #include "discretization.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -90,14 +88,11 @@ MemoryLimit memory_limit(std::int64_t requested) {
     out.description = str_cat("the memory limit of ", format_bytes(requested));
     return out;
   }
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page_size > 0) {
-    const double physical = static_cast<double>(pages) * static_cast<double>(page_size);
-    out.bytes = static_cast<std::int64_t>(std::min(0.8 * physical, 0x1p62));
-    out.description =
-        str_cat(format_bytes(out.bytes), ", 80% of this machine's memory (",
-                format_bytes(static_cast<std::int64_t>(std::min(physical, 0x1p62))), ")");
+  const std::int64_t available = available_memory_bytes();
+  if (available > 0) {
+    out.bytes = static_cast<std::int64_t>(0.8 * static_cast<double>(available));
+    out.description = str_cat(format_bytes(out.bytes), ", 80% of the memory this process may use (",
+                              format_bytes(available), ")");
   } else {
     out.bytes = std::int64_t{8} << 30;
     out.description = "8.00 GiB (this machine's memory is unknown)";

@@ -43,8 +43,8 @@ struct MemoryLimit {
   std::int64_t bytes = 0;
   std::string description;
 };
-// `requested` bytes if positive (SolveOptions::memory_limit_bytes), else 80% of this
-// machine's physical memory.
+// `requested` bytes if positive (SolveOptions::memory_limit_bytes), else 80% of the memory this
+// process may use (available_memory_bytes(): its cgroup's and ulimit's limits included).
 MemoryLimit memory_limit(std::int64_t requested);
 
 // Fewest slots automatic coarsening goes down to; below, the solve is refused.

@@ -15,6 +15,9 @@
 
 #ifdef __linux__
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #endif
 
 namespace remat {
@@ -360,6 +363,36 @@ TEST_CASE("threads are at most kMaxThreads", "[solver]") {
                     Catch::Contains("threads (1025)"));
   // The most is accepted (a chain this short has one block of segment starts: one worker).
   CHECK(solve(chain, SolveOptions(store_all_peak(chain) - 1).threads(kMaxThreads)).ok());
+}
+
+TEST_CASE("the default memory limit: 80% of the memory the process may use, ulimit included",
+          "[solver]") {
+  const std::int64_t available = available_memory_bytes();
+  REQUIRE(available > 0);
+  const detail::MemoryLimit limit = detail::memory_limit(0);
+  CHECK(limit.bytes == static_cast<std::int64_t>(0.8 * static_cast<double>(available)));
+  CHECK_THAT(limit.description, Catch::Contains("80% of the memory this process may use"));
+  CHECK(detail::memory_limit(12345).bytes == 12345);
+#ifdef __linux__
+  // `ulimit -v` below the machine's memory: a child process with half of it as its address
+  // space sees that much (an allocation beyond it would fail, however much the machine has).
+  const std::int64_t half = available / 2;
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    rlimit address_space{};
+    getrlimit(RLIMIT_AS, &address_space);
+    address_space.rlim_cur = static_cast<rlim_t>(half);
+    const bool ok =
+        setrlimit(RLIMIT_AS, &address_space) == 0 && available_memory_bytes() == half &&
+        detail::memory_limit(0).bytes == static_cast<std::int64_t>(0.8 * static_cast<double>(half));
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+#endif
 }
 
 TEST_CASE("automatic threads: the cores the process may run on, within its CPU quota", "[solver]") {

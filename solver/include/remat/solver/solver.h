@@ -37,6 +37,12 @@ int available_cores();
 /// The whole cores a CPU quota allows: `quota` microseconds (cgroup v2's `cpu.max` first field,
 /// or v1's `cpu.cfs_quota_us`) per `period`, rounded up; 0 for none ("max", -1) or unreadable.
 int quota_cores(const std::string& quota, double period);
+/// The memory this process may use, in bytes, from which a solve's default memory limit is
+/// taken (SolveOptions::memory_limit_bytes): the machine's physical memory, lowered to its
+/// cgroup's memory limit (a container's `--memory`: cgroup v2's `memory.max`, v1's
+/// `memory.limit_in_bytes`) and to its address-space and data limits (`ulimit -v`, `ulimit -d`)
+/// where one is set; 0 when the machine's memory is unknown.
+std::int64_t available_memory_bytes();
 
 /// Options of solve(). The budget is required; the rest have defaults.
 /// Example: `solve(chain, SolveOptions(700LL << 20).slots(500))`.
@@ -61,11 +67,11 @@ struct SolveOptions {
   /// core (available_cores()) for large problems, the calling thread alone for small ones.
   REMAT_ARG(int, threads) = 0;
   /// `optimal` only: the most memory, in bytes, the dynamic program's tables may take; 0 means
-  /// 80% of this machine's physical memory. The memory a solve needs is estimated before
-  /// anything is allocated (docs/algorithms.md, "Limits"): above the limit, automatic slots
-  /// are coarsened (with a warning; never below 100 slots) and a solve that still does not fit,
-  /// or whose `slots` were given, is refused with std::invalid_argument saying how much it
-  /// would need.
+  /// 80% of the memory this process may use (available_memory_bytes()). The memory a solve
+  /// needs is estimated before anything is allocated (docs/algorithms.md, "Limits"): above the
+  /// limit, automatic slots are coarsened (with a warning; never below 100 slots) and a solve
+  /// that still does not fit, or whose `slots` were given, is refused with
+  /// std::invalid_argument saying how much it would need.
   REMAT_ARG(std::int64_t, memory_limit_bytes) = 0;
   /// `optimal` only: check the chain step's memory as the published recurrence does, to
   /// reproduce the reference's numbers exactly. With fwd_tmp_bytes > 0 that recurrence can
