@@ -31,6 +31,8 @@ using Action = std::function<int()>;
 Action add_schedule_command(CLI::App& app);
 /// `remat tradeoff`.
 Action add_tradeoff_command(CLI::App& app);
+/// `remat split`: a forward graph file split into a chain.
+Action add_split_command(CLI::App& app);
 /// `remat profile` (needs LibTorch; a build without it explains so).
 Action add_profile_command(CLI::App& app);
 /// `remat demo` (LibTorch): profile, schedule and train a built-in network.

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   app.failure_message(CLI::FailureMessage::help);
   Action schedule = add_schedule_command(app);
   Action tradeoff = add_tradeoff_command(app);
+  Action split = add_split_command(app);
   Action profile = add_profile_command(app);
   Action demo = add_demo_command(app);
   Action models = add_models_command(app);
@@ -127,6 +128,7 @@ int main(int argc, char** argv) {
     int code = kExitInternal;
     if (app.got_subcommand("schedule")) code = schedule();
     if (app.got_subcommand("tradeoff")) code = tradeoff();
+    if (app.got_subcommand("split")) code = split();
     if (app.got_subcommand("profile")) code = profile();
     if (app.got_subcommand("demo")) code = demo();
     if (app.got_subcommand("models")) code = models();

@@ -1049,6 +1049,44 @@ TEST_CASE("tradeoff prints makespan against budget, as text, JSON and a plot", "
   CHECK_THAT(reversed.err, Catch::Contains("is above the largest"));
 }
 
+TEST_CASE("split writes the chain of a graph file, and refuses bad input with exit code 2",
+          "[cli]") {
+  TempDir dir;
+  const std::string graph =
+      std::string(remat::test_paths::source_dir) + "/examples/graphs/residual-blocks.json";
+  const std::string chain_file = dir.path() + "/chain.json";
+  const RunResult run =
+      run_remat({"split", "--graph", graph, "--max-stages", "4", "-o", chain_file});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("chain        4 stages, at most 4"));
+  const remat::Chain chain = remat::load_chain(chain_file);
+  CHECK(chain.length() == 4);
+  // The chain the library makes of the same split, field for field.
+  const remat::Graph parsed = remat::load_graph(graph);
+  CHECK(remat::chain_to_json(chain) ==
+        remat::chain_to_json(
+            remat::graph_chain(parsed, remat::partition_graph(parsed, remat::PartitionOptions(4)))));
+  const RunResult as_json = run_remat({"split", "--graph", graph, "--format", "json"});
+  REQUIRE(as_json.exit_code == 0);
+  const json out = json::parse(as_json.out);
+  CHECK(out["legal_boundaries"] == 9);
+  CHECK(out["ends"].size() == 10);  // the finest split: every legal boundary
+
+  const RunResult zero = run_remat({"split", "--graph", graph, "--max-stages", "0"});
+  CHECK(zero.exit_code == 2);
+  CHECK_THAT(zero.err, Catch::Contains("--max-stages (0) must be between 1 and 10000"));
+  const std::string bad = dir.write("bad.json", R"({"format": "remat-graph/1", "nodes": [
+      {"name": "x", "input": true, "bytes": 8}, {"name": "y", "reads": [5], "output": true}]})");
+  const RunResult refused = run_remat({"split", "--graph", bad, "-o", dir.path() + "/out.json"});
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("nodes[1].reads[0] must be the index of an earlier node"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/out.json"));
+  const RunResult missing = run_remat({"split", "--graph", dir.path() + "/none.json"});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("cannot open the graph file"));
+}
+
 TEST_CASE("profile --plot draws the profiled stages", "[cli][plot]") {
   REMAT_REQUIRE_TORCH_COMMANDS();
   TempDir dir;

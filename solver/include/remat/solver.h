@@ -4,6 +4,7 @@
 #include "remat/solver/chain.h"
 #include "remat/solver/check.h"
 #include "remat/solver/files.h"
+#include "remat/solver/partition.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
