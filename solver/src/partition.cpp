@@ -283,7 +283,7 @@ std::vector<bool> legal_boundaries(const Graph& graph) {
 namespace {
 // crossing_bytes, of the storages with a gradient only where `gradients`.
 std::vector<std::int64_t> crossing(const Graph& graph, bool gradients) {
-  const std::size_t n = graph.nodes.size();
+  const std::size_t n = std::min(graph.nodes.size(), static_cast<std::size_t>(kMaxGraphNodes));
   const std::vector<int> root = storage_roots(graph);
   const std::vector<int> storage_end = storage_ends(graph, root, value_ends(graph));
   // A storage made by node s and needed until e crosses the boundaries after s .. e-2.
@@ -359,12 +359,10 @@ Chain graph_chain(const Graph& graph, const GraphPartition& partition) {
   }
   const std::vector<int> root = storage_roots(graph);
   const std::vector<int> end = value_ends(graph);
-  const std::vector<std::int64_t> values = crossing(graph, false);
+  const std::vector<std::int64_t> live_bytes = crossing(graph, false);
   const std::vector<std::int64_t> gradients = crossing(graph, true);
   Chain chain;
   chain.name = graph.name;
-  // members_of(values, previous): the members of an activation; a value already in the
-  // previous one is carried from it; a storage is counted by its first member only.
   // members_of(values, previous, previous_members): the members of an activation. A value of
   // the previous activation is carried from it, with its bytes. A storage is counted once: by
   // a carried member that counted it, else by its new member needed longest (so that the
@@ -417,7 +415,7 @@ Chain graph_chain(const Graph& graph, const GraphPartition& partition) {
     // forward's transient); in the backward, so are their gradients.
     for (int p = begin; p + 1 < stop; ++p) {
       stage.bwd_tmp_bytes = std::max(stage.bwd_tmp_bytes, gradients[static_cast<std::size_t>(p)]);
-      inner_nograd = std::max(inner_nograd, values[static_cast<std::size_t>(p)]);
+      inner_nograd = std::max(inner_nograd, live_bytes[static_cast<std::size_t>(p)]);
     }
     stage.fwd_nograd_tmp_bytes = inner_nograd;
     std::set<int> read;
