@@ -27,10 +27,14 @@ from ._api import (
     tradeoff,
 )
 from ._checkpointable import Checkpointable, checkpoint_sequential
+from ._graph import CaptureError
+from ._model import ModelCheckpointable
 
 __all__ = [
+    "CaptureError",
     "Chain",
     "Checkpointable",
+    "ModelCheckpointable",
     "Solution",
     "Tradeoff",
     "checkpoint_sequential",

@@ -85,6 +85,15 @@ class Checkpointable(nn.Module):
         model(x).sum().backward()
     """
 
+    # The class that trains a model that is not a chain (remat._model sets it: it imports this
+    # module, not the other way round).
+    _model_class: Optional[type] = None
+
+    def __new__(cls, module: Any = None, *args: Any, **kwargs: Any):
+        if cls is Checkpointable and cls._model_class is not None and _is_model(module):
+            return super().__new__(cls._model_class)
+        return super().__new__(cls)
+
     def __init__(self, module: StageList, sample: Any = None, budget: Optional[Budget] = None, *,
                  context: Any = None, loss: Optional[Callable] = None, output_held: bool = True,
                  repeat: int = 5, progress: bool = True, custom_input: Any = None,
@@ -326,6 +335,14 @@ class Checkpointable(nn.Module):
 _NO_CONTEXT = ("context given, but this Checkpointable was built without one: its stages would "
                "not see it. Give context= to the constructor (its stages are then called with "
                "the context tensors after their inputs)")
+
+
+def _is_model(module: Any) -> bool:
+    """Whether ``module`` is one model rather than a chain of stages: an nn.Module that is not
+    an nn.Sequential (or is one with a forward of its own) nor an nn.ModuleList."""
+    if not isinstance(module, nn.Module) or isinstance(module, nn.ModuleList):
+        return False
+    return not isinstance(module, nn.Sequential) or type(module).forward is not nn.Sequential.forward
 
 
 def _one_of(name: str, value: Any, rotor_name: str, rotor_value: Any) -> Any:

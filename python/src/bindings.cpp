@@ -23,6 +23,7 @@
 #include "remat/solver/chain.h"
 #include "remat/solver/check.h"
 #include "remat/solver/files.h"
+#include "remat/solver/partition.h"
 #include "remat/solver/solver.h"
 #include "remat/solver/text.h"
 #include "remat/solver/tradeoff.h"
@@ -292,6 +293,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, py::arg("chain"), py::arg("from_bytes") = 0, py::arg("to_bytes") = 0, py::arg("points") = 25,
         py::arg("slots") = 0, py::arg("threads") = 0);
   m.def("tradeoff_svg", [](const Chain& chain, const Tradeoff& t) { return tradeoff_svg(chain, t); });
+
+  // A forward graph (remat-graph/1 text, as remat._graph writes it) split into stages: one past
+  // each stage's last node, and the number of legal boundaries.
+  m.def("partition_graph", [](const std::string& graph_json, int max_stages, const std::string& source) {
+    const Graph graph = parse_graph(graph_json, source);
+    const GraphPartition split = partition_graph(graph, PartitionOptions(max_stages));
+    return py::make_tuple(split.ends, split.legal_boundaries);
+  }, py::arg("graph_json"), py::arg("max_stages"), py::arg("source") = "graph");
 
   m.def("profile", [](const std::vector<StageSpec>& stages, const Tensors& inputs,
                       const Tensors& context, int repeat, int warmup, bool measure_time,

@@ -46,7 +46,7 @@ GraphNode get_node(const json& item, const std::string& source, std::size_t inde
   if (!item.is_object()) fail(source, where, str_cat("must be an object, got ", type_name(item)));
   check_keys(item, source, where, {"name"},
              {"input", "tensor", "bytes", "view_of", "grad", "fwd_ms", "bwd_ms", "reads", "writes",
-              "output"},
+              "stays_with", "output"},
              "a graph node");
   GraphNode node;
   node.name = get_string(item["name"], source, where + ".name");
@@ -64,6 +64,8 @@ GraphNode get_node(const json& item, const std::string& source, std::size_t inde
   if (item.contains("reads")) node.reads = get_nodes(item["reads"], source, where + ".reads", index);
   if (item.contains("writes"))
     node.writes = get_nodes(item["writes"], source, where + ".writes", index);
+  if (item.contains("stays_with"))
+    node.stays_with = get_nodes(item["stays_with"], source, where + ".stays_with", index);
   if (item.contains("output")) node.output = get_bool(item["output"], source, where + ".output");
   return node;
 }
@@ -128,6 +130,7 @@ std::string graph_to_json(const Graph& graph) {
     if (node.bwd_ms > 0) item["bwd_ms"] = node.bwd_ms;
     if (!node.reads.empty()) item["reads"] = node.reads;
     if (!node.writes.empty()) item["writes"] = node.writes;
+    if (!node.stays_with.empty()) item["stays_with"] = node.stays_with;
     if (node.output) item["output"] = true;
     nodes.push_back(std::move(item));
   }

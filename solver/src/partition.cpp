@@ -241,6 +241,12 @@ void Graph::validate(const std::string& source) const {
       if (!node.tensor) fail(source, v, ".view_of is given for a value that is not a tensor");
     }
     for (const int r : node.reads) check_earlier(r, "reads");
+    for (const int w : node.stays_with) {
+      check_earlier(w, "stays_with");
+      if (w < inputs)
+        fail(source, v, str_cat(".stays_with names input ", nodes[static_cast<std::size_t>(w)].name,
+                                ", which is in no stage"));
+    }
     for (const int w : node.writes) {
       check_earlier(w, "writes");
       if (node.input) fail(source, v, " is an input and writes another node");
@@ -276,6 +282,7 @@ std::vector<bool> legal_boundaries(const Graph& graph) {
     const GraphNode& node = graph.nodes[static_cast<std::size_t>(v)];
     if (!node.tensor) forbid(v, end[static_cast<std::size_t>(v)] - 1);
     for (const int w : node.writes) forbid(root[static_cast<std::size_t>(w)], v);
+    for (const int w : node.stays_with) forbid(w, v);
   }
   return legal;
 }

@@ -51,6 +51,10 @@ struct GraphNode {
   /// Earlier nodes whose storage it writes in place (directly, or through a view of them): a
   /// stage never modifies its input, so each is in its stage.
   std::vector<int> writes;
+  /// Earlier operations that must be in its stage: an operation that returns its argument
+  /// itself or a view of it depending on the argument's layout (`contiguous`, `to`), which
+  /// would make a stage's output its input (carried) or not depending on how it is handed.
+  std::vector<int> stays_with;
   /// Whether the graph returns its value.
   bool output = false;
 };
@@ -91,7 +95,8 @@ struct GraphPartition {
 
 /// Whether a boundary may follow node p, for each p (index p: between nodes p and p+1): not
 /// among the inputs, not inside a value that cannot cross, not between a node and the node that
-/// writes its storage. The last entry is false (the graph's end is not a boundary).
+/// writes its storage, nor between a node and one it must stay with (`stays_with`). The last
+/// entry is false (the graph's end is not a boundary).
 std::vector<bool> legal_boundaries(const Graph& graph);
 
 /// Bytes of the tensors that cross the boundary after node p, for each p: values produced at

@@ -1,0 +1,396 @@
+"""Any module as a chain: its forward captured by ``torch.export`` and split into stages.
+
+``torch.export.export(model, args, kwargs, strict=False)`` traces the forward the model's own
+Python runs, operation by operation (ATen operations, the same kernels eager mode calls), for
+one input signature: keyword arguments, dicts and ``ModelOutput``s in and out, data-dependent
+Python resolved for the sample. Non-strict export runs the forward as Python runs it, so that
+Hugging Face's, timm's and torchvision's models go through as they come; ``torch.fx``'s
+symbolic tracing stops at any Python that looks at a tensor's value (a Hugging Face mask
+built from ``input_ids``). The graph's parameters and buffers are the model's own, looked up
+by name at each call: an optimizer over ``model.parameters()`` trains them, and
+``model.to()`` or ``load_state_dict`` are seen.
+
+The graph is split by remat's partitioner (``remat::partition_graph``, the C++ solver library):
+each operation a node, with the bytes it makes, what it reads, what it views and what it
+writes in place; a stage never cuts between a tensor and an in-place write to it, nor between
+a tuple and its items. Each stage runs its nodes on the tensors crossing into it (the chain's
+tuple members; a tensor read further on passes through, carried) and returns those crossing
+out of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from . import _C
+
+# Rough rates, only to weigh operations against each other and against their bytes when the
+# graph is split (the stages are measured afterwards): matrix products and convolutions by
+# their multiply-adds, everything else by the bytes it reads and writes.
+_FLOPS_PER_MS = 50e6
+_BYTES_PER_MS = 10e6
+_COMPUTE_OPS = {
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+    "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+    "aten::scaled_dot_product_attention", "aten::einsum",
+}
+
+
+# Operations that return their argument itself, or a new tensor, depending on its layout or
+# type: a stage's output would be its input passed on (carried) or not depending on how the
+# input is handed, so they stay in their argument's stage (GraphNode::stays_with).
+_MAY_RETURN_SELF = {"aten::contiguous", "aten::to", "aten::type_as", "aten::flatten"}
+
+
+class CaptureError(ValueError):
+    """A model whose forward remat cannot capture or split, and what to do instead."""
+
+
+def export_available() -> bool:
+    """Whether this torch can capture a model for training (``torch.export``'s training IR,
+    torch 2.5 and later)."""
+    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    return version >= (2, 5) and hasattr(torch, "export")
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):
+        return int(t.numel() * t.element_size())
+
+
+def _leaves(value: Any) -> List[Any]:
+    """The tensors (or fake tensors) in an argument or a value, nested in lists and tuples."""
+    if isinstance(value, (list, tuple)):
+        out: List[Any] = []
+        for item in value:
+            out.extend(_leaves(item))
+        return out
+    return [value]
+
+
+def _schema(node: torch.fx.Node):
+    return getattr(node.target, "_schema", None)
+
+
+def _estimate_ms(node: torch.fx.Node, value: Any) -> Tuple[float, float]:
+    """A node's forward and backward time, roughly (see _FLOPS_PER_MS)."""
+    outputs = [v for v in _leaves(value) if isinstance(v, torch.Tensor)]
+    inputs = [a.meta.get("val") for a in node.all_input_nodes]
+    inputs = [v for v in inputs if isinstance(v, torch.Tensor)]
+    moved = sum(t.numel() * t.element_size() for t in outputs + inputs)
+    memory_ms = moved / _BYTES_PER_MS
+    schema = _schema(node)
+    name = schema.name if schema is not None else ""
+    if name in _COMPUTE_OPS and outputs:
+        out = outputs[0]
+        if name.startswith("aten::conv") and len(inputs) >= 2:
+            weight = inputs[1]
+            flops = 2 * out.numel() * (weight.numel() // max(1, weight.shape[0]))
+        elif name == "aten::scaled_dot_product_attention" and len(inputs) >= 2:
+            flops = 4 * out.numel() * inputs[1].shape[-2]
+        elif len(inputs) >= 2:
+            # A product's inner size: the first operand's last dimension.
+            flops = 2 * out.numel() * (inputs[0].shape[-1] if inputs[0].dim() else 1)
+        else:
+            flops = 0
+        compute_ms = flops / _FLOPS_PER_MS
+        return compute_ms + memory_ms, 2 * compute_ms + memory_ms
+    return memory_ms, memory_ms
+
+
+class CapturedGraph:
+    """One capture of ``model`` for one input signature: the exported program, the nodes the
+    partitioner sees, and the stages of a split."""
+
+    def __init__(self, model: nn.Module, args: tuple, kwargs: dict, max_stages: int):
+        if not export_available():
+            raise CaptureError(
+                f"capturing a model for training needs torch 2.5 or later (torch.export's "
+                f"training graphs); this is torch {torch.__version__}. Give the model as a chain "
+                "instead: an nn.Sequential, or a list of its blocks")
+        self.model = model
+        try:
+            self.program = torch.export.export(model, args, kwargs, strict=False)
+        except Exception as error:  # what export raises varies: say where and what to do
+            raise CaptureError(_capture_advice(model, error)) from error
+        self._read_signature()
+        self._read_nodes()
+        self._split(max_stages)
+
+    # ---- the exported program's inputs and outputs ---------------------------------------
+
+    def _read_signature(self) -> None:
+        from torch.export.graph_signature import InputKind, OutputKind
+        signature = self.program.graph_signature
+        self.in_spec = self.program.call_spec.in_spec
+        self.out_spec = self.program.call_spec.out_spec
+        # Placeholder name -> ("parameter" | "buffer" | "constant", fully qualified name).
+        self.state: Dict[str, Tuple[str, str]] = {}
+        # The user inputs, in the flattened (args, kwargs) order: the placeholder's name for a
+        # tensor, None for a constant that export specialized (a flag, a scale).
+        self.user_inputs: List[Optional[str]] = []
+        for spec in signature.input_specs:
+            name = getattr(spec.arg, "name", None)
+            if spec.kind == InputKind.PARAMETER:
+                self.state[name] = ("parameter", spec.target)
+            elif spec.kind == InputKind.BUFFER:
+                self.state[name] = ("buffer", spec.target)
+            elif spec.kind == InputKind.CONSTANT_TENSOR:
+                self.state[name] = ("constant", spec.target)
+            elif spec.kind == InputKind.USER_INPUT:
+                is_tensor = type(spec.arg).__name__ in ("TensorArgument",)
+                self.user_inputs.append(name if is_tensor else None)
+            else:
+                raise CaptureError(f"the captured forward takes a {spec.kind.name.lower()} input, "
+                                   "which remat does not run: give the model as a chain instead")
+        self.user_outputs: List[str] = []
+        for spec in signature.output_specs:
+            if spec.kind != OutputKind.USER_OUTPUT:
+                raise CaptureError(
+                    f"the captured forward has a {spec.kind.name.lower()} output (an input or "
+                    "buffer replaced rather than updated in place), which remat does not run: "
+                    "give the model as a chain instead")
+            if type(spec.arg).__name__ != "TensorArgument":
+                raise CaptureError(
+                    "the model returns a value that is not a tensor "
+                    f"({getattr(spec.arg, 'value', spec.arg)!r}): remat trains models whose "
+                    "outputs are tensors (in tuples, dicts or ModelOutputs)")
+            self.user_outputs.append(spec.arg.name)
+
+    # ---- the graph as the partitioner sees it ----------------------------------------------
+
+    def _read_nodes(self) -> None:
+        graph = self.program.graph
+        placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+        self.input_nodes = [placeholders[name] for name in self.user_inputs if name is not None]
+        self.ops = [n for n in graph.nodes if n.op == "call_function"]
+        self.index: Dict[str, int] = {}
+        for k, n in enumerate(self.input_nodes + self.ops):
+            self.index[n.name] = k
+        requires_grad = {name for name, (kind, fqn) in self.state.items()
+                         if kind == "parameter" and self._tensor_of(kind, fqn).requires_grad}
+        self.nodes: List[dict] = []
+        self.grad: Dict[str, bool] = {}
+        for n in self.input_nodes:
+            value = n.meta.get("val")
+            grad = bool(getattr(value, "requires_grad", False))
+            self.grad[n.name] = grad
+            self.nodes.append({"name": n.name, "input": True,
+                               "bytes": _storage_bytes(value) if isinstance(value, torch.Tensor) else 0,
+                               "grad": grad})
+        for n in self.ops:
+            self.nodes.append(self._node(n, requires_grad))
+        outputs = set(self.user_outputs)
+        for entry, n in zip(self.nodes, self.input_nodes + self.ops):
+            if n.name in outputs:
+                entry["output"] = True
+        missing = outputs - set(self.index)
+        if missing:
+            raise CaptureError(f"the model returns {sorted(missing)}, which is a parameter or a "
+                               "buffer, not a value it computes: remat cannot train that output")
+
+    def _node(self, n: torch.fx.Node, requires_grad: set) -> dict:
+        value = n.meta.get("val")
+        entry: Dict[str, Any] = {"name": n.name}
+        reads = sorted({self.index[a.name] for a in n.all_input_nodes if a.name in self.index})
+        if reads:
+            entry["reads"] = reads
+        uses_grad = any(a.name in requires_grad or self.grad.get(a.name, False)
+                        for a in n.all_input_nodes)
+        tensor = isinstance(value, torch.Tensor)
+        grad = bool(tensor and value.is_floating_point() and uses_grad)
+        self.grad[n.name] = grad
+        if not grad:
+            entry["grad"] = False
+        if not tensor:
+            entry["tensor"] = False
+        fwd, bwd = _estimate_ms(n, value)
+        entry["fwd_ms"], entry["bwd_ms"] = fwd, bwd if grad else 0.0
+        base = self._aliased_argument(n)
+        if n.target is operator.getitem:
+            # An item of a tuple: a view of what the tuple's operation views, else its own.
+            source = n.args[0]
+            base = self._aliased_argument(source) if isinstance(source, torch.fx.Node) else None
+        if tensor and base is not None and base.name in self.index:
+            entry["view_of"] = self.index[base.name]
+        elif tensor and base is not None and base.name in self.state:
+            entry["bytes"] = 0  # a view of a parameter or buffer: no activation of its own
+        elif tensor:
+            entry["bytes"] = _storage_bytes(value)
+        schema = _schema(n)
+        if schema is not None and schema.name in _MAY_RETURN_SELF and n.args and \
+                isinstance(n.args[0], torch.fx.Node) and n.args[0].name in self.index and \
+                self.index[n.args[0].name] >= len(self.input_nodes):
+            entry["stays_with"] = [self.index[n.args[0].name]]
+        written = self._written_arguments(n)
+        writes = sorted({self.index[w.name] for w in written if w.name in self.index})
+        if writes:
+            entry["writes"] = writes
+        return entry
+
+    def _aliased_argument(self, n: torch.fx.Node) -> Optional[torch.fx.Node]:
+        """The argument whose storage the node's result shares (a view, an in-place result)."""
+        schema = _schema(n)
+        if schema is None or not schema.returns:
+            return None
+        alias = schema.returns[0].alias_info
+        if alias is None:
+            return None
+        for argument, value in zip(schema.arguments, _bound_arguments(n, schema)):
+            if argument.alias_info is not None and isinstance(value, torch.fx.Node) and \
+                    set(argument.alias_info.before_set) & set(alias.before_set):
+                return value
+        return None
+
+    def _written_arguments(self, n: torch.fx.Node) -> List[torch.fx.Node]:
+        schema = _schema(n)
+        if schema is None:
+            return []
+        written = []
+        for argument, value in zip(schema.arguments, _bound_arguments(n, schema)):
+            if argument.alias_info is not None and argument.alias_info.is_write:
+                written.extend(v for v in _leaves(value) if isinstance(v, torch.fx.Node))
+        return written
+
+    def _tensor_of(self, kind: str, fqn: str) -> torch.Tensor:
+        if kind == "parameter":
+            return self.model.get_parameter(fqn)
+        if kind == "buffer":
+            return self.model.get_buffer(fqn)
+        return self.program.constants[fqn]
+
+    # ---- the split and its stages ----------------------------------------------------------
+
+    def graph_json(self) -> str:
+        name = type(self.model).__name__
+        return json.dumps({"format": "remat-graph/1", "name": name, "nodes": self.nodes})
+
+    def _split(self, max_stages: int) -> None:
+        ends, self.legal_boundaries = _C.partition_graph(self.graph_json(), max_stages,
+                                                          type(self.model).__name__)
+        all_nodes = self.input_nodes + self.ops
+        count = len(all_nodes)
+        # One past the last position where each value is needed (count + 1: returned).
+        end = [k + 1 for k in range(count)]
+        outputs = set(self.user_outputs)
+        for k, n in enumerate(all_nodes):
+            for a in n.all_input_nodes:
+                if a.name in self.index:
+                    end[self.index[a.name]] = max(end[self.index[a.name]], k + 1)
+            if n.name in outputs:
+                end[k] = count + 1
+        tensors = [isinstance(n.meta.get("val"), torch.Tensor) for n in all_nodes]
+
+        def crossing(position: int) -> List[int]:  # the members after node `position`
+            return [v for v in range(position + 1) if tensors[v] and end[v] > position + 1]
+
+        inputs = len(self.input_nodes)
+        self.members: List[List[int]] = [list(range(inputs))]
+        begin = inputs
+        self.stage_nodes: List[List[torch.fx.Node]] = []
+        for stop in ends:
+            self.stage_nodes.append(all_nodes[begin:stop])
+            if stop == count:  # the last stage returns what the model does, once each
+                self.members.append(sorted({self.index[name] for name in outputs}))
+            else:
+                self.members.append(crossing(stop - 1))
+            begin = stop
+        self.all_nodes = all_nodes
+
+    def stages(self) -> List[Tuple[str, "_GraphStage"]]:
+        out = []
+        for k, nodes in enumerate(self.stage_nodes):
+            name = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name}..{nodes[-1].name}"
+            out.append((f"{k}:{name}", _GraphStage(self, k)))
+        return out
+
+
+def _bound_arguments(n: torch.fx.Node, schema) -> List[Any]:
+    """The node's arguments in its schema's order (positional, then by keyword)."""
+    values = list(n.args)
+    for argument in schema.arguments[len(values):]:
+        values.append(n.kwargs.get(argument.name))
+    return values
+
+
+class _GraphStage(nn.Module):
+    """The nodes of one stage as a module: called with the members of x_k, returns those of
+    x_{k+1}. Its parameters and buffers are the model's, looked up at each call."""
+
+    def __init__(self, captured: CapturedGraph, k: int):
+        super().__init__()
+        index = captured.index
+        members_in = [captured.all_nodes[v] for v in captured.members[k]]
+        members_out = [captured.all_nodes[v] for v in captured.members[k + 1]]
+        graph = torch.fx.Graph()
+        env: Dict[str, torch.fx.Node] = {}
+        for n in members_in:
+            env[n.name] = graph.placeholder(n.name)
+        state: List[Tuple[str, str]] = []
+        # The submodules of higher-order operations (a region under torch.autocast or
+        # torch.no_grad in the forward), as the exported program holds them.
+        root = nn.Module()
+        for n in captured.stage_nodes[k]:
+            for a in n.all_input_nodes:
+                if a.name in env:
+                    continue
+                if a.op == "get_attr":
+                    setattr(root, a.target, getattr(captured.program.graph_module, a.target))
+                    env[a.name] = graph.get_attr(a.target)
+                elif a.name in captured.state:
+                    env[a.name] = graph.placeholder(a.name)
+                    state.append(captured.state[a.name])
+                elif a.name in index:  # pragma: no cover - the split guarantees it
+                    raise AssertionError(f"this is a bug in remat: stage {k} reads {a.name}, "
+                                         "which does not cross into it")
+            env[n.name] = graph.node_copy(n, lambda a: env[a.name])
+        graph.output(tuple(env[n.name] for n in members_out))
+        # The members' placeholders first, then the state's, in the order the code calls them.
+        self._code = torch.fx.GraphModule(root, graph)
+        self._state = state
+        object.__setattr__(self, "_captured", captured)  # not a submodule: no second state_dict
+        self._output_count = len(members_out)
+
+    def _state_tensors(self) -> List[torch.Tensor]:
+        return [self._captured._tensor_of(kind, fqn) for kind, fqn in self._state]
+
+    def forward(self, *members: torch.Tensor):
+        out = self._code(*members, *self._state_tensors())
+        return out if self._output_count != 1 else out[0]
+
+    # The runtime asks a stage for its parameters and buffers (BatchNorm statistics are
+    # restored after a recomputation; a stage whose parameters need no gradient is run
+    # without autograd state): the model's, as this stage uses them.
+    def parameters(self, recurse: bool = True):
+        return iter([t for (kind, _), t in zip(self._state, self._state_tensors())
+                     if kind == "parameter"])
+
+    def buffers(self, recurse: bool = True):
+        return iter([t for (kind, _), t in zip(self._state, self._state_tensors())
+                     if kind == "buffer"])
+
+
+def _capture_advice(model: nn.Module, error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    first = text[0] if text else type(error).__name__
+    where = ""
+    for line in reversed(text):
+        if 'File "' in line and "torch/" not in line:
+            where = f" (at {line.strip()})"
+            break
+    hint = ("Give the model as a chain instead (an nn.Sequential, or a list of its blocks), or "
+            "make the forward's Python independent of tensor values for the sample's shapes.")
+    if "DynamicCache" in first or "Cache" in first and "pytree" in first:
+        hint = "Pass use_cache=False (remat trains without a key-value cache)."
+    return (f"remat could not capture {type(model).__name__}'s forward with torch.export: "
+            f"{type(error).__name__}: {first[:300]}{where}. {hint}")
