@@ -103,6 +103,13 @@ if [ "$mode" = test ] && ! cmp -s scripts/test-requirements.txt "$venv/remat-tes
   "$venv_python" -m pip install -q -r scripts/test-requirements.txt
   cp scripts/test-requirements.txt "$venv/remat-test-requirements.txt"
 fi
+# The models the "any model" tests train besides torchvision's and Hugging Face's (timm), and
+# Hugging Face's Trainer (accelerate): without their dependencies, which transformers brought.
+if [ "$mode" = test ] && ! cmp -s scripts/test-model-requirements.txt "$venv/remat-test-model-requirements.txt"; then
+  step "installing the model tests' Python packages ($(grep -v '^#' scripts/test-model-requirements.txt | tr '\n' ' '))"
+  "$venv_python" -m pip install -q --no-deps -r scripts/test-model-requirements.txt
+  cp scripts/test-model-requirements.txt "$venv/remat-test-model-requirements.txt"
+fi
 if [ "$mode" = test ]; then
   newest_log=$(mktemp) oldest_log=$(mktemp)
   bash scripts/torch-check.sh "${newest[@]}" --venv-only > "$newest_log" 2>&1 &

@@ -70,11 +70,42 @@ class ModelCheckpointable(Checkpointable):
         self._captures: "OrderedDict[tuple, Tuple[CapturedGraph, Any]]" = OrderedDict()
         self._impl = None
         self._captured = None
+        self._mirror_signature()
         if sample is not None:
             args, kwargs = _call_arguments(sample)
             self.measure_call(args, kwargs)
             if budget is not None:
                 self.compute_sequence(budget, **self._solve_options)
+
+    def _mirror_signature(self) -> None:
+        """``forward``'s signature as the model's: tools that read it (Hugging Face's Trainer
+        keeps the dataset's columns the forward names) see the model's arguments."""
+        try:
+            signature = inspect.signature(self.module.forward)
+        except (TypeError, ValueError):
+            return
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return ModelCheckpointable.forward(self, *args, **kwargs)
+
+        forward.__signature__ = signature
+        forward.__doc__ = ModelCheckpointable.forward.__doc__
+        object.__setattr__(self, "forward", forward)
+
+    # Copies (deepcopy, pickle, torch.save) capture for themselves: the captures and their C++
+    # runtimes are not copied, nor the forward bound to this object.
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for name in ("_captures", "_impl", "_captured", "forward"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        nn.Module.__setstate__(self, state)
+        self._captures = OrderedDict()
+        self._impl = None
+        self._captured = None
+        self._mirror_signature()
 
     # ---- the model's own keys --------------------------------------------------------------
 
@@ -149,6 +180,7 @@ class ModelCheckpointable(Checkpointable):
     # ---- run ---------------------------------------------------------------------------------
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's forward, under the schedule (plainly in eval mode or without autograd)."""
         if not self.training or not torch.is_grad_enabled():
             return self.module(*args, **kwargs)
         args, kwargs = _without_cache(self.module, args, kwargs)

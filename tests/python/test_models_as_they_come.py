@@ -1,0 +1,278 @@
+"""Models as they come (torchvision's, Hugging Face's, timm's, a U-Net), given to
+remat.Checkpointable whole: captured, split into a chain by remat, and trained under a budget.
+Each trains as the same model run eagerly does, bit for bit (outputs, every gradient, every
+buffer, dropout included, over two optimizer steps), and its measured peak is the prediction
+within the budget."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import remat
+from conftest import step_peak, weighted_loss
+from remat._graph import export_available
+
+needs_export = pytest.mark.skipif(not export_available(),
+                                  reason="capturing a model needs torch 2.5 or later")
+
+
+class UNet(nn.Module):
+    """A small U-Net: long skips from each level down to the same level up, BatchNorm,
+    in-place ReLU and dropout."""
+
+    def __init__(self, channels=(4, 8, 16)):
+        super().__init__()
+
+        def block(c_in, c_out):
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out),
+                                 nn.ReLU(inplace=True))
+
+        self.down = nn.ModuleList()
+        c_in = 3
+        for c in channels:
+            self.down.append(block(c_in, c))
+            c_in = c
+        self.up = nn.ModuleList()
+        for c in reversed(channels[:-1]):
+            self.up.append(block(c_in + c, c))
+            c_in = c
+        self.drop = nn.Dropout2d(0.2)
+        self.head = nn.Conv2d(c_in, 2, 1)
+
+    def forward(self, x):
+        skips = []
+        for k, block in enumerate(self.down):
+            x = block(x)
+            if k < len(self.down) - 1:
+                skips.append(x)
+                x = nn.functional.max_pool2d(x, 2)
+        for block in self.up:
+            x = nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+            x = block(torch.cat([x, skips.pop()], dim=1))
+        return self.head(self.drop(x))
+
+
+def _hf(kind):
+    transformers = pytest.importorskip("transformers")
+    small = dict(vocab_size=96, max_position_embeddings=32)
+    if kind == "gpt2":
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_layer=2, n_embd=32, n_head=2, vocab_size=96, n_positions=32))
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=64, **small))
+    if kind == "bert":
+        return transformers.BertForMaskedLM(transformers.BertConfig(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+            **small))
+    if kind == "t5":
+        return transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+            num_heads=4, decoder_start_token_id=0))
+    raise ValueError(kind)
+
+
+def _batch(kind):
+    torch.manual_seed(7)
+    ids = torch.randint(96, (2, 12))
+    if kind == "t5":
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                "labels": torch.randint(96, (2, 8))}
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+
+
+def _vision(kind):
+    if kind == "unet":
+        return UNet()
+    if kind == "timm_vit":
+        timm = pytest.importorskip("timm")
+        return timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32,
+                                 patch_size=8, depth=2, num_classes=5)
+    if kind == "timm_convnext":
+        timm = pytest.importorskip("timm")
+        return timm.create_model("convnext_tiny", pretrained=False, depths=(1, 1, 1, 1),
+                                 dims=(8, 16, 32, 64), num_classes=5)
+    torchvision = pytest.importorskip("torchvision")
+    return getattr(torchvision.models, kind)(num_classes=5)
+
+
+VISION = ["resnet18", "mobilenet_v3_small", "unet", "timm_vit", "timm_convnext"]
+LANGUAGE = ["gpt2", "llama", "bert", "t5"]
+
+
+def _make(kind):
+    """(model, sample, step): step(model) runs one forward and backward and returns the loss."""
+    torch.manual_seed(0)
+    if kind in LANGUAGE:
+        model, batch = _hf(kind), _batch(kind)
+
+        def step(m):
+            out = m(**batch)
+            out.loss.backward()
+            return out.loss
+
+        return model, batch, step
+    model = _vision(kind)
+    x = torch.randn(2, 3, 32, 32)
+
+    def step(m):
+        loss = weighted_loss(m(x))
+        loss.backward()
+        return loss
+
+    return model, x, step
+
+
+def _train(model, step, steps=2):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for k in range(steps):
+        torch.manual_seed(100 + k)  # the same dropout masks for both
+        optimizer.zero_grad()
+        losses.append(step(model).detach())
+    # The model's own names: a wrapped model's parameters are its module's.
+    inner = model.module if isinstance(model, remat.ModelCheckpointable) else model
+    grads = {n: p.grad.clone() for n, p in inner.named_parameters() if p.grad is not None}
+    optimizer.step()
+    return losses, grads
+
+
+@needs_export
+@pytest.mark.parametrize("kind", VISION + LANGUAGE)
+def test_trains_as_the_model_run_eagerly_bit_for_bit(kind):
+    model, sample, step = _make(kind)
+    model.train()
+    plain = copy.deepcopy(model)
+    chk = remat.Checkpointable(model, sample, progress=False, repeat=1)
+    full, least = chk.store_all_peak(), chk.min_budget()
+    assert least < full
+    assert chk.compute_sequence((least + full) // 2).ok
+    assert len(chk.captured.stage_nodes) > 2  # split, not one stage
+    ours, grads = _train(chk, step)
+    theirs, plain_grads = _train(plain, step)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+    assert grads.keys() == plain_grads.keys()
+    for name, grad in grads.items():
+        assert torch.equal(grad, plain_grads[name]), name
+    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
+        assert torch.equal(a, b), name  # parameters after the step, BatchNorm's statistics
+
+
+@needs_export
+@pytest.mark.parametrize("kind", ["resnet18", "gpt2", "unet"])
+def test_measured_peak_is_the_prediction_within_the_budget(kind):
+    model, sample, step = _make(kind)
+    chk = remat.Checkpointable(model, sample, "100%", progress=False, repeat=1)
+    # A first step outside the measurement: LibTorch's one-time allocations, and the
+    # parameters' gradients, which later steps add into in place (the budget is activations').
+    step(chk)
+    inputs = sum(t.untyped_storage().nbytes()
+                 for t in (sample.values() if isinstance(sample, dict) else [sample]))
+    reserve = remat._C.runtime_reserve_bytes("cpu")
+    full, least = chk.store_all_peak(), chk.min_budget()
+    # 90, 75, 50, 35 and 25% of store-all where feasible (on the CPU the least is often above
+    # most of them), and the least budget and halfway to store-all always.
+    budgets = [int(full * f) for f in (0.9, 0.75, 0.5, 0.35, 0.25) if full * f >= least]
+    for budget in budgets + [least, (least + full) // 2]:
+        solution = chk.compute_sequence(budget)
+        assert solution.ok and solution.peak_bytes <= budget
+        # The 4-byte seed that loss.backward() makes is the caller's, outside the budget.
+        measured = step_peak(lambda: step(chk)) + inputs + reserve - 4
+        assert measured <= budget, (budget, measured)
+        # Never above the prediction, and within 5% of it: exact for resnet18; for the U-Net and
+        # GPT-2 the prediction counts 2.6% and 4.2% more than the step allocates (their carried
+        # views, counted with their whole storage between stages).
+        assert solution.peak_bytes * 0.95 <= measured <= solution.peak_bytes, (budget, measured)
+
+
+@needs_export
+def test_state_dict_keys_are_the_models_and_checkpoints_load_both_ways():
+    model, sample, _ = _make("resnet18")
+    chk = remat.Checkpointable(model, sample, progress=False, repeat=1)
+    assert list(chk.state_dict()) == list(model.state_dict())
+    other, _, _ = _make("resnet18")
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1)
+    chk.load_state_dict(other.state_dict())  # a checkpoint of the plain model
+    for a, b in zip(model.parameters(), other.parameters()):
+        assert torch.equal(a, b)
+    back, _, _ = _make("resnet18")
+    back.load_state_dict(chk.state_dict())
+    for a, b in zip(back.parameters(), other.parameters()):
+        assert torch.equal(a, b)
+    assert {id(p) for p in chk.parameters()} == {id(p) for p in model.parameters()}
+
+
+@needs_export
+def test_eval_mode_runs_the_model_plainly_and_a_new_shape_is_captured_anew():
+    model, sample, step = _make("resnet18")
+    chk = remat.Checkpointable(model, sample, "100%", progress=False, repeat=1)
+    chk.eval()
+    assert not model.training
+    with torch.no_grad():
+        assert torch.equal(chk(sample), model(sample))
+    chk.train()
+    first = chk.captured
+    bigger = torch.randn(3, 3, 32, 32)
+    plain = copy.deepcopy(model)
+    torch.manual_seed(1)
+    weighted_loss(chk(bigger)).backward()
+    torch.manual_seed(1)
+    weighted_loss(plain(bigger)).backward()
+    assert chk.captured is not first
+    for a, b in zip(model.parameters(), plain.parameters()):
+        assert torch.equal(a.grad, b.grad)
+
+
+@needs_export
+def test_a_forward_that_cannot_be_captured_says_where_and_what_to_do():
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow
+                return self.linear(x)
+            return -self.linear(x)
+
+    with pytest.raises(remat.CaptureError, match="could not capture Branchy's forward") as info:
+        remat.Checkpointable(Branchy(), torch.randn(2, 4), progress=False)
+    assert "as a chain instead" in str(info.value)
+
+
+@pytest.mark.skipif(export_available(), reason="torch 2.5 and later capture models")
+def test_older_torch_refuses_a_model_and_says_why():
+    with pytest.raises(remat.CaptureError, match="needs torch 2.5 or later"):
+        remat.Checkpointable(nn.Linear(2, 2), torch.randn(2, 2), progress=False)
+
+
+@needs_export
+def test_hugging_face_trainer_runs_two_steps_on_a_wrapped_model(tmp_path):
+    pytest.importorskip("accelerate")
+    transformers = pytest.importorskip("transformers")
+    model = _hf("gpt2")
+    batch = _batch("gpt2")
+    chk = remat.Checkpointable(model, {k: v[:1] for k, v in batch.items()}, "100%",
+                               progress=False, repeat=1)
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, k):
+            return {key: value[k % 2] for key, value in batch.items()}
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1,
+                                          max_steps=2, report_to=[], use_cpu=True,
+                                          logging_steps=1, save_strategy="no")
+    trainer = transformers.Trainer(model=chk, args=args, train_dataset=Rows())
+    before = [p.detach().clone() for p in model.parameters()]
+    result = trainer.train()
+    assert result.global_step == 2
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
