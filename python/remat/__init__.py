@@ -15,7 +15,7 @@ See docs/python.md.
 
 import torch  # loads LibTorch before the extension that links it
 
-from . import _C
+from . import _C, models
 from ._api import (
     Chain,
     Solution,

@@ -233,16 +233,19 @@ class Checkpointable(nn.Module):
                          slots: int = 0, segments: int = 0, threads: int = 0,
                          exact_storages: bool = True,
                          custom_mem_limit: Optional[Budget] = None,
-                         mem_slots: Optional[int] = None) -> Solution:
+                         mem_slots: Optional[int] = None,
+                         mem_limit: Optional[Budget] = None) -> Solution:
         """Solves for ``budget`` (default: the last one given, to the constructor or to an
         earlier ``compute_sequence``, which keeps it in ``budget``; else the default budget,
         worked out at each solve). Returns the solution; an infeasible budget is not an
         exception here (``ok`` is False, and the least budget is given), but training then
         raises ValueError naming it. Training steps solve again, when they must (after ``measure``), with the same
         algorithm and options. ``custom_mem_limit`` and ``mem_slots`` are rotor's names for
-        ``budget`` and ``slots``. ``exact_storages=False`` leaves out the storage-exact table
+        ``budget`` and ``slots``, and so is ``mem_limit``, its keyword in rotor's documented
+        example. ``exact_storages=False`` leaves out the storage-exact table
         (docs/algorithms.md), to see what it buys on a stage list that carries members."""
         budget = _one_of("budget", budget, "custom_mem_limit", custom_mem_limit)
+        budget = _one_of("budget", budget, "mem_limit", mem_limit)
         if mem_slots is not None:
             slots = _whole("mem_slots", mem_slots, 0)
         self._check_stages()

@@ -276,3 +276,31 @@ def test_hugging_face_trainer_runs_two_steps_on_a_wrapped_model(tmp_path):
     result = trainer.train()
     assert result.global_step == 2
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+
+
+@needs_export
+def test_rotors_documented_example_runs_with_only_the_import_changed():
+    pytest.importorskip("torchvision")
+    import remat as rotor  # the only change to rotor's example (and the device and shape)
+
+    device = torch.device("cpu")  # rotor's example: cuda
+    net = rotor.models.resnet18()
+    net.to(device=device)
+    net_check = rotor.Checkpointable(net)
+    shape = (2, 3, 32, 32)  # rotor's example: (32, 3, 224, 224)
+    sample = torch.rand(*shape, device=device)
+    net_check.measure(sample)
+    net_check.compute_sequence(mem_limit=700 * 1024 * 1024)
+
+    data = torch.rand(*shape, device=device)
+    data.requires_grad = True
+    result = net_check(data).sum()
+    result.backward()
+    grad = data.grad
+
+    plain = copy.deepcopy(net)
+    again = data.detach().requires_grad_()
+    plain(again).sum().backward()
+    assert torch.equal(grad, again.grad)
+    with pytest.raises(AttributeError, match="remat.models has no 'resnet0'"):
+        rotor.models.resnet0
