@@ -21,29 +21,8 @@ namespace {
 using remat::GraphPartition;
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
-double makespan(const remat::Graph& graph, const GraphPartition& split, std::int64_t budget) {
-  const remat::Solution solution =
-      remat::solve(remat::graph_chain(graph, split), remat::SolveOptions(budget).threads(1));
-  return solution.ok() ? solution.makespan_ms : kInfinity;
-}
-
-std::vector<GraphPartition> every_split(const remat::Graph& graph, int max_stages) {
-  std::vector<int> positions;
-  const std::vector<bool> legal = remat::legal_boundaries(graph);
-  for (std::size_t p = 0; p < legal.size(); ++p)
-    if (legal[p]) positions.push_back(static_cast<int>(p));
-  std::vector<GraphPartition> splits;
-  const auto count = static_cast<std::uint32_t>(positions.size());
-  for (std::uint32_t mask = 0; mask < (1u << count); ++mask) {
-    GraphPartition split;
-    for (std::uint32_t k = 0; k < count; ++k)
-      if (mask & (1u << k)) split.ends.push_back(positions[k] + 1);
-    split.ends.push_back(static_cast<int>(graph.nodes.size()));
-    if (split.stages() <= max_stages) splits.push_back(std::move(split));
-  }
-  return splits;
-}
+using remat::test::every_split;
+using remat::test::makespan;
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;

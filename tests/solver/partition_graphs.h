@@ -3,6 +3,7 @@
 // random forward graphs with skips, in-place operations and tuples.
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +87,31 @@ inline std::int64_t middle_budget(const Chain& chain) {
   const std::int64_t least = min_feasible_budget(chain, SolveOptions(0).threads(1));
   const std::int64_t most = store_all_peak(chain);
   return least + (most - least) / 2;
+}
+
+/// The optimal makespan of a split at `budget`, +infinity where no schedule fits.
+inline double makespan(const Graph& graph, const GraphPartition& split, std::int64_t budget) {
+  const Solution solution = solve(graph_chain(graph, split), SolveOptions(budget).threads(1));
+  return solution.ok() ? solution.makespan_ms : std::numeric_limits<double>::infinity();
+}
+
+/// Every split of `graph` (its boundaries a subset of the legal ones) of at most `max_stages`
+/// stages: the exhaustive search the split is judged against.
+inline std::vector<GraphPartition> every_split(const Graph& graph, int max_stages) {
+  std::vector<int> positions;
+  const std::vector<bool> legal = legal_boundaries(graph);
+  for (std::size_t p = 0; p < legal.size(); ++p)
+    if (legal[p]) positions.push_back(static_cast<int>(p));
+  std::vector<GraphPartition> splits;
+  const auto count = static_cast<std::uint32_t>(positions.size());
+  for (std::uint32_t mask = 0; mask < (1u << count); ++mask) {
+    GraphPartition split;
+    for (std::uint32_t k = 0; k < count; ++k)
+      if (mask & (1u << k)) split.ends.push_back(positions[k] + 1);
+    split.ends.push_back(static_cast<int>(graph.nodes.size()));
+    if (split.stages() <= max_stages) splits.push_back(std::move(split));
+  }
+  return splits;
 }
 
 }  // namespace remat::test

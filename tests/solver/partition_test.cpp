@@ -16,6 +16,8 @@
 namespace remat {
 namespace {
 
+using test::every_split;
+using test::makespan;
 using test::node;
 
 TEST_CASE("crossing bytes count each storage once, until its last reader", "[solver][partition]") {
@@ -115,30 +117,6 @@ TEST_CASE("the finest split has every legal boundary, a limit keeps the narrowes
   CHECK(partition_graph(graph, PartitionOptions(1)).stages() == 1);
   CHECK_THROWS_WITH(partition_graph(graph, PartitionOptions(0)),
                     Catch::Contains("max_stages (0) must be at least 1"));
-}
-
-// The optimal makespan of a split at `budget`, +infinity where no schedule fits.
-double makespan(const Graph& graph, const GraphPartition& split, std::int64_t budget) {
-  const Solution solution = solve(graph_chain(graph, split), SolveOptions(budget).threads(1));
-  return solution.ok() ? solution.makespan_ms : std::numeric_limits<double>::infinity();
-}
-
-// Every split whose boundaries are a subset of `legal` of at most `max_stages` stages.
-std::vector<GraphPartition> every_split(const Graph& graph, int max_stages) {
-  std::vector<int> positions;
-  const std::vector<bool> legal = legal_boundaries(graph);
-  for (std::size_t p = 0; p < legal.size(); ++p)
-    if (legal[p]) positions.push_back(static_cast<int>(p));
-  std::vector<GraphPartition> splits;
-  const auto count = static_cast<std::uint32_t>(positions.size());
-  for (std::uint32_t mask = 0; mask < (1u << count); ++mask) {
-    GraphPartition split;
-    for (std::uint32_t k = 0; k < count; ++k)
-      if (mask & (1u << k)) split.ends.push_back(positions[k] + 1);
-    split.ends.push_back(static_cast<int>(graph.nodes.size()));
-    if (split.stages() <= max_stages) splits.push_back(std::move(split));
-  }
-  return splits;
 }
 
 TEST_CASE("the split against every split of small random graphs, judged by the solver",
