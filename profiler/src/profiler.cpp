@@ -174,7 +174,8 @@ double median(std::vector<double> values) {
 }
 
 // Median over repetitions of the time of `timed`, each preceded by an untimed `setup`; a
-// repetition runs both `inner` times, `inner` chosen so that it lasts min_repetition_ms. On
+// repetition runs both `inner` times, `inner` chosen so that it lasts min_repetition_ms of
+// wall time, setup included (at most 1000 runs). On
 // the CPU, each run of `timed` is timed by the host's clock between synchronizations; on a GPU,
 // by events on the stream, the runs back to back with the host never waiting
 // (detail::CudaIntervals): what a stage costs within a step, where the host queues work ahead
@@ -205,10 +206,16 @@ double time_ms(const ProfileOptions& options, c10::Device device, const Setup& s
     }
     return total;
   };
-  double warm = 0;
-  for (int k = 0; k < std::max(1, options.warmup()); ++k) warm = run(1);
+  // The repetition's length is its wall time, the untimed setup included: a backward whose
+  // setup is its stage's forward would otherwise run a thousand forwards a repetition.
+  double wall_ms = 0;
+  for (int k = 0; k < std::max(1, options.warmup()); ++k) {
+    const auto start = Clock::now();
+    (void)run(1);
+    wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
   const int inner = static_cast<int>(
-      std::clamp(std::ceil(options.min_repetition_ms() / std::max(warm, 1e-3)), 1.0, 1000.0));
+      std::clamp(std::ceil(options.min_repetition_ms() / std::max(wall_ms, 1e-3)), 1.0, 1000.0));
   std::vector<double> samples;
   for (int r = 0; r < std::max(1, options.repeat()); ++r) samples.push_back(run(inner) / inner);
   return median(samples);

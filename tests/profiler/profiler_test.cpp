@@ -80,7 +80,33 @@ struct ScaleFirstImpl : nn::Module, remat::MemberListModule {
 };
 TORCH_MODULE(ScaleFirst);
 
+// A forward that lasts about 1 ms (a sleep) and counts its calls, with a backward of a few
+// microseconds: the forward is the backward timing's untimed setup.
+struct SlowForwardImpl : nn::Module {
+  int calls = 0;
+  torch::Tensor forward(torch::Tensor x) {
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return x * 2;
+  }
+};
+TORCH_MODULE(SlowForward);
+
 }  // namespace
+
+TEST_CASE("a repetition counts its untimed setup: a slow forward runs a few times "
+          "to time a fast backward, not a thousand",
+          "[profiler]") {
+  SlowForward slow;
+  nn::Sequential net(nn::Linear(4, 4), slow);
+  const torch::Tensor sample = torch::randn({2, 4});
+  (void)remat::profile(net, sample, ProfileOptions().repeat(5).warmup(1).min_repetition_ms(2));
+  // Each quantity: 1 warm-up run, then 5 repetitions of 2 runs (each run lasting over 1 ms,
+  // setup included): 11 forwards each for the forward with and without autograd, and 11 as the
+  // backward's setup, besides memory's few. Counting only the backward's own microseconds (a
+  // few), a repetition was hundreds of runs: over a thousand forwards.
+  CHECK(slow->calls < 80);
+}
 
 TEST_CASE("profiling a conv chain gives a valid chain with exact activation sizes",
           "[profiler]") {

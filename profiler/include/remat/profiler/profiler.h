@@ -86,7 +86,8 @@ struct ProfileOptions {
   REMAT_ARG(int, repeat) = 5;
   /// Untimed runs before timing.
   REMAT_ARG(int, warmup) = 1;
-  /// A repetition runs a fast operation as many times as needed to last this long.
+  /// A repetition runs a fast operation as many times as needed to last this long, its
+  /// untimed setup included (the forward before each timed backward), at most 1000 times.
   REMAT_ARG(double, min_repetition_ms) = 2.0;
   /// Measure times (false: memory only, all times 0).
   REMAT_ARG(bool, measure_time) = true;
