@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -119,13 +120,18 @@ class CapturedGraph:
                 f"training graphs); this is torch {torch.__version__}. Give the model as a chain "
                 "instead: an nn.Sequential, or a list of its blocks")
         self.model = model
+        start = time.perf_counter()
         try:
             self.program = torch.export.export(model, args, kwargs, strict=False)
         except Exception as error:  # what export raises varies: say where and what to do
             raise CaptureError(_capture_advice(model, error)) from error
+        #: Seconds spent exporting the model, and reading its graph and splitting it.
+        self.export_seconds = time.perf_counter() - start
+        start = time.perf_counter()
         self._read_signature()
         self._read_nodes()
         self._split(max_stages)
+        self.split_seconds = time.perf_counter() - start
 
     # ---- the exported program's inputs and outputs ---------------------------------------
 
@@ -228,10 +234,20 @@ class CapturedGraph:
         elif tensor:
             entry["bytes"] = _storage_bytes(value)
         schema = _schema(n)
+        stays_with = []
         if schema is not None and schema.name in _MAY_RETURN_SELF and n.args and \
                 isinstance(n.args[0], torch.fx.Node) and n.args[0].name in self.index and \
                 self.index[n.args[0].name] >= len(self.input_nodes):
-            entry["stays_with"] = [self.index[n.args[0].name]]
+            stays_with.append(self.index[n.args[0].name])
+        # A view stays in the stage of what it views: the gradient a stage boundary passes down
+        # is then a computing operation's, laid out as the profiler's (a permute's backward
+        # returns a permuted gradient, which a reshape's backward in the stage below would
+        # copy, beyond what that stage was measured with). A view costs nothing to keep there.
+        if tensor and base is not None and base.name in self.index and \
+                self.index[base.name] >= len(self.input_nodes):
+            stays_with.append(self.index[base.name])
+        if stays_with:
+            entry["stays_with"] = sorted(set(stays_with))
         written = self._written_arguments(n)
         writes = sorted({self.index[w.name] for w in written if w.name in self.index})
         if writes:
