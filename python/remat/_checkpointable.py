@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
@@ -109,6 +110,8 @@ class Checkpointable(nn.Module):
         del preserve_rng_state  # remat always replays the random state it recomputes with
         self._extra_loss_bytes = _whole("loss_tmp_memory_usage", loss_tmp_memory_usage, 0)
         self._takes_context = context is not None
+        self._context_count = 0  # the context tensors' number, for stages run as one
+        self._measured_grads: Optional[tuple] = None  # which sample tensors wanted a gradient
         # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
         # nn.Sequential or nn.ModuleList as `module` (its keys are then "module.<its keys>"), a
         # list's modules in an nn.Sequential under their stage names ("module.<name>.weight";
@@ -147,12 +150,53 @@ class Checkpointable(nn.Module):
             if budget is not None:
                 self.compute_sequence(budget, **self._solve_options)
 
-    def _build(self, stages: Any) -> None:
-        """The C++ runtime over ``stages`` (the chain is measured again)."""
+    def _build(self, stages: Any, groups: Optional[list] = None) -> None:
+        """The C++ runtime over ``stages`` (the chain is measured again), consecutive stages run
+        as one where ``groups`` (the number of stages in each) says so."""
         specs, callables = _stage_specs(stages, self._takes_context)
         self._callables = callables  # every stage, modules and plain callables, in order
         self._stage_ids = [id(c) for c in callables.values()]
-        self._impl = _C.Checkpointable(specs)
+        if groups is None or sum(groups) != len(specs):
+            groups = [1] * len(specs)
+        self._groups = groups
+        fused, start = [], 0
+        for size in groups:
+            part = specs[start:start + size]
+            start += size
+            if size == 1:
+                fused.append(part[0])
+            else:
+                fused.append(("+".join(name for name, _, _ in part),
+                              _Fused([(name, stage) for name, stage, _ in part],
+                                     self._context_count if self._takes_context else 0),
+                              self._takes_context))
+        self._impl = _C.Checkpointable(fused)
+
+    def _fold_in_place_stages(self, sample: Sequence[torch.Tensor], context: Sequence[torch.Tensor]) -> None:
+        """Runs each stage that changes its input in place within the stage before it (a lone
+        ``ReLU(inplace=True)``): the input it changes is then the other stage's own temporary,
+        which no schedule needs to keep. Found by one pass without autograd over a copy of
+        ``sample``, after which the stages' buffers and the random state are as they were. The
+        first stage's change to the chain's input is left for measuring to refuse."""
+        names = list(self._callables)
+        groups = list(self._groups)
+        if len(context) != self._context_count and max(groups) == 1:
+            self._context_count = len(context)
+        while True:
+            changed = _first_in_place_group(list(self._callables.values()), groups, sample, context,
+                                            self._takes_context)
+            if changed is None or changed == 0:
+                break
+            start = sum(groups[:changed])
+            warnings.warn(
+                f"remat: stage {'+'.join(names[start:start + groups[changed]])!r} changes its input "
+                f"in place, so it runs within the stage before it, "
+                f"{'+'.join(names[start - groups[changed - 1]:start])!r}, as one stage of the chain",
+                stacklevel=4)
+            groups[changed - 1:changed + 1] = [groups[changed - 1] + groups[changed]]
+        if groups != self._groups or (len(context) != self._context_count and max(groups) > 1):
+            self._context_count = len(context)
+            self._build(list(self._callables.items()), groups)
 
     def _check_stages(self) -> None:
         """Builds the runtime again if a stage of the module was replaced (a new head)."""
@@ -160,7 +204,7 @@ class Checkpointable(nn.Module):
             return
         children = list(self.module.named_children())
         if [id(m) for _, m in children] != self._stage_ids:
-            self._build(children)
+            self._build(children, self._groups)
 
     # ---- copies ------------------------------------------------------------------------
 
@@ -174,8 +218,10 @@ class Checkpointable(nn.Module):
 
     def __setstate__(self, state: dict) -> None:
         chain_json = state.pop("_chain_json", None)
+        state.setdefault("_context_count", 0)  # copies saved before stages were run as one
+        state.setdefault("_measured_grads", None)
         super().__setstate__(state)
-        self._build(list(self._callables.items()))
+        self._build(list(self._callables.items()), state.get("_groups"))
         if chain_json is not None:
             self._impl.set_chain(_C.Chain.from_json(chain_json, "the copied chain"))
 
@@ -197,6 +243,8 @@ class Checkpointable(nn.Module):
             loss = self._loss
         if output_held is None:
             output_held = self._output_held
+        self._fold_in_place_stages(_as_list(sample), _as_list(context, "context"))
+        self._measured_grads = _grad_flags(_as_list(sample))
         chain = self._impl.measure(_as_list(sample), _as_list(context, "context"),
                                    *_profile_arguments(self._repeat, 1, True, "", loss, output_held,
                                                        self._progress))
@@ -217,6 +265,7 @@ class Checkpointable(nn.Module):
     def set_chain(self, chain: Chain) -> None:
         """Uses a chain measured earlier (``remat.Chain.load``)."""
         self._impl.set_chain(chain._chain)
+        self._measured_grads = None  # the chain's own
 
     def store_all_peak(self) -> int:
         """Store-all's peak, the runtime's reserve included: what ``"100%"`` means."""
@@ -289,7 +338,11 @@ class Checkpointable(nn.Module):
         self._check_stages()
         if not self.training or not torch.is_grad_enabled():
             return _run_plainly(self._callables.values(), inputs, context_list)
-        if not self._impl.has_chain():
+        if (not self._impl.has_chain()
+                or (self._measured_grads not in (None, _grad_flags(inputs))
+                    and all(isinstance(t, torch.Tensor) for t in inputs))):
+            # First step; or an input that wants its gradient now, measured without one (rotor's
+            # example sets requires_grad after measuring): measured anew, its gradient counted.
             self.measure(tuple(inputs), context=context, loss=self._loss)
         if not self._impl.has_sequence():
             solution = self.compute_sequence(**self._solve_options)
@@ -366,6 +419,78 @@ def _run_plainly(stages: Any, inputs: Sequence[torch.Tensor], context: Sequence[
         if isinstance(x, torch.Tensor):
             x = (x,)
     return x[0] if len(x) == 1 else tuple(x)
+
+
+def _grad_flags(inputs: Sequence[Any]) -> tuple:
+    """Which of ``inputs`` want a gradient (anything but a tensor does not: the runtime names
+    it as what it is)."""
+    return tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+
+
+def _first_in_place_group(stages: list, groups: list, sample: Sequence[torch.Tensor],
+                          context: Sequence[torch.Tensor], takes_context: bool) -> Optional[int]:
+    """The first of ``groups`` (consecutive stages run as one) that changes its input in place,
+    run without autograd on a copy of ``sample``, or None. The stages' buffers (BatchNorm's
+    statistics) and the random state are left as they were."""
+    if not all(isinstance(t, torch.Tensor) and not t.is_inference() for t in list(sample) + list(context)):
+        return None  # measuring says what is wrong with them (inference tensors: no versions)
+    modules = [s for s in stages if isinstance(s, nn.Module)]
+    saved = [(b, b.detach().clone()) for m in modules for b in m.buffers()]
+    modes = [(sub, sub.training) for m in modules for sub in m.modules()]
+    devices = sorted({t.device.index or 0 for t in sample if t.device.type == "cuda"})
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            for m in modules:
+                m.train(True)  # as measuring and training run them
+            x: Any = tuple(t.detach().clone() for t in sample)
+            extra = tuple(context) if takes_context else ()
+            start = 0
+            for index, size in enumerate(groups):
+                inputs = [t for t in x if isinstance(t, torch.Tensor) and not t.is_inference()]
+                versions = [t._version for t in inputs]
+                try:
+                    for stage in stages[start:start + size]:
+                        x = stage(*x, *extra)
+                        if isinstance(x, torch.Tensor):
+                            x = (x,)
+                except Exception:  # measuring names the stage and what went wrong
+                    return None
+                start += size
+                if [t._version for t in inputs] != versions:
+                    return index
+                if not isinstance(x, (tuple, list)):
+                    return None  # measuring says what is wrong with it
+            return None
+    finally:
+        for m, mode in modes:
+            m.training = mode
+        with torch.no_grad():
+            for b, value in saved:
+                b.copy_(value)
+
+
+class _Fused(nn.Module):
+    """Consecutive stages run as one stage of the chain (each called with the previous one's
+    outputs, then the context tensors if any). Not registered anywhere: the stages' modules
+    are the Checkpointable's."""
+
+    def __init__(self, stages: list, context_count: int):
+        super().__init__()
+        self._stages = [stage for _, stage in stages]
+        for name, stage in stages:
+            if isinstance(stage, nn.Module):
+                self.add_module(name.replace(".", "_"), stage)
+        self._context_count = context_count
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        count = len(args) - self._context_count
+        x: Any = args[:count]
+        context = args[count:]
+        for stage in self._stages:
+            x = stage(*x, *context)
+            if isinstance(x, torch.Tensor):
+                x = (x,)
+        return x[0] if len(x) == 1 else tuple(x)
 
 
 def _signature(inputs: Sequence[torch.Tensor]) -> tuple:

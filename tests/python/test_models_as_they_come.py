@@ -5,13 +5,15 @@ buffer, dropout included, over two optimizer steps), and its measured peak is th
 within the budget."""
 
 import copy
+import json
+import os
 
 import pytest
 import torch
 from torch import nn
 
 import remat
-from conftest import step_peak, weighted_loss
+from conftest import assert_same_training, step_peak, weighted_loss
 from remat._graph import export_available
 
 needs_export = pytest.mark.skipif(not export_available(),
@@ -183,10 +185,80 @@ def test_measured_peak_is_the_prediction_within_the_budget(kind):
         # The 4-byte seed that loss.backward() makes is the caller's, outside the budget.
         measured = step_peak(lambda: step(chk)) + inputs + reserve - 4
         assert measured <= budget, (budget, measured)
-        # Never above the prediction, and within 5% of it: exact for resnet18; for the U-Net and
-        # GPT-2 the prediction counts 2.6% and 4.2% more than the step allocates (their carried
-        # views, counted with their whole storage between stages).
+        # Never above the prediction, and within 5% of it.
         assert solution.peak_bytes * 0.95 <= measured <= solution.peak_bytes, (budget, measured)
+
+
+def _torchvision(kind):
+    """torchvision's model as it comes, at a small input: (model, sample, step)."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    size, kwargs = 32, {}
+    if kind == "inception_v3":
+        size = 299  # its auxiliary classifier needs it
+        kwargs.update(aux_logits=True, init_weights=True)
+    if kind == "vit_b_16":
+        kwargs["image_size"] = size
+    model = getattr(torchvision.models, kind)(num_classes=5, **kwargs)
+    x = torch.randn(2, 3, size, size)
+
+    def loss_of(out):
+        # inception_v3's InceptionOutputs: the logits and the auxiliary logits, both trained.
+        if isinstance(out, tuple):
+            return weighted_loss(out[0]) + 0.4 * weighted_loss(out[1])
+        return weighted_loss(out)
+
+    def step(m):
+        loss = loss_of(m(x))
+        loss.backward()
+        return loss
+
+    return model, x, step, loss_of
+
+
+# The torchvision models of the issue, each a minute or so on one core: run against the pinned
+# PyTorch, not again in the checks against the newest and the oldest (scripts/run.sh sets
+# REMAT_TORCHVISION_MODELS=0 there; the models above run there).
+torchvision_models = pytest.mark.skipif(os.environ.get("REMAT_TORCHVISION_MODELS", "1") == "0",
+                                        reason="REMAT_TORCHVISION_MODELS=0")
+
+
+@needs_export
+@torchvision_models
+@pytest.mark.parametrize("kind", ["resnet50", "densenet121", "inception_v3", "vit_b_16", "convnext_tiny",
+                                  "efficientnet_b0", "mobilenet_v3_large"])
+def test_torchvisions_models_train_bit_for_bit_and_within_each_budget(kind):
+    """Each as torchvision builds it (stochastic depth, in-place activations, inception_v3's
+    auxiliary output): two optimizer steps bit-identical to the model run eagerly, at the
+    least budget; then the measured peak within each budget and at most the prediction."""
+    model, x, step, loss_of = _torchvision(kind)
+    plain = copy.deepcopy(model)
+    # The loss is measured with the model: its memory is in the budget.
+    chk = remat.Checkpointable(model, x, loss=loss_of, progress=False, repeat=1)
+    full, least = chk.store_all_peak(), chk.min_budget()
+    assert chk.compute_sequence(least).ok and least < full
+    ours, grads = _train(chk, step)
+    theirs, plain_grads = _train(plain, step)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+    assert grads.keys() == plain_grads.keys()
+    for name, grad in grads.items():
+        assert torch.equal(grad, plain_grads[name]), name
+    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
+        assert torch.equal(a, b), name  # parameters after the step, BatchNorm's statistics
+    reserve = remat._C.runtime_reserve_bytes("cpu")
+    inputs = x.untyped_storage().nbytes()
+    budgets = [int(full * f) for f in (0.9, 0.75, 0.5, 0.35, 0.25) if full * f >= least]
+    # Never above the prediction, and within 5% of it; vit_b_16's prediction is up to 13%
+    # above its measured peak (at store-all, on one thread; 0.2% at 75%), a defect not yet
+    # explained (issue "Any model").
+    below = 0.14 if kind == "vit_b_16" else 0.05
+    for budget in budgets + [least]:
+        solution = chk.compute_sequence(budget)
+        assert solution.ok and solution.peak_bytes <= budget
+        # The 4-byte seed that loss.backward() makes is the caller's, outside the budget.
+        measured = step_peak(lambda: step(chk)) + inputs + reserve - 4
+        assert solution.peak_bytes * (1 - below) <= measured <= solution.peak_bytes, (budget, measured)
 
 
 @needs_export
@@ -304,3 +376,54 @@ def test_rotors_documented_example_runs_with_only_the_import_changed():
     assert torch.equal(grad, again.grad)
     with pytest.raises(AttributeError, match="remat.models has no 'resnet0'"):
         rotor.models.resnet0
+
+
+def test_a_stage_that_changes_its_input_in_place_runs_within_the_one_before():
+    """rotor's users give ``nn.Sequential(*model.children())``: torchvision's lone
+    ``ReLU(inplace=True)`` child changes its input in place. It runs within the stage before it
+    (the user is told so), and the chain trains as the model does, BatchNorm statistics once."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=5)
+    chain = nn.Sequential(*list(net.children())[:-2])  # conv1, bn1, relu, maxpool, layer1..4
+    plain = copy.deepcopy(chain)
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.warns(UserWarning, match=r"stage '2' changes its input in place, so it runs "
+                                         r"within the stage before it, '1'"):
+        ours = remat.Checkpointable(chain, x, progress=False)
+    assert ours.chain.stage_names == ["0", "1+2", "3", "4", "5", "6", "7"]
+    assert "Fn" in ours.compute_sequence(ours.min_budget()).sequence  # something is recomputed
+    # Measuring left the statistics alone: they are updated by the training step only.
+    for u, v in zip(plain.buffers(), chain.buffers()):
+        assert torch.equal(u, v)
+    for model in (plain, ours):
+        weighted_loss(model(x)).backward()
+    assert_same_training(plain, chain)
+    # A copy runs the same stages as one, and so does a chain given as a list.
+    assert copy.deepcopy(ours).chain.stage_names == ours.chain.stage_names
+    with pytest.warns(UserWarning, match="'relu' changes its input in place"):
+        listed = remat.Checkpointable(list(net.named_children())[:-2], x, progress=False)
+    assert listed.chain.stage_names[:2] == ["conv1", "bn1+relu"]
+    # The chain's first stage has no stage before it: changing the chain's input is refused.
+    with pytest.raises(ValueError, match="stage 0.*in place|in place.*stage 0"):
+        remat.Checkpointable(nn.Sequential(nn.ReLU(inplace=True), nn.Linear(32, 4)),
+                             torch.randn(2, 32), progress=False)
+
+
+def test_an_input_that_wants_its_gradient_after_measuring_is_measured_again():
+    """rotor's example measures a plain sample, then sets ``requires_grad`` on the input it
+    trains with: the chain is measured again, with that gradient in the budget."""
+    torch.manual_seed(0)
+    chain = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 4))
+    plain = copy.deepcopy(chain)
+    ours = remat.Checkpointable(chain, progress=False)
+    ours.measure(torch.randn(8, 32))
+    ours.compute_sequence("100%")
+    data = torch.randn(8, 32)
+    data.requires_grad = True
+    weighted_loss(ours(data)).backward()
+    again = data.detach().requires_grad_()
+    weighted_loss(plain(again)).backward()
+    assert torch.equal(data.grad, again.grad)
+    assert_same_training(plain, chain)
+    assert json.loads(ours.chain.to_json())["inputs"] == [{"bytes": 8 * 32 * 4, "grad": True}]
