@@ -324,11 +324,28 @@ class CapturedGraph:
         self.all_nodes = all_nodes
 
     def stages(self) -> List[Tuple[str, "_GraphStage"]]:
-        out = []
-        for k, nodes in enumerate(self.stage_nodes):
-            name = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name}..{nodes[-1].name}"
-            out.append((f"{k}:{name}", _GraphStage(self, k)))
-        return out
+        """(name, stage) for each stage. A stage is named by the modules its operations come
+        from, the first and the last ("5:layer1.0.conv1..layer1.0.relu"), where the model's
+        own operations run outside any submodule by the operations ("3:add..relu")."""
+        return [(f"{k}:{stage_label(nodes)}", _GraphStage(self, k))
+                for k, nodes in enumerate(self.stage_nodes)]
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """The innermost module whose forward ran the operation ("layer1.0.conv1"), or ""."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path if isinstance(path, str) else ""
+
+
+def stage_label(nodes: Sequence[torch.fx.Node]) -> str:
+    """What a stage's nodes compute, for its name: the first and the last module path, or the
+    first and the last operation where none ran inside a submodule."""
+    paths = [p for p in (module_path(n) for n in nodes if n.op == "call_function") if p]
+    first, last = (paths[0], paths[-1]) if paths else (nodes[0].name, nodes[-1].name)
+    return first if first == last else f"{first}..{last}"
 
 
 def _bound_arguments(n: torch.fx.Node, schema) -> List[Any]:

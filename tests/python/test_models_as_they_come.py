@@ -153,6 +153,12 @@ def test_trains_as_the_model_run_eagerly_bit_for_bit(kind):
     assert least < full
     assert chk.compute_sequence((least + full) // 2).ok
     assert len(chk.captured.stage_nodes) > 2  # split, not one stage
+    names = chk.chain.stage_names
+    assert all(name.startswith(f"{k}:") for k, name in enumerate(names))
+    if kind == "resnet18":  # named by the modules their operations ran in
+        assert names[0] == "0:conv1" and any("layer4.1.bn2" in name for name in names)
+    if kind == "gpt2":
+        assert any(name.endswith(":transformer.h.1.mlp.c_proj") for name in names)
     ours, grads = _train(chk, step)
     theirs, plain_grads = _train(plain, step)
     for a, b in zip(ours, theirs):
