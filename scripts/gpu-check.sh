@@ -13,9 +13,11 @@
 #   bash scripts/gpu-check.sh --cpu --build build --out DIR
 #                                                 CPU mode: tiny sizes, on an existing build (CI)
 # Options: --only PARTS, a comma list of build, tests (the CUDA ones), fidelity, throughput,
-# reference, transformers, distributed, python, cpu-tests (run in that order whatever the
-# list's; GPU mode's default is all but cpu-tests, CPU mode's all but build, tests and
-# cpu-tests; on a fresh machine, build must be among them),
+# reference, transformers, distributed, python, models, cpu-tests (run in that order whatever
+# the list's; GPU mode's default is all but models and cpu-tests, CPU mode's all but build,
+# tests and cpu-tests; on a fresh machine, build must be among them; models: models as they
+# come against Hugging Face's checkpointing, torch.compile's budget and a selective policy,
+# bench/any_model_bench.py, about 5 minutes a model on a GPU),
 # --build DIR (default build-gpu), --out DIR (default $OUT), --models resnet50:128:224,...
 # (throughput models, batch sizes and image sizes; a model may be NAME@GRANULARITY, remat's
 # stages at that granularity, e.g. inception_v3@branch:64:299), --no-stages-table (the fidelity
@@ -92,9 +94,11 @@ if [ "$mode" = gpu ]; then
   transformer_repeat=(--repeat 3)
   python_bench_args=(--device cuda --steps 10)
   granularity_args=(--device cuda --batch 32)
+  models_args=(--device cuda --size gpu --steps 5 --warmup 2 --compile-budgets 0.1,0.4,0.7,1.0
+               --models resnet50,vit_b_16,gpt2,llama,unet)
 else
   device=cpu
-  [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python
+  [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python,models
   distributed_args=(--model resnet18 --batch 2 --image 32 --steps 2 --budget 100% --repeat 1)
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux@branch --batch 2 --image 80 --steps 3 --warmup 1 --rounds 2 --repeat 1 --traced 2)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
@@ -106,12 +110,14 @@ else
   transformer_repeat=(--repeat 1)
   python_bench_args=(--device cpu --steps 1 --quick)
   granularity_args=(--device cpu --quick)
+  models_args=(--device cpu --size tiny --steps 1 --warmup 0 --budgets 75,50 --compile-budgets 0.5
+               --models unet,gpt2)
 fi
 has() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for part in ${only//,/ }; do
   case "$part" in
-    build|tests|fidelity|throughput|reference|transformers|distributed|python|cpu-tests) ;;
-    *) echo "gpu-check: unknown part '$part' (known: build, tests, fidelity, throughput, reference, transformers, distributed, python, cpu-tests)" >&2; exit 2 ;;
+    build|tests|fidelity|throughput|reference|transformers|distributed|python|models|cpu-tests) ;;
+    *) echo "gpu-check: unknown part '$part' (known: build, tests, fidelity, throughput, reference, transformers, distributed, python, models, cpu-tests)" >&2; exit 2 ;;
   esac
 done
 
@@ -308,6 +314,14 @@ if has python; then
     --markdown "$out/python.md" || status=1
   say "finer stages: a ResNet by block, by convolution unit and by operation (predictions)"
   run "$python" bench/granularity_bench.py "${granularity_args[@]}" --markdown "$out/granularity.md" || status=1
+fi
+
+if has models; then
+  [ "$mode" = gpu ] && install_python_package  # once
+  say "models as they come: remat against Hugging Face's checkpointing, torch.compile and a selective policy"
+  run "$python" bench/any_model_bench.py "${models_args[@]}" --json "$out/models.json" \
+    --plot "$out/models.svg" > "$out/models.md" || status=1
+  cat "$out/models.md" >> "$log"
 fi
 
 if has cpu-tests; then
