@@ -61,6 +61,28 @@ def parse_budget(budget: Budget, store_all_peak: Optional[int] = None) -> int:
     return _C.parse_budget(text, 0 if store_all_peak is None else store_all_peak)
 
 
+def peak_during(step: Callable[[], Any], device: Union[str, torch.device] = "cpu") -> int:
+    """The peak bytes allocated on ``device`` while ``step()`` runs, above what was allocated
+    just before it: what a budget counts (docs/python.md, "Measuring a step's peak").
+
+    On the CPU, remat's tracker: every allocation of LibTorch's CPU allocator, a kernel's
+    scratch memory included (installed at the first call; memory allocated before then is
+    simply not counted). On CUDA, the caching allocator's own statistics
+    (``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, which it resets),
+    the device synchronized before and after. ``step``'s result is dropped."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
+    if device.type != "cpu":
+        raise ValueError(f"peak_during measures on the CPU or CUDA, not {device}")
+    return int(_C.peak_during(step, "cpu"))
+
+
 def keep_freed_memory(pad_bytes: int = 256 * 2**20) -> bool:
     """Asks glibc's allocator to keep the memory the process frees instead of returning it to
     the operating system, so that training steps after the first take no page faults (on the

@@ -729,3 +729,21 @@ def test_a_recomputation_freezes_its_stages_batchnorms(norm):
     for m in ours.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             assert m.momentum == momentum and int(m.num_batches_tracked) == 3
+
+
+def test_peak_during_is_the_peak_above_what_was_allocated_before():
+    """remat.peak_during: bytes allocated while the step ran, at their most, above the level
+    before it (the CPU's tracker counts every allocation of LibTorch's allocator)."""
+    assert remat.peak_during(lambda: torch.empty(1 << 20, dtype=torch.uint8)) == 1 << 20
+
+    def two_then_one():
+        a = torch.empty(1 << 20, dtype=torch.uint8)
+        b = torch.empty(2 << 20, dtype=torch.uint8)
+        del a, b
+        return torch.empty(1 << 20, dtype=torch.uint8)
+
+    assert remat.peak_during(two_then_one) == 3 << 20
+    kept = torch.empty(8 << 20, dtype=torch.uint8)  # allocated before: not counted
+    assert remat.peak_during(lambda: kept.clone(), torch.device("cpu")) == 8 << 20
+    with pytest.raises(ValueError, match="on the CPU or CUDA, not meta"):
+        remat.peak_during(lambda: None, "meta")

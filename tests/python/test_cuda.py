@@ -79,3 +79,17 @@ def test_cuda_default_budget_is_the_free_memory():
     solution = chk.compute_sequence()
     assert solution.ok
     assert abs(solution.budget_bytes - free) <= free // 10
+
+
+def test_peak_during_on_cuda_reads_the_caching_allocator():
+    device = torch.device("cuda")
+    kept = torch.empty(8 << 20, dtype=torch.uint8, device=device)  # allocated before: not counted
+
+    def two_then_one():
+        a = torch.empty(1 << 20, dtype=torch.uint8, device=device)
+        b = kept.clone()
+        del a, b
+        return torch.empty(1 << 20, dtype=torch.uint8, device=device)
+
+    assert remat.peak_during(two_then_one, device) == 9 << 20
+    assert remat.peak_during(two_then_one, "cuda") == 9 << 20
