@@ -41,25 +41,29 @@ if [ "$mode" = test ]; then
   mapfile -t oldest < <(pin_args scripts/torch-oldest-requirements.txt)
 fi
 
-# Checks whose outcome the committed tree decides alone, the same inputs on every run (the fuzz
+# Checks whose outcome committed files decide alone, the same inputs on every run (the fuzz
 # targets' fixed seeds and run counts; the mutation check's `git archive HEAD`), are not run
-# again for a tree that passed them on this machine with the same compilers: CI, after a
-# session that ran them on the same commit (docs/building.md, "How long `test` takes").
-# A clone with uncommitted changes runs them; so does REMAT_RECHECK=1.
+# again where those files passed them on this machine with the same compilers: CI, after a
+# session that ran them (docs/building.md, "How long `test` takes"). The fuzz targets' files:
+# fuzz/, the solver, the two weight readers and what they include; the mutation check's: the
+# whole tree. A clone with uncommitted changes runs both; so does REMAT_RECHECK=1.
 passed_dir=${XDG_CACHE_HOME:-$HOME/.cache}/remat/passed
-passed_key=""
-if [ "$mode" = test ] && [ -z "$(git status --porcelain 2>/dev/null || echo dirty)" ]; then
-  passed_key=$({ git rev-parse 'HEAD^{tree}'; g++ --version | head -1; clang++ --version 2>/dev/null | head -1; } |
-               sha256sum | cut -c1-16)
-fi
-# already_passed CHECK: whether this tree passed CHECK here before (and says so).
-already_passed() {
-  [ "${REMAT_RECHECK:-0}" != 1 ] && [ -n "$passed_key" ] && [ -f "$passed_dir/$1-$passed_key" ] || return 1
-  step "$1: passed on this machine for this commit's tree, $(cat "$passed_dir/$1-$passed_key"); not run again (REMAT_RECHECK=1 runs it)"
+clean=0
+[ "$mode" = test ] && [ -z "$(git status --porcelain 2>/dev/null || echo dirty)" ] && clean=1
+# passed_key PATH...: the key of those committed paths (and the compilers), or "" if dirty.
+passed_key() {
+  [ "$clean" = 1 ] || return 0
+  { git rev-parse "${@/#/HEAD:}"; g++ --version | head -1; clang++ --version 2>/dev/null | head -1; } |
+    sha256sum | cut -c1-16
 }
-mark_passed() {  # mark_passed CHECK
-  [ -n "$passed_key" ] || return 0
-  mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$1-$passed_key"
+# already_passed CHECK KEY: whether CHECK passed here before for KEY (and says so).
+already_passed() {
+  [ "${REMAT_RECHECK:-0}" != 1 ] && [ -n "$2" ] && [ -f "$passed_dir/$1-$2" ] || return 1
+  step "$1: passed on this machine for these files, $(cat "$passed_dir/$1-$2"); not run again (REMAT_RECHECK=1 runs it)"
+}
+mark_passed() {  # mark_passed CHECK KEY
+  [ -n "$2" ] || return 0
+  mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$1-$2"
 }
 
 # 0. The commit messages since the convention began (CONTRIBUTING.md): a second's work.
@@ -241,18 +245,21 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # 7. The libFuzzer targets (fuzz/: the chain parser, the solver on extreme chains, the
 # state-dict reader), built with clang, about a minute each from the committed seeds, the same
 # inputs on every run.
-if ! already_passed fuzzing; then
+fuzz_key=$(passed_key fuzz solver models/src/state_dict.cpp models/src/safetensors.cpp models/include \
+                      core/include scripts/fuzz.sh scripts/ccache.sh)
+if ! already_passed fuzzing "$fuzz_key"; then
   step "fuzzing, about a minute a target (scripts/fuzz.sh --ci, into build-fuzz/)"
   bash scripts/fuzz.sh --ci
-  mark_passed fuzzing
+  mark_passed fuzzing "$fuzz_key"
 fi
 
 # 8. The mutation check of the solver, simulator and report tests (tools/mutate.py,
 # docs/testing.md): a mutation no test notices, and no written reason explains, fails.
-if ! already_passed mutation-check; then
+mutation_key=$(passed_key '')  # HEAD: the whole tree
+if ! already_passed mutation-check "$mutation_key"; then
   step "the mutation check (tools/mutate.py, into build-mutate/)"
   python3 tools/mutate.py
-  mark_passed mutation-check
+  mark_passed mutation-check "$mutation_key"
 fi
 
 # 9. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots,
