@@ -145,7 +145,7 @@ def build(name: str, size: str = "cpu", device: str | torch.device = "cpu") -> M
         kwargs: dict = {"num_classes": classes}
         if name == "inception_v3":
             image = 299  # the auxiliary classifier needs it
-            batch = 32 if gpu else 1
+            batch = 32 if gpu else 2  # training BatchNorm needs 2 in the auxiliary branch
             kwargs.update(aux_logits=True, init_weights=True)
         if name == "vit_b_16":
             kwargs["image_size"] = image
