@@ -239,13 +239,17 @@ class CapturedGraph:
                 isinstance(n.args[0], torch.fx.Node) and n.args[0].name in self.index and \
                 self.index[n.args[0].name] >= len(self.input_nodes):
             stays_with.append(self.index[n.args[0].name])
-        # A view stays in the stage of what it views: the gradient a stage boundary passes down
-        # is then a computing operation's, laid out as the profiler's (a permute's backward
-        # returns a permuted gradient, which a reshape's backward in the stage below would
-        # copy, beyond what that stage was measured with). A view costs nothing to keep there.
-        if tensor and base is not None and base.name in self.index and \
-                self.index[base.name] >= len(self.input_nodes):
-            stays_with.append(self.index[base.name])
+        # A view made right after what it views (only views between them) stays in its stage:
+        # the gradient a stage boundary passes down is then a computing operation's, laid out
+        # as the profiler's (a permute's backward returns a permuted gradient, which a
+        # reshape's backward in the stage below would copy, beyond what that stage was measured
+        # with). A view costs nothing to keep there. A view of something made long before (a
+        # slice of the rotary tables in each of Llama's layers) does not glue the stages
+        # between them into one.
+        if tensor and base is not None and base.name in self.index:
+            b, v = self.index[base.name], len(self.nodes)
+            if b >= len(self.input_nodes) and all("view_of" in self.nodes[k] for k in range(b + 1, v)):
+                stays_with.append(b)
         if stays_with:
             entry["stays_with"] = sorted(set(stays_with))
         written = self._written_arguments(n)

@@ -159,6 +159,8 @@ def test_trains_as_the_model_run_eagerly_bit_for_bit(kind):
         assert names[0] == "0:conv1" and any("layer4.1.bn2" in name for name in names)
     if kind == "gpt2":
         assert any(name.endswith(":transformer.h.1.mlp.c_proj") for name in names)
+    if kind == "llama":  # views of the rotary tables in each layer glue no layers together
+        assert len(names) > 50 and least < 0.4 * full  # 92 stages, 27%; glued: 24, 61%
     ours, grads = _train(chk, step)
     theirs, plain_grads = _train(plain, step)
     for a, b in zip(ours, theirs):
