@@ -511,7 +511,8 @@ class _ScheduleCache(dict):
         return _ScheduleCache()
 
 
-def checkpoint_sequential(functions: StageList, budget: Budget, input: Any, **kwargs: Any) -> Any:
+def checkpoint_sequential(functions: StageList, budget: Optional[Budget] = None, input: Any = None,
+                          **kwargs: Any) -> Any:
     """``torch.utils.checkpoint.checkpoint_sequential(functions, segments, input)`` with a
     budget in bytes (``700 * 2**20``, ``"700MiB"`` or ``"50%"`` of the store-all peak) in place
     of the segment count. The chain is measured on the first input of each shape and solved
@@ -522,6 +523,18 @@ def checkpoint_sequential(functions: StageList, budget: Budget, input: Any, **kw
     function (``use_reentrant``, ``preserve_rng_state``, ``determinism_check``, ``debug``) are
     accepted and ignored: remat always restores the random state when it recomputes, and
     checks what each recomputation returns. ``progress`` (default True) shows measuring."""
+    if "segments" in kwargs:
+        raise TypeError(
+            f"remat.checkpoint_sequential takes a memory budget, not torch's segments="
+            f"{kwargs['segments']!r}: remat chooses what to keep. Give the budget in bytes "
+            "(700 * 2**20), as a size ('700MiB') or as a share of the store-all peak ('50%'): "
+            "remat.checkpoint_sequential(functions, '50%', input)")
+    if budget is None:
+        raise TypeError("remat.checkpoint_sequential needs a budget: bytes (700 * 2**20), a size "
+                        "('700MiB') or a share of the store-all peak ('50%')")
+    if input is None:
+        raise TypeError("remat.checkpoint_sequential needs the input: checkpoint_sequential("
+                        "functions, budget, input)")
     unknown = set(kwargs) - {"use_reentrant", "preserve_rng_state", "determinism_check", "debug",
                              "progress"}
     if unknown:

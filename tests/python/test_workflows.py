@@ -377,6 +377,14 @@ def test_checkpoint_sequential_habits():
     x = torch.randn(4, 8)
     with pytest.raises(ValueError, match="not torch's number of segments"):
         remat.checkpoint_sequential(model, 2, x)
+    # torch's keyword, as torch's users write it: what to write instead.
+    with pytest.raises(TypeError, match=r"a memory budget, not torch's segments=2: .*"
+                                        r"checkpoint_sequential\(functions, '50%', input\)"):
+        remat.checkpoint_sequential(model, segments=2, input=x)
+    with pytest.raises(TypeError, match="needs a budget"):
+        remat.checkpoint_sequential(model, input=x)
+    with pytest.raises(TypeError, match="needs the input"):
+        remat.checkpoint_sequential(model, "50%")
     functions = [model[0], torch.tanh, model[2]]
     out = remat.checkpoint_sequential(functions, "100%", x, use_reentrant=False, determinism_check="default",
                                       debug=False, progress=False)
