@@ -180,8 +180,8 @@ class Checkpointable(nn.Module):
         first stage's change to the chain's input is left for measuring to refuse."""
         names = list(self._callables)
         groups = list(self._groups)
-        if len(context) != self._context_count and max(groups) == 1:
-            self._context_count = len(context)
+        context_changed = len(context) != self._context_count
+        self._context_count = len(context)  # what _build gives the stages run as one
         while True:
             changed = _first_in_place_group(list(self._callables.values()), groups, sample, context,
                                             self._takes_context)
@@ -194,8 +194,7 @@ class Checkpointable(nn.Module):
                 f"{'+'.join(names[start - groups[changed - 1]:start])!r}, as one stage of the chain",
                 stacklevel=4)
             groups[changed - 1:changed + 1] = [groups[changed - 1] + groups[changed]]
-        if groups != self._groups or (len(context) != self._context_count and max(groups) > 1):
-            self._context_count = len(context)
+        if groups != self._groups or (context_changed and max(groups) > 1):
             self._build(list(self._callables.items()), groups)
 
     def _check_stages(self) -> None:
@@ -243,9 +242,10 @@ class Checkpointable(nn.Module):
             loss = self._loss
         if output_held is None:
             output_held = self._output_held
-        self._fold_in_place_stages(_as_list(sample), _as_list(context, "context"))
-        self._measured_grads = _grad_flags(_as_list(sample))
-        chain = self._impl.measure(_as_list(sample), _as_list(context, "context"),
+        samples, contexts = _as_list(sample), _as_list(context, "context")
+        self._fold_in_place_stages(samples, contexts)
+        self._measured_grads = _grad_flags(samples)
+        chain = self._impl.measure(samples, contexts,
                                    *_profile_arguments(self._repeat, 1, True, "", loss, output_held,
                                                        self._progress))
         return Chain(chain)
@@ -410,14 +410,22 @@ def _one_of(name: str, value: Any, rotor_name: str, rotor_value: Any) -> Any:
     return rotor_value
 
 
-def _run_plainly(stages: Any, inputs: Sequence[torch.Tensor], context: Sequence[torch.Tensor] = ()) -> Any:
-    """The chain without a schedule (eval mode, no autograd): each stage called with the
-    previous one's outputs, then the context tensors if any."""
+def _through(stages: Any, inputs: Sequence[Any], context: Sequence[torch.Tensor] = ()) -> Any:
+    """``stages`` run one after the other, each called with the previous one's outputs (a
+    tensor is one output), then the context tensors if any: the last one's outputs, a tuple
+    (or what a stage returned that is neither a tensor nor a tuple)."""
     x: Any = tuple(inputs)
     for stage in stages:
         x = stage(*x, *context)
         if isinstance(x, torch.Tensor):
             x = (x,)
+    return x
+
+
+def _run_plainly(stages: Any, inputs: Sequence[torch.Tensor], context: Sequence[torch.Tensor] = ()) -> Any:
+    """The chain without a schedule (eval mode, no autograd): each stage called with the
+    previous one's outputs, then the context tensors if any."""
+    x = _through(stages, inputs, context)
     return x[0] if len(x) == 1 else tuple(x)
 
 
@@ -449,10 +457,7 @@ def _first_in_place_group(stages: list, groups: list, sample: Sequence[torch.Ten
                 inputs = [t for t in x if isinstance(t, torch.Tensor) and not t.is_inference()]
                 versions = [t._version for t in inputs]
                 try:
-                    for stage in stages[start:start + size]:
-                        x = stage(*x, *extra)
-                        if isinstance(x, torch.Tensor):
-                            x = (x,)
+                    x = _through(stages[start:start + size], x, extra)
                 except Exception:  # measuring names the stage and what went wrong
                     return None
                 start += size
@@ -484,13 +489,7 @@ class _Fused(nn.Module):
 
     def forward(self, *args: torch.Tensor) -> Any:
         count = len(args) - self._context_count
-        x: Any = args[:count]
-        context = args[count:]
-        for stage in self._stages:
-            x = stage(*x, *context)
-            if isinstance(x, torch.Tensor):
-                x = (x,)
-        return x[0] if len(x) == 1 else tuple(x)
+        return _run_plainly(self._stages, args[:count], args[count:])
 
 
 def _signature(inputs: Sequence[torch.Tensor]) -> tuple:
