@@ -57,7 +57,7 @@ from pytorch_baseline import device_name, format_bytes, timed_steps  # noqa: E40
 
 import remat  # noqa: E402
 
-CHAINS = {"resnet50": "resnet50", "densenet121": "densenet121", "inception_v3": "inception_v3"}
+CHAINS = ("resnet50", "densenet121", "inception_v3")  # bench/torchvision_stages.py writes them
 
 
 def parse_args(argv):
@@ -139,13 +139,13 @@ class Bench:
         store_all = plain["peak_bytes"]
         budgets = [(pct, int(store_all * pct / 100)) for pct in args.budgets]
         if "remat" in args.methods:
-            self.run_remat(name, "remat", module, spec.sample, budgets)
+            self.run_remat(name, "remat", module, spec.sample, store_all, budgets)
         if name in CHAINS and ({"remat-chain", "checkpoint_sequential"} & args.methods):
             import torchvision_stages
 
-            chain = torchvision_stages.chain_of(module, CHAINS[name])
+            chain = torchvision_stages.chain_of(module, name)
             if "remat-chain" in args.methods:
-                self.run_remat(name, "remat-chain", chain, spec.sample, budgets)
+                self.run_remat(name, "remat-chain", chain, spec.sample, store_all, budgets)
             if "checkpoint_sequential" in args.methods:
                 self.run_checkpoint_sequential(name, chain)
         if spec.hugging_face and "hf-checkpointing" in args.methods:
@@ -167,7 +167,7 @@ class Bench:
         self.measure(name, "plain", "store-all, again", module)
         del self.spec
 
-    def run_remat(self, name, method, module, sample, budgets):
+    def run_remat(self, name, method, module, sample, store_all, budgets):
         spec = self.spec
         start = time.perf_counter()
         if method == "remat":
@@ -188,7 +188,7 @@ class Bench:
         least = wrapped.min_budget()
         for pct, budget in budgets + [(None, least)]:
             solution = wrapped.compute_sequence(budget)
-            setting = f"{pct:g}%" if pct is not None else f"least ({100 * least / budgets[0][1] * budgets[0][0] / 100:.0f}%)"
+            setting = f"{pct:g}%" if pct is not None else f"least ({100 * least / store_all:.0f}%)"
             extra = dict(times, budget_bytes=budget, solve_s=solution.solve_seconds)
             if not solution.ok:
                 self.results.append({"model": name, "method": method, "setting": setting,
