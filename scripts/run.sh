@@ -56,14 +56,18 @@ passed_key() {
   { git rev-parse "${@/#/HEAD:}"; g++ --version | head -1; clang++ --version 2>/dev/null | head -1; } |
     sha256sum | cut -c1-16
 }
-# already_passed CHECK KEY: whether CHECK passed here before for KEY (and says so).
-already_passed() {
-  [ "${REMAT_RECHECK:-0}" != 1 ] && [ -n "$2" ] && [ -f "$passed_dir/$1-$2" ] || return 1
-  step "$1: passed on this machine for these files, $(cat "$passed_dir/$1-$2"); not run again (REMAT_RECHECK=1 runs it)"
-}
-mark_passed() {  # mark_passed CHECK KEY
-  [ -n "$2" ] || return 0
-  mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$1-$2"
+# unless_passed CHECK KEY TITLE COMMAND...: says so where CHECK passed here before for KEY;
+# else runs COMMAND under the step TITLE and records its pass.
+unless_passed() {
+  local check=$1 key=$2 title=$3
+  shift 3
+  if [ "${REMAT_RECHECK:-0}" != 1 ] && [ -n "$key" ] && [ -f "$passed_dir/$check-$key" ]; then
+    step "$check: passed on this machine for these files, $(cat "$passed_dir/$check-$key"); not run again (REMAT_RECHECK=1 runs it)"
+    return 0
+  fi
+  step "$title"
+  "$@"
+  [ -z "$key" ] || { mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$check-$key"; }
 }
 
 # 0. The commit messages since the convention began (CONTRIBUTING.md): a second's work.
@@ -247,20 +251,14 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # inputs on every run.
 fuzz_key=$(passed_key fuzz solver models/src/state_dict.cpp models/src/safetensors.cpp models/include \
                       core/include scripts/fuzz.sh scripts/ccache.sh)
-if ! already_passed fuzzing "$fuzz_key"; then
-  step "fuzzing, about a minute a target (scripts/fuzz.sh --ci, into build-fuzz/)"
+unless_passed fuzzing "$fuzz_key" "fuzzing, about a minute a target (scripts/fuzz.sh --ci, into build-fuzz/)" \
   bash scripts/fuzz.sh --ci
-  mark_passed fuzzing "$fuzz_key"
-fi
 
 # 8. The mutation check of the solver, simulator and report tests (tools/mutate.py,
 # docs/testing.md): a mutation no test notices, and no written reason explains, fails.
 mutation_key=$(passed_key '')  # HEAD: the whole tree
-if ! already_passed mutation-check "$mutation_key"; then
-  step "the mutation check (tools/mutate.py, into build-mutate/)"
+unless_passed mutation-check "$mutation_key" "the mutation check (tools/mutate.py, into build-mutate/)" \
   python3 tools/mutate.py
-  mark_passed mutation-check "$mutation_key"
-fi
 
 # 9. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots,
 # through gpu-session.sh (in the background, collected by `wait`), as on the GPU machine.
