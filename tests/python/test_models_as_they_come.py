@@ -142,6 +142,40 @@ def _train(model, step, steps=2):
     return losses, grads
 
 
+def _assert_trains_as(chk, model, plain, step):
+    """Two optimizer steps of ``chk`` (wrapping ``model``) and of ``plain``, the same model run
+    eagerly: the same losses, every gradient, and every parameter and buffer after them."""
+    ours, grads = _train(chk, step)
+    theirs, plain_grads = _train(plain, step)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+    assert grads.keys() == plain_grads.keys()
+    for name, grad in grads.items():
+        assert torch.equal(grad, plain_grads[name]), name
+    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
+        assert torch.equal(a, b), name  # parameters after the step, BatchNorm's statistics
+
+
+def _issue_budgets(full, least):
+    """90, 75, 50, 35 and 25% of store-all, where feasible (on the CPU the least is often
+    above most of them)."""
+    return [int(full * f) for f in (0.9, 0.75, 0.5, 0.35, 0.25) if full * f >= least]
+
+
+def _assert_peaks(chk, step, inputs, budgets, below=0.05):
+    """At each budget: a schedule that fits, and a step whose measured peak is within the
+    budget, never above the prediction and at most ``below`` under it. ``inputs``: the bytes
+    of the step's inputs, allocated before it but counted in the prediction."""
+    reserve = remat._C.runtime_reserve_bytes("cpu")
+    for budget in budgets:
+        solution = chk.compute_sequence(budget)
+        assert solution.ok and solution.peak_bytes <= budget
+        # The 4-byte seed that loss.backward() makes is the caller's, outside the budget.
+        measured = step_peak(lambda: step(chk)) + inputs + reserve - 4
+        assert measured <= budget, (budget, measured)
+        assert solution.peak_bytes * (1 - below) <= measured <= solution.peak_bytes, (budget, measured)
+
+
 @needs_export
 @pytest.mark.parametrize("kind", VISION + LANGUAGE)
 def test_trains_as_the_model_run_eagerly_bit_for_bit(kind):
@@ -161,15 +195,7 @@ def test_trains_as_the_model_run_eagerly_bit_for_bit(kind):
         assert any(name.endswith(":transformer.h.1.mlp.c_proj") for name in names)
     if kind == "llama":  # views of the rotary tables in each layer glue no layers together
         assert len(names) > 50 and least < 0.4 * full  # 92 stages, 27%; glued: 24, 61%
-    ours, grads = _train(chk, step)
-    theirs, plain_grads = _train(plain, step)
-    for a, b in zip(ours, theirs):
-        assert torch.equal(a, b)
-    assert grads.keys() == plain_grads.keys()
-    for name, grad in grads.items():
-        assert torch.equal(grad, plain_grads[name]), name
-    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
-        assert torch.equal(a, b), name  # parameters after the step, BatchNorm's statistics
+    _assert_trains_as(chk, model, plain, step)
 
 
 @needs_export
@@ -182,19 +208,9 @@ def test_measured_peak_is_the_prediction_within_the_budget(kind):
     step(chk)
     inputs = sum(t.untyped_storage().nbytes()
                  for t in (sample.values() if isinstance(sample, dict) else [sample]))
-    reserve = remat._C.runtime_reserve_bytes("cpu")
     full, least = chk.store_all_peak(), chk.min_budget()
-    # 90, 75, 50, 35 and 25% of store-all where feasible (on the CPU the least is often above
-    # most of them), and the least budget and halfway to store-all always.
-    budgets = [int(full * f) for f in (0.9, 0.75, 0.5, 0.35, 0.25) if full * f >= least]
-    for budget in budgets + [least, (least + full) // 2]:
-        solution = chk.compute_sequence(budget)
-        assert solution.ok and solution.peak_bytes <= budget
-        # The 4-byte seed that loss.backward() makes is the caller's, outside the budget.
-        measured = step_peak(lambda: step(chk)) + inputs + reserve - 4
-        assert measured <= budget, (budget, measured)
-        # Never above the prediction, and within 5% of it.
-        assert solution.peak_bytes * 0.95 <= measured <= solution.peak_bytes, (budget, measured)
+    # The issue's budgets, and the least budget and halfway to store-all always.
+    _assert_peaks(chk, step, inputs, _issue_budgets(full, least) + [least, (least + full) // 2])
 
 
 def _torchvision(kind):
@@ -245,28 +261,12 @@ def test_torchvisions_models_train_bit_for_bit_and_within_each_budget(kind):
     chk = remat.Checkpointable(model, x, loss=loss_of, progress=False, repeat=1)
     full, least = chk.store_all_peak(), chk.min_budget()
     assert chk.compute_sequence(least).ok and least < full
-    ours, grads = _train(chk, step)
-    theirs, plain_grads = _train(plain, step)
-    for a, b in zip(ours, theirs):
-        assert torch.equal(a, b)
-    assert grads.keys() == plain_grads.keys()
-    for name, grad in grads.items():
-        assert torch.equal(grad, plain_grads[name]), name
-    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
-        assert torch.equal(a, b), name  # parameters after the step, BatchNorm's statistics
-    reserve = remat._C.runtime_reserve_bytes("cpu")
-    inputs = x.untyped_storage().nbytes()
-    budgets = [int(full * f) for f in (0.9, 0.75, 0.5, 0.35, 0.25) if full * f >= least]
-    # Never above the prediction, and within 5% of it; vit_b_16's prediction is up to 13%
-    # above its measured peak (at store-all, on one thread; 0.2% at 75%), a defect not yet
-    # explained (issue "Any model").
-    below = 0.14 if kind == "vit_b_16" else 0.05
-    for budget in budgets + [least]:
-        solution = chk.compute_sequence(budget)
-        assert solution.ok and solution.peak_bytes <= budget
-        # The 4-byte seed that loss.backward() makes is the caller's, outside the budget.
-        measured = step_peak(lambda: step(chk)) + inputs + reserve - 4
-        assert solution.peak_bytes * (1 - below) <= measured <= solution.peak_bytes, (budget, measured)
+    _assert_trains_as(chk, model, plain, step)
+    # Within 5% of the prediction; vit_b_16's prediction is up to 13% above its measured peak
+    # (at store-all, on one thread; 0.2% at 75%), a defect not yet explained (issue "Any
+    # model").
+    _assert_peaks(chk, step, x.untyped_storage().nbytes(), _issue_budgets(full, least) + [least],
+                  below=0.14 if kind == "vit_b_16" else 0.05)
 
 
 @needs_export
