@@ -45,7 +45,7 @@ Action add_demo_command(CLI::App& app) {
                   "Language models (gpt2*): sequence length (default: 128)");
   cmd->add_option("--granularity", args->granularity, "Transformers: block or half");
   cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
-  cmd->add_option("--budget", args->budget, "Budget: SIZE or % of the store-all peak")->capture_default_str();
+  cmd->add_option("--budget", args->budget, "Budget: SIZE, % of the store-all peak, min (the least), or either with + (at least the least)")->capture_default_str();
   return [args, cmd]() -> int {
     REMAT_CHECK(args->batch >= 1 && args->image >= 1 && args->steps >= 1,
                 "--batch, --image and --steps must be at least 1");
@@ -104,7 +104,8 @@ Action add_demo_command(CLI::App& app) {
     // 3. The schedule.
     Checkpointable chk(net);
     chk->set_chain(chain);
-    std::int64_t budget = parse_budget(args->budget, chk->store_all_peak());
+    std::int64_t budget = parse_budget(args->budget, chk->store_all_peak(),
+                                       [&] { return chk->min_budget(); });
     const Solution* solution = &chk->compute_sequence(budget);
     if (!solution->ok()) {
       fmt::print("\n{} is below the least budget any schedule meets; using that instead\n",

@@ -162,7 +162,8 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/2 or /1 JSON)")->required();
   cmd->add_option("--budget", args->budget,
                   "Activation memory budget: bytes with a unit (700MiB, 2.5GiB, 1e9) or a "
-                  "percentage of the store-all peak (50%)")
+                  "percentage of the store-all peak (50%); min, the least budget any schedule "
+                  "fits; either followed by + (50%+): that, or the least where more")
       ->required();
   cmd->add_option("--algorithm", args->algorithm,
                   "optimal, store-all, recompute-all, periodic or revolve")
@@ -207,8 +208,7 @@ Action add_schedule_command(CLI::App& app) {
     check_solver_threads(args->threads);
     check_plot_path(args->plot);
     const Chain chain = load_chain(args->chain_path);
-    const std::int64_t budget = parse_budget(args->budget, store_all_peak(chain));
-    SolveOptions options = SolveOptions(budget)
+    SolveOptions options = SolveOptions(0)
                                .algorithm(algorithm)
                                .segments(args->segments)
                                .slots(args->slots)
@@ -218,6 +218,10 @@ Action add_schedule_command(CLI::App& app) {
                                .search_above_budget(!args->no_search_above_budget)
                                .merge_carried_runs(!args->no_merged_runs)
                                .exact_storages(!args->no_exact_storages);
+    const std::int64_t budget = parse_budget(args->budget, store_all_peak(chain), [&] {
+      return min_feasible_budget(chain, options);
+    });
+    options.budget_bytes(budget);
     const Solution solution = solve(chain, options);
     if (format == Format::kJson) {
       print_json(chain, solution, options);

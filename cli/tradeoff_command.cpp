@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -66,6 +67,10 @@ Action add_tradeoff_command(CLI::App& app) {
     const Chain chain = load_chain(args->chain_path);
     TradeoffOptions options;
     options.points(args->points).slots(args->slots).threads(args->threads);
+    for (const auto& [option, text] : {std::pair{"--from", &args->from}, std::pair{"--to", &args->to}})
+      REMAT_CHECK(!budget_needs_least(*text), option, " ", *text,
+                  ": the table's budgets are sizes or percentages; it starts at the least budget "
+                  "when --from is left out");
     if (!args->from.empty())
       options.from_bytes(
           std::max<std::int64_t>(1, parse_budget(args->from, store_all_peak(chain))));

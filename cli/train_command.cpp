@@ -331,10 +331,12 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
 
   // The schedule. Percentages are of the store-all peak as the runtime needs it; a budget is
   // per rank.
-  const std::int64_t budget = parse_budget(args.budget, chk->store_all_peak());
-  SolveOptions solve_options(budget);
+  SolveOptions solve_options(0);
   solve_options.algorithm(algorithm);
   if (args.segments > 0) solve_options.segments(args.segments);
+  const std::int64_t budget = parse_budget(args.budget, chk->store_all_peak(),
+                                           [&] { return chk->min_budget(solve_options); });
+  solve_options.budget_bytes(budget);
   const Solution& s = group ? distributed::solve(*chk, *group, solve_options)
                             : chk->compute_sequence(solve_options);
   if (!s.ok()) {
@@ -522,7 +524,7 @@ TrainSetup prepare(const TrainArgs& args) {
   ModelInput in =
       resolve_model_input(args.model, args.image, args.device, args.sequence, args.granularity);
   check_classes_option(in, args.classes_given);
-  (void)parse_budget(args.budget, 1);  // its syntax; a percentage's bytes come with the chain
+  check_budget_syntax(args.budget);  // a percentage's bytes, and min's, come with the chain
   const distributed::BackendKind backend =
       distributed::resolve_backend(distributed::parse_backend(args.backend), in.device);
   if (args.nproc > 1) distributed::check_backend(backend, in.device);
@@ -578,7 +580,8 @@ Action add_train_command(CLI::App& app) {
   cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");
   cmd->add_option(
          "--budget", args->budget,
-         "Activation memory (per rank): SIZE (700MiB, 2.5GiB) or a % of the store-all peak")
+         "Activation memory (per rank): SIZE (700MiB, 2.5GiB), a % of the store-all peak, min "
+         "(the least any schedule fits), or either followed by + (50%+: at least the least)")
       ->required();
   cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
   cmd->add_option("--algorithm", args->algorithm,

@@ -475,11 +475,17 @@ class Marks {
 // kernels; within a pass, the host's lead gained over GPU-bound stages hides the launches of the
 // host-bound stages after them. Returns false, the chain's times unchanged, out of memory: a pass
 // keeps every stage's graph at once.
+// With ProfileOptions::max_steps, the passes end once another would take the time spent
+// measuring since `started` beyond max_steps of the passes' steps (at least one timed pass); on
+// the CPU the memory's measurement, which ran every stage, is the warm-up.
 bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs,
                     const Tensors& context, const ProfileOptions& options, c10::Device device,
-                    Chain& chain) {
+                    Clock::time_point started, Chain& chain) {
   const std::size_t length = stages.size();
-  const int warmup = std::max(1, options.warmup()), repeat = std::max(1, options.repeat());
+  const bool bounded = options.max_steps() > 0;
+  const int warmup = bounded && !device.is_cuda() ? 0 : std::max(1, options.warmup());
+  const int repeat = std::max(1, options.repeat());
+  double step_ms = 0;  // the timed passes' forward and backward, summed over the stages
   // The restart (Chain::restart_ms): the first forward without autograd, stage 0's, comes right
   // after the backward's last engine call; stage 0 runs once more after the last stage, within
   // the pass. On a GPU the engine call returns with the backward's kernels queued, and the GPU
@@ -505,6 +511,7 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
       return ones.back();
     };
     for (int pass = 0; pass < warmup + repeat; ++pass) {
+      const auto pass_started = Clock::now();
       Marks marks(device, per_pass);
       std::vector<Tensors> outs(length);
       std::vector<std::vector<detail::NodePtr<detail::GradientSink>>> sinks(length);
@@ -595,6 +602,14 @@ bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs
         const double within = gaps[3 * length + 1];
         restarts.push_back(gaps[2 * length] + gaps[2 * length + 1] - within);
         nograd[0].back() = within;
+      }
+      if (bounded) {
+        for (std::size_t i = 0; i < length; ++i) step_ms += fwd[i].back() + bwd[i].back();
+        const int timed = pass + 1 - warmup;
+        const auto now = Clock::now();
+        const double spent_ms = std::chrono::duration<double, std::milli>(now - started).count();
+        const double pass_ms = std::chrono::duration<double, std::milli>(now - pass_started).count();
+        if (spent_ms + pass_ms > options.max_steps() * step_ms / timed) break;
       }
     }
   } catch (const c10::OutOfMemoryError&) {
@@ -737,11 +752,15 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   }
   result.chain.context_bytes = storage_bytes(context);
   // How the times are taken: kPasses after every stage is measured; kStages in the loop.
+  const bool bounded = options.max_steps() > 0;
   const Timing timing = !options.measure_time() ? Timing::kStages
                         : options.timing() != Timing::kAuto ? options.timing()
-                        : device.is_cuda()                  ? Timing::kPasses
+                        : device.is_cuda() || bounded       ? Timing::kPasses
                                                             : Timing::kStages;
   const bool per_stage_times = options.measure_time() && timing == Timing::kStages;
+  // Bounded, a stage timed alone runs each quantity once more, after the memory's runs.
+  ProfileOptions stage_timing = options;
+  if (bounded) stage_timing.repeat(1).warmup(0).min_repetition_ms(0);
 
   // A stage's first call may do once what later calls do not, and allocate for it: on a GPU,
   // torch.compile autotunes its Triton kernels with a buffer of the L2 cache's size (60 MiB on
@@ -933,7 +952,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     }
     saved_held.clear();
     sinks.clear();
-    if (per_stage_times) time_stage(run, x, next, in_members, options, device, stage);
+    if (per_stage_times) time_stage(run, x, next, in_members, stage_timing, device, stage);
     result.chain.stages.push_back(stage);
     x = std::move(next);
   }
@@ -995,7 +1014,10 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     if (options.timing() == Timing::kAuto && device.is_cuda())
       fits = static_cast<double>(store_all_peak(result.chain)) <=
              0.8 * static_cast<double>(detail::cuda_free_bytes(device.has_index() ? device.index() : -1));
-    if (fits && time_in_passes(stages, inputs, context, options, device, result.chain)) {
+    else if (options.timing() == Timing::kAuto)  // bounded, on the CPU
+      fits = static_cast<double>(store_all_peak(result.chain)) <=
+             0.5 * static_cast<double>(available_memory_bytes());
+    if (fits && time_in_passes(stages, inputs, context, options, device, started, result.chain)) {
       result.timing = Timing::kPasses;
     } else {
       Tensors y;
@@ -1007,7 +1029,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
           torch::NoGradGuard no_grad;
           next = run(y);
         }
-        time_stage(run, y, next, result.chain.members(i), options, device,
+        time_stage(run, y, next, result.chain.members(i), stage_timing, device,
                    result.chain.stages[static_cast<std::size_t>(i)]);
         y = std::move(next);
       }

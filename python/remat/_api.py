@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import sys
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 
@@ -39,9 +40,14 @@ def _solver_arguments(slots: int, segments: int, threads: int) -> tuple:
             _whole("threads", threads, 0, _MAX_THREADS))
 
 
-def parse_budget(budget: Budget, store_all_peak: Optional[int] = None) -> int:
-    """A budget in bytes from bytes (``700 * 2**20``), a size (``"700MiB"``, ``"1.5GB"``) or a
-    percentage of the store-all peak (``"50%"``, which needs ``store_all_peak``)."""
+def parse_budget(budget: Budget, store_all_peak: Optional[int] = None,
+                 least: Union[None, int, Callable[[], int]] = None) -> int:
+    """A budget in bytes from bytes (``700 * 2**20``), a size (``"700MiB"``, ``"1.5GB"``), a
+    percentage of the store-all peak (``"50%"``, which needs ``store_all_peak``), ``"min"``, the
+    least budget any schedule fits, or a size or percentage followed by ``+`` (``"50%+"``): that,
+    or the least where it is more. The last two need ``least``, the least budget (bytes, or a
+    function returning them; -1 when no budget is enough), which ``Checkpointable``,
+    ``compute_sequence`` and ``solve`` work out themselves."""
     if isinstance(budget, bool):
         raise TypeError("a budget is bytes (an int) or a string such as '700MiB' or '50%', not a bool")
     if isinstance(budget, numbers.Integral):
@@ -55,10 +61,27 @@ def parse_budget(budget: Budget, store_all_peak: Optional[int] = None) -> int:
         raise TypeError(
             f"a budget is bytes (an int) or a string such as '700MiB' or '50%', not {type(budget).__name__}")
     text = budget.strip()
-    if text.endswith("%") and store_all_peak is None:
+    if text.rstrip("+").rstrip().endswith("%") and store_all_peak is None:
         raise ValueError(f"budget {budget!r}: a percentage needs the store-all peak (measure first)")
+    if _C.budget_needs_least(text):
+        _C.check_budget_syntax(text)
+        if least is None:
+            raise ValueError(f"budget {budget!r} depends on the chain's least budget: give it to "
+                             "Checkpointable, compute_sequence or solve, which work that out")
+        least = least() if callable(least) else least
+    else:
+        least = None
     # The CLI's parser: the same sizes, and percentages floored exactly.
-    return _C.parse_budget(text, 0 if store_all_peak is None else store_all_peak)
+    return _C.parse_budget(text, 0 if store_all_peak is None else store_all_peak, least)
+
+
+def check_budget(budget: Budget) -> None:
+    """Raises TypeError or ValueError when ``budget`` is not one parse_budget reads, before the
+    chain (its store-all peak, its least budget) is known."""
+    if isinstance(budget, str):
+        _C.check_budget_syntax(budget.strip())
+    else:
+        parse_budget(budget, 1)
 
 
 def peak_during(step: Callable[[], Any], device: Union[str, torch.device] = "cpu") -> int:
@@ -325,7 +348,10 @@ def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: in
     """The fastest schedule of ``algorithm`` within ``budget`` (bytes, ``"700MiB"`` or ``"50%"``
     of the chain's store-all peak). An infeasible budget is a result (``ok`` is False), not an
     exception. ``exact_storages=False`` leaves out the storage-exact table (docs/algorithms.md)."""
-    budget_bytes = parse_budget(budget, chain.store_all_peak())
+    least_slots, least_segments, _ = _solver_arguments(slots, segments, threads)
+    budget_bytes = parse_budget(budget, chain.store_all_peak(),
+                                lambda: _C.min_feasible_budget(chain._chain, algorithm, least_slots,
+                                                               least_segments, bool(exact_storages)))
     return Solution(_C.solve(chain._chain, budget_bytes, algorithm,
                              *_solver_arguments(slots, segments, threads),
                              bool(exact_storages)), chain)
@@ -335,6 +361,10 @@ def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budg
              slots: int = 0, threads: int = 0) -> Tradeoff:
     """Each algorithm's makespan over a grid of budgets (0: the least budget and store-all)."""
     peak = chain.store_all_peak()
+    for name, value in (("from_budget", from_budget), ("to_budget", to_budget)):
+        if isinstance(value, str) and _C.budget_needs_least(value):
+            raise ValueError(f"{name}={value!r}: the table's budgets are sizes or percentages; it "
+                             "starts at the least budget when from_budget is left out")
     slots, _, threads = _solver_arguments(slots, 0, threads)
     return Tradeoff(_C.tradeoff(chain._chain, parse_budget(from_budget, peak), parse_budget(to_budget, peak),
                                 _whole("points", points, 2, _INT32_MAX), slots, threads), chain)
@@ -391,9 +421,25 @@ def _as_list(x: Any, what: str = "sample") -> list:
 _TIMINGS = ("auto", "stages", "passes")
 
 
+# What measuring costs by default: about this many training steps (docs/python.md, "What
+# measuring costs").
+DEFAULT_MEASURE_STEPS = 3.0
+
+
+def _measuring(repeat: Optional[int], measure_steps: Optional[float]) -> Tuple[int, float]:
+    """(repeat, max_steps) for the profiler: bounded by ``measure_steps`` training steps (3 by
+    default), or, with only ``repeat`` given, by its count of timed runs."""
+    if measure_steps is None:
+        measure_steps = DEFAULT_MEASURE_STEPS if repeat is None else 0.0
+    elif (isinstance(measure_steps, bool) or not isinstance(measure_steps, numbers.Real)
+          or not math.isfinite(measure_steps) or measure_steps <= 0):
+        raise ValueError(f"measure_steps must be a positive number of training steps, not {measure_steps!r}")
+    return (5 if repeat is None else _whole("repeat", repeat, 1, _INT32_MAX)), float(measure_steps)
+
+
 def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
                        loss: Optional[Callable], output_held: bool, progress: bool,
-                       timing: str = "auto") -> tuple:
+                       timing: str = "auto", max_steps: float = 0.0) -> tuple:
     """The profiler's options, as remat._C's profile and Checkpointable.measure take them."""
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be callable, not {type(loss).__name__}")
@@ -402,23 +448,28 @@ def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
     return (_whole("repeat", repeat, 1, _INT32_MAX), _whole("warmup", warmup, 0, _INT32_MAX),
             bool(measure_time), str(name),
             None if loss is None else (lambda outs: loss(*outs)), bool(output_held),
-            _progress(name or "chain") if progress else None, timing)
+            _progress(name or "chain") if progress else None, timing, float(max_steps))
 
 
 def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Callable] = None,
-            output_held: bool = True, repeat: int = 5, warmup: int = 1, measure_time: bool = True,
-            name: str = "", progress: bool = True, timing: str = "auto") -> Chain:
+            output_held: bool = True, repeat: Optional[int] = None, warmup: int = 1,
+            measure_time: bool = True, name: str = "", progress: bool = True, timing: str = "auto",
+            measure_steps: Optional[float] = None) -> Chain:
     """Measures each stage of ``module`` (an ``nn.Sequential``, a list of modules or of
     (name, module) pairs) on ``sample`` (a tensor or a tuple of them): times, and what each
     keeps for its backward, in bytes. On the CPU this installs remat's tracking CPU allocator
     in the process (docs/python.md). ``loss`` and ``output_held``: as for
     ``Checkpointable``. ``timing``: ``"stages"`` times each stage alone, ``"passes"`` within
     whole forward and backward passes as in a step (it needs the store-all memory), ``"auto"``
-    the latter on a GPU where it fits (docs/cost-model.md, "How times are taken")."""
+    the latter on a GPU where it fits (docs/cost-model.md, "How times are taken").
+    ``measure_steps``: measuring takes about that many training steps at most (3 unless
+    ``repeat`` is given, which then times each quantity that many times; docs/python.md, "What
+    measuring costs")."""
     from ._checkpointable import _stage_specs
 
     specs, _ = _stage_specs(module, takes_context=context is not None)
     inputs = _as_list(sample)
+    repeat, max_steps = _measuring(repeat, measure_steps)
     return Chain(_C.profile(specs, inputs, _as_list(context, "context"),
                             *_profile_arguments(repeat, warmup, measure_time, name, loss,
-                                                output_held, progress, timing)))
+                                                output_held, progress, timing, max_steps)))

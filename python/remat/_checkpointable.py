@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from . import _C
-from ._api import (_INT32_MAX, Budget, Chain, Solution, _as_list, _profile_arguments, _solver_arguments,
-                   _whole, format_bytes, parse_budget)
+from ._api import (Budget, Chain, Solution, _as_list, _measuring, _profile_arguments,
+                   _solver_arguments, _whole, check_budget, format_bytes, parse_budget)
 
 StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callable]]]
 
@@ -97,7 +97,8 @@ class Checkpointable(nn.Module):
 
     def __init__(self, module: StageList, sample: Any = None, budget: Optional[Budget] = None, *,
                  context: Any = None, loss: Optional[Callable] = None, output_held: bool = True,
-                 repeat: int = 5, progress: bool = True, custom_input: Any = None,
+                 repeat: Optional[int] = None, measure_steps: Optional[float] = None,
+                 progress: bool = True, custom_input: Any = None,
                  mem_limit: Optional[Budget] = None, mem_slots: Optional[int] = None,
                  verbosity: Optional[int] = None, preserve_rng_state: bool = True,
                  loss_tmp_memory_usage: int = 0):
@@ -134,7 +135,7 @@ class Checkpointable(nn.Module):
                         "'module.<name>.<parameter>')") from None
             # Replacing a stage is seen through the nn.Sequential when every stage is a module.
             self._stages_from_module = len(self.module) == len(self._callables)
-        self._repeat = _whole("repeat", repeat, 1, _INT32_MAX)
+        self._repeat, self._max_steps = _measuring(repeat, measure_steps)
         self._loss = loss
         self._output_held = output_held
         self._progress = progress
@@ -143,7 +144,7 @@ class Checkpointable(nn.Module):
         if mem_slots is not None:
             self._solve_options["slots"] = _whole("mem_slots", mem_slots, 0)
         if budget is not None:
-            parse_budget(budget, 1)  # a bad budget now, not at the first step
+            check_budget(budget)  # a bad budget now, not at the first step
         self.budget = budget  # as given; None: the default, worked out at each solve
         if sample is not None:
             self.measure(sample, context=context, loss=loss)
@@ -219,6 +220,7 @@ class Checkpointable(nn.Module):
         chain_json = state.pop("_chain_json", None)
         state.setdefault("_context_count", 0)  # copies saved before stages were run as one
         state.setdefault("_measured_grads", None)
+        state.setdefault("_max_steps", 0.0)  # saved before measuring was bounded: counts
         super().__setstate__(state)
         self._build(list(self._callables.items()), state.get("_groups"))
         if chain_json is not None:
@@ -247,7 +249,7 @@ class Checkpointable(nn.Module):
         self._measured_grads = _grad_flags(samples)
         chain = self._impl.measure(samples, contexts,
                                    *_profile_arguments(self._repeat, 1, True, "", loss, output_held,
-                                                       self._progress))
+                                                       self._progress, max_steps=self._max_steps))
         return Chain(chain)
 
     @property
@@ -275,8 +277,8 @@ class Checkpointable(nn.Module):
                    exact_storages: bool = True) -> int:
         """The least budget ``compute_sequence`` accepts with these options."""
         slots, segments, _ = _solver_arguments(slots, segments, 0)
-        return (self._impl.min_budget(algorithm, slots, segments, bool(exact_storages))
-                + self._extra_loss_bytes)
+        least = self._impl.min_budget(algorithm, slots, segments, bool(exact_storages))
+        return least + self._extra_loss_bytes if least >= 0 else -1
 
     def compute_sequence(self, budget: Optional[Budget] = None, algorithm: str = "optimal", *,
                          slots: int = 0, segments: int = 0, threads: int = 0,
@@ -299,9 +301,11 @@ class Checkpointable(nn.Module):
             slots = _whole("mem_slots", mem_slots, 0)
         self._check_stages()
         given = budget if budget is not None else self.budget
-        budget_bytes = parse_budget(given if given is not None else self._default_budget(),
-                                    self.store_all_peak())
         slots, segments, threads = _solver_arguments(slots, segments, threads)
+        budget_bytes = parse_budget(
+            given if given is not None else self._default_budget(), self.store_all_peak(),
+            lambda: self.min_budget(algorithm, slots=slots, segments=segments,
+                                    exact_storages=exact_storages))
         # rotor's loss_tmp_memory_usage: bytes of a loss remat cannot see, kept out of the budget.
         solution = self._impl.compute_sequence(max(0, budget_bytes - self._extra_loss_bytes),
                                                algorithm, slots, segments, threads,

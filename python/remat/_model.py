@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from . import _C
-from ._api import _INT32_MAX, Budget, Chain, _profile_arguments, _whole, parse_budget
+from ._api import Budget, Chain, _measuring, _profile_arguments, _whole, check_budget
 from ._checkpointable import Checkpointable
 from ._graph import CapturedGraph, CaptureError
 
@@ -36,7 +36,8 @@ class ModelCheckpointable(Checkpointable):
     """
 
     def __init__(self, module: nn.Module, sample: Any = None, budget: Optional[Budget] = None, *,
-                 loss: Optional[Callable] = None, output_held: bool = True, repeat: int = 5,
+                 loss: Optional[Callable] = None, output_held: bool = True,
+                 repeat: Optional[int] = None, measure_steps: Optional[float] = None,
                  progress: bool = True, max_stages: int = _DEFAULT_MAX_STAGES, **rotor: Any):
         nn.Module.__init__(self)
         unknown = set(rotor) - {"custom_input", "mem_limit", "mem_slots", "verbosity",
@@ -54,7 +55,7 @@ class ModelCheckpointable(Checkpointable):
                                         rotor.get("loss_tmp_memory_usage", 0), 0)
         self.module = module
         self._max_stages = _whole("max_stages", max_stages, 1, 10000)
-        self._repeat = _whole("repeat", repeat, 1, _INT32_MAX)
+        self._repeat, self._max_steps = _measuring(repeat, measure_steps)
         self._loss = loss
         self._output_held = output_held
         self._progress = progress
@@ -64,7 +65,7 @@ class ModelCheckpointable(Checkpointable):
         if rotor.get("mem_slots") is not None:
             self._solve_options["slots"] = _whole("mem_slots", rotor["mem_slots"], 0)
         if budget is not None:
-            parse_budget(budget, 1)  # a bad budget now, not at the first step
+            check_budget(budget)  # a bad budget now, not at the first step
         self.budget = budget
         # By input signature: (captured graph, C++ runtime), the latest last.
         self._captures: "OrderedDict[tuple, Tuple[CapturedGraph, Any]]" = OrderedDict()
@@ -101,6 +102,7 @@ class ModelCheckpointable(Checkpointable):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("_max_steps", 0.0)  # saved before measuring was bounded: counts
         nn.Module.__setstate__(self, state)
         self._captures = OrderedDict()
         self._impl = None
@@ -133,7 +135,7 @@ class ModelCheckpointable(Checkpointable):
         flat = self._flat_inputs(args, kwargs)
         chain = self._impl.measure(flat, [], *_profile_arguments(
             self._repeat, 1, True, type(self.module).__name__, self._loss_of_outputs(),
-            self._output_held, self._progress))
+            self._output_held, self._progress, max_steps=self._max_steps))
         return Chain(chain)
 
     def measure(self, sample: Any = None, **kwargs: Any) -> Chain:

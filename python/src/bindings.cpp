@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -55,9 +56,9 @@ std::shared_ptr<py::object> hold(py::object object) {
 
 ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const std::string& name,
                                py::object loss, bool output_held, py::object progress,
-                               const std::string& timing) {
+                               const std::string& timing, double max_steps) {
   ProfileOptions options;
-  options.repeat(repeat).warmup(warmup).measure_time(measure_time).name(name);
+  options.repeat(repeat).warmup(warmup).measure_time(measure_time).name(name).max_steps(max_steps);
   options.timing(parse_timing(timing));
   options.output_held(output_held);
   if (!loss.is_none()) {
@@ -162,7 +163,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.attr("WITH_CUDA") = py::bool_(REMAT_WITH_CUDA != 0);
   m.def("parse_size", &parse_size, py::arg("text"));
-  m.def("parse_budget", &parse_budget, py::arg("text"), py::arg("store_all_peak_bytes"));
+  m.def(
+      "parse_budget",
+      [](const std::string& text, std::int64_t store_all_peak_bytes,
+         std::optional<std::int64_t> least) {
+        if (!least) return parse_budget(text, store_all_peak_bytes);
+        return parse_budget(text, store_all_peak_bytes, [&] { return *least; });
+      },
+      py::arg("text"), py::arg("store_all_peak_bytes"), py::arg("least") = py::none());
+  m.def("budget_needs_least", &budget_needs_least, py::arg("text"));
+  m.def("check_budget_syntax", &check_budget_syntax, py::arg("text"));
   m.def("format_bytes", &format_bytes, py::arg("bytes"));
   m.def("format_bytes_exact", &format_bytes_exact, py::arg("bytes"));
   m.def("format_signed_percent", &format_signed_percent, py::arg("percent"), py::arg("decimals") = 1);
@@ -305,17 +315,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("profile", [](const std::vector<StageSpec>& stages, const Tensors& inputs,
                       const Tensors& context, int repeat, int warmup, bool measure_time,
                       const std::string& name, py::object loss, bool output_held,
-                      py::object progress, const std::string& timing) {
+                      py::object progress, const std::string& timing, double max_steps) {
     std::vector<NamedStage> named = to_stages(stages);
     const ProfileOptions options = profile_options(repeat, warmup, measure_time, name,
                                                    std::move(loss), output_held,
-                                                   std::move(progress), timing);
+                                                   std::move(progress), timing, max_steps);
     py::gil_scoped_release release;
     return profile(named, inputs, context, options).chain;
   }, py::arg("stages"), py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5,
         py::arg("warmup") = 1, py::arg("measure_time") = true, py::arg("name") = "",
         py::arg("loss") = py::none(), py::arg("output_held") = true,
-        py::arg("progress") = py::none(), py::arg("timing") = "auto");
+        py::arg("progress") = py::none(), py::arg("timing") = "auto", py::arg("max_steps") = 0.0);
 
   // The runtime: a CheckpointableImpl over Python stages. The Python class owns the modules
   // (registered there, for parameters(), state_dict() and DDP); this one runs them.
@@ -345,10 +355,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "measure",
           [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context, int repeat,
              int warmup, bool measure_time, const std::string& name, py::object loss,
-             bool output_held, py::object progress, const std::string& timing) {
+             bool output_held, py::object progress, const std::string& timing,
+             double max_steps) {
             const ProfileOptions options =
                 profile_options(repeat, warmup, measure_time, name, std::move(loss),
-                                output_held, std::move(progress), timing);
+                                output_held, std::move(progress), timing, max_steps);
             // The profiler runs autograd's engine, which must not be entered holding the GIL;
             // the stages take it back to call Python.
             py::gil_scoped_release release;
@@ -357,7 +368,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("inputs"), py::arg("context"), py::arg("repeat") = 5, py::arg("warmup") = 1,
           py::arg("measure_time") = true, py::arg("name") = "", py::arg("loss") = py::none(),
           py::arg("output_held") = true, py::arg("progress") = py::none(),
-          py::arg("timing") = "auto")
+          py::arg("timing") = "auto", py::arg("max_steps") = 0.0)
       .def("set_chain", &CheckpointableImpl::set_chain, py::arg("chain"))
       .def(
           "compute_sequence",

@@ -273,7 +273,7 @@ const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options
   reserved.budget_bytes(std::max<std::int64_t>(0, options.budget_bytes() - reserve));
   Solution solution = solver_call([&] { return solve(chain, reserved); });
   solution.budget_bytes = options.budget_bytes();
-  solution.min_feasible_budget_bytes += reserve;
+  if (solution.min_feasible_budget_bytes >= 0) solution.min_feasible_budget_bytes += reserve;
   if (solution.ok()) solution.peak_bytes += reserve;
   solution_ = std::move(solution);
   return *solution_;
@@ -284,8 +284,8 @@ std::int64_t CheckpointableImpl::store_all_peak() const {
 }
 
 std::int64_t CheckpointableImpl::min_budget(const SolveOptions& options) const {
-  return solver_call([&] { return min_feasible_budget(chain(), options); }) +
-         runtime_reserve_bytes(device());
+  const std::int64_t least = solver_call([&] { return min_feasible_budget(chain(), options); });
+  return least >= 0 ? least + runtime_reserve_bytes(device()) : -1;
 }
 
 c10::Device CheckpointableImpl::device() const {

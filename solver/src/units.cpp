@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -112,7 +113,54 @@ std::int64_t scale_decimal(std::string_view text, std::int64_t whole, std::strin
   return result;
 }
 
+namespace {
+
+bool is_min(std::string_view text) {
+  const std::string word = trimmed(text);
+  return word.size() == 3 && std::tolower(static_cast<unsigned char>(word[0])) == 'm' &&
+         std::tolower(static_cast<unsigned char>(word[1])) == 'i' &&
+         std::tolower(static_cast<unsigned char>(word[2])) == 'n';
+}
+
+// The budget before a trailing '+', checked: "+" alone and "min+" say what is wrong.
+std::string before_plus(std::string_view text) {
+  const std::string rest = trimmed(text.substr(0, text.find_last_of('+')));
+  REMAT_CHECK(!rest.empty(), "bad budget '", text,
+              "': no budget before the '+' (such as 50%+: half the store-all peak, or the least "
+              "budget if more)");
+  REMAT_CHECK(!is_min(rest), "bad budget '", text, "': min is already the least budget; write min");
+  REMAT_CHECK(rest.back() != '+', "bad budget '", text, "': one '+' at the end");
+  return rest;
+}
+
+}  // namespace
+
+bool budget_needs_least(std::string_view text) {
+  const std::string word = trimmed(text);
+  return is_min(word) || (!word.empty() && word.back() == '+');
+}
+
+void check_budget_syntax(std::string_view text) {
+  if (is_min(text)) return;
+  const std::string word = trimmed(text);
+  (void)parse_budget(!word.empty() && word.back() == '+' ? before_plus(word) : text, 1);
+}
+
+std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_bytes,
+                          const std::function<std::int64_t()>& least_feasible) {
+  if (!budget_needs_least(text)) return parse_budget(text, store_all_peak_bytes);
+  const std::string word = trimmed(text);
+  if (is_min(word)) {
+    const std::int64_t least = least_feasible();
+    return least >= 0 ? least : std::numeric_limits<std::int64_t>::max();
+  }
+  const std::int64_t given = parse_budget(before_plus(word), store_all_peak_bytes);
+  return std::max(given, least_feasible());
+}
+
 std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_bytes) {
+  REMAT_CHECK(!budget_needs_least(text), "budget '", text,
+              "' depends on the chain's least feasible budget, which is not known here");
   if (!text.empty() && text.back() == '%') {
     REMAT_CHECK(!trimmed(text.substr(0, text.size() - 1)).empty(), "bad budget '", text,
                 "': no number before the '%' (a percentage of the store-all peak, such as 50%)");
@@ -132,7 +180,7 @@ std::int64_t parse_budget(std::string_view text, std::int64_t store_all_peak_byt
     return parse_size(text);
   } catch (const std::invalid_argument& error) {
     throw std::invalid_argument(std::string(error.what()) +
-                                " (or a percentage of the store-all peak, such as 50%)");
+                                " (or a percentage of the store-all peak, such as 50%, or min)");
   }
 }
 

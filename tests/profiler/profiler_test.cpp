@@ -84,9 +84,10 @@ TORCH_MODULE(ScaleFirst);
 // microseconds: the forward is the backward timing's untimed setup.
 struct SlowForwardImpl : nn::Module {
   int calls = 0;
+  int sleep_ms = 1;
   torch::Tensor forward(torch::Tensor x) {
     ++calls;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
     return x * 2;
   }
 };
@@ -106,6 +107,30 @@ TEST_CASE("a repetition counts its untimed setup: a slow forward runs a few time
   // backward's setup, besides memory's few. Counting only the backward's own microseconds (a
   // few), a repetition was hundreds of runs: over a thousand forwards.
   CHECK(slow->calls < 80);
+}
+
+TEST_CASE("measuring bounded by steps times the stages in a few passes, on the CPU too",
+          "[profiler]") {
+  // A forward of 5 ms (a sleep), counted, between two fast stages: a pass (forward with and
+  // without autograd) costs about two of its 5 ms steps, and memory's runs two more forwards.
+  const auto forwards = [](double max_steps, int repeat) {
+    SlowForward slow;
+    slow->sleep_ms = 5;
+    nn::Sequential net(nn::Linear(4, 4), slow, nn::Linear(4, 4));
+    const remat::Profile p = remat::profile(
+        net, torch::randn({2, 4}), ProfileOptions().max_steps(max_steps).repeat(repeat));
+    CHECK(p.timing == remat::Timing::kPasses);
+    for (const remat::Stage& s : p.chain.stages) CHECK(s.fwd_ms > 0);
+    CHECK(p.chain.stages[1].fwd_ms >= 4.5);
+    return slow->calls;
+  };
+  // 3 steps: memory's two forwards, one timed pass (at least one always), and no more: another
+  // would take the time spent to about 5 steps.
+  CHECK(forwards(3, 5) == 2 + 2);
+  CHECK(forwards(0.1, 5) == 2 + 2);
+  // A budget of 1000 steps: every pass up to repeat.
+  CHECK(forwards(1000, 5) == 2 + 2 * 5);
+  CHECK(forwards(1000, 2) == 2 + 2 * 2);
 }
 
 TEST_CASE("profiling a conv chain gives a valid chain with exact activation sizes",

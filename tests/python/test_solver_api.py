@@ -76,6 +76,15 @@ def test_solve_is_a_result_with_a_status(chain):
     assert not starved.ok and starved.status == "infeasible"
     assert starved.min_feasible_budget_bytes is None
     assert "no budget is enough for optimal" in repr(starved) and "-1" not in repr(starved)
+    # min and 50%+ as the solve's options put them: none where no budget is enough.
+    at_min = remat.solve(chain, "min")
+    assert at_min.ok and at_min.budget_bytes == chain.min_budget() == least
+    assert remat.solve(chain, "min", "periodic").budget_bytes == chain.min_budget("periodic")
+    assert remat.solve(chain, "1%+").budget_bytes == least
+    assert remat.solve(chain, "100%+").budget_bytes == full
+    starved_min = remat.solve(chain, "min", slots=1)
+    assert not starved_min.ok and starved_min.min_feasible_budget_bytes is None
+    assert remat.solve(chain, "50%+", slots=1).budget_bytes == full // 2
     with pytest.raises(ValueError, match="algorithm"):
         remat.solve(chain, full, "fastest")
     with pytest.raises(ValueError, match="negative"):

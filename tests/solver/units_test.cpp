@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "remat/solver/text.h"
@@ -58,6 +60,57 @@ TEST_CASE("degenerate budgets are refused with what is wrong with them", "[solve
   CHECK(remat::parse_budget("2.5e-3GB", 1000) == 2500000);
   CHECK(remat::parse_budget("1E1KiB", 1000) == 10240);
   CHECK(remat::parse_budget(".5%", 1000) == 5);
+}
+
+TEST_CASE("min and a budget followed by + come from the least feasible budget", "[solver][units]") {
+  int asked = 0;
+  const auto least = [&](std::int64_t bytes) {
+    return [&asked, bytes] {
+      ++asked;
+      return bytes;
+    };
+  };
+  // min is the least; a budget followed by + is raised to it, never lowered.
+  CHECK(remat::parse_budget("min", 1000, least(321)) == 321);
+  CHECK(remat::parse_budget(" MIN ", 1000, least(321)) == 321);
+  CHECK(remat::parse_budget("50%+", 1000, least(321)) == 500);
+  CHECK(remat::parse_budget("20%+", 1000, least(321)) == 321);
+  CHECK(remat::parse_budget("20 % +", 1000, least(321)) == 321);
+  CHECK(remat::parse_budget("1KiB+", 1000, least(321)) == 1024);
+  CHECK(remat::parse_budget("100+", 1000, least(321)) == 321);
+  CHECK(asked == 7);
+  // The least is asked for only when needed.
+  CHECK(remat::parse_budget("50%", 1000, least(321)) == 500);
+  CHECK(asked == 7);
+  // No budget is enough (-1): min is the largest (its solve says why), 50%+ is 50%.
+  CHECK(remat::parse_budget("min", 1000, least(-1)) == std::numeric_limits<std::int64_t>::max());
+  CHECK(remat::parse_budget("50%+", 1000, least(-1)) == 500);
+
+  CHECK(remat::budget_needs_least("min"));
+  CHECK(remat::budget_needs_least("50%+ "));
+  CHECK_FALSE(remat::budget_needs_least("50%"));
+  CHECK_FALSE(remat::budget_needs_least("minimum"));
+  CHECK_NOTHROW(remat::check_budget_syntax("min"));
+  CHECK_NOTHROW(remat::check_budget_syntax("50%+"));
+  CHECK_NOTHROW(remat::check_budget_syntax("700MiB+"));
+
+  // Without the least, or malformed, they are refused, saying what is wrong.
+  CHECK_THAT(budget_error("min"), Contains("depends on the chain's least feasible budget"));
+  CHECK_THAT(budget_error("50%+"), Contains("depends on the chain's least feasible budget"));
+  const auto syntax_error = [](const std::string& text) -> std::string {
+    try {
+      remat::check_budget_syntax(text);
+    } catch (const std::invalid_argument& error) {
+      return error.what();
+    }
+    return "(accepted)";
+  };
+  CHECK_THAT(syntax_error("+"), Contains("bad budget '+': no budget before the '+'"));
+  CHECK_THAT(syntax_error("min+"), Contains("min is already the least budget; write min"));
+  CHECK_THAT(syntax_error("50%++"), Contains("one '+' at the end"));
+  CHECK_THAT(syntax_error("minimum"), Contains("bad size 'minimum'"));
+  CHECK_THAT(syntax_error("x%+"), Contains("bad budget 'x%'"));
+  CHECK_THAT(syntax_error("7 parsecs+"), Contains("unknown unit 'parsecs'"));
 }
 
 TEST_CASE("exact byte counts say byte for one", "[solver][units]") {

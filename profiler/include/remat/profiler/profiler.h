@@ -89,6 +89,15 @@ struct ProfileOptions {
   /// A repetition runs a fast operation as many times as needed to last this long, its
   /// untimed setup included (the forward before each timed backward), at most 1000 times.
   REMAT_ARG(double, min_repetition_ms) = 2.0;
+  /// Measuring bounded by time rather than by counts: about this many training steps at most
+  /// (steps as store-all runs them), the memory's measurement included; 0 (the default):
+  /// repeat() and warmup() decide. Times are then taken within whole passes over the chain
+  /// (Timing::kPasses, on the CPU too, where the chain's store-all memory fits in half of what
+  /// the process may use), the memory's measurement serving as the CPU's warm-up: at least one
+  /// timed pass, and more, up to repeat(), while the time spent measuring stays within
+  /// max_steps() of the passes' own steps. Where passes cannot run, each stage alone, once
+  /// (docs/cost-model.md, "How times are taken").
+  REMAT_ARG(double, max_steps) = 0;
   /// Measure times (false: memory only, all times 0).
   REMAT_ARG(bool, measure_time) = true;
   /// How times are taken.
