@@ -21,14 +21,12 @@ out of it.
 from __future__ import annotations
 
 import json
-import math
 import operator
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from . import _C
 
@@ -120,6 +118,10 @@ class CapturedGraph:
                 f"training graphs); this is torch {torch.__version__}. Give the model as a chain "
                 "instead: an nn.Sequential, or a list of its blocks")
         self.model = model
+        # Where the stages read their parameters and buffers (_state_table): module path ->
+        # module, and a count of the times they were looked up again after a module changed.
+        self._owners: Dict[str, nn.Module] = {}
+        self._stage_tables_version = 0
         start = time.perf_counter()
         try:
             self.program = torch.export.export(model, args, kwargs, strict=False)
@@ -289,6 +291,35 @@ class CapturedGraph:
             return self.model.get_buffer(fqn)
         return self.program.constants[fqn]
 
+    def _state_table(self, kind: str, fqn: str) -> Tuple[dict, str]:
+        """The dict that holds a parameter or buffer (its module's ``_parameters`` or
+        ``_buffers``), or the program's constants, and its key there: read at each call, a tensor
+        replaced on its module (``module.weight = nn.Parameter(...)``, ``load_state_dict(...,
+        assign=True)``) is seen, without walking the module path at each call (get_parameter
+        took 20-60 us a tensor, most of a small stage's time)."""
+        if kind == "constant":
+            return self.program.constants, fqn
+        path, _, name = fqn.rpartition(".")
+        owner = self.model.get_submodule(path)
+        self._owners[path] = owner
+        return (owner._parameters if kind == "parameter" else owner._buffers), name
+
+    def check_owners(self) -> bool:
+        """Whether the modules that hold the stages' parameters and buffers are still the model's
+        (one walk of their paths, a step's check); False after one was replaced
+        (``model.fc = nn.Linear(...)``): the stages then look their tensors up again."""
+        for path, owner in self._owners.items():
+            module = self.model
+            for part in path.split(".") if path else ():
+                module = module._modules.get(part)
+                if module is None:
+                    break
+            if module is not owner:
+                self._owners.clear()
+                self._stage_tables_version += 1
+                return False
+        return True
+
     # ---- the split and its stages ----------------------------------------------------------
 
     def graph_json(self) -> str:
@@ -396,10 +427,16 @@ class _GraphStage(nn.Module):
         self._code = torch.fx.GraphModule(root, graph)
         self._state = state
         object.__setattr__(self, "_captured", captured)  # not a submodule: no second state_dict
+        self._tables: List[Tuple[dict, str]] = []  # where each state tensor is read
+        self._tables_version = -1
         self._output_count = len(members_out)
 
     def _state_tensors(self) -> List[torch.Tensor]:
-        return [self._captured._tensor_of(kind, fqn) for kind, fqn in self._state]
+        captured = self._captured
+        if self._tables_version != captured._stage_tables_version:
+            self._tables = [captured._state_table(kind, fqn) for kind, fqn in self._state]
+            self._tables_version = captured._stage_tables_version
+        return [table[key] for table, key in self._tables]
 
     def forward(self, *members: torch.Tensor):
         out = self._code(*members, *self._state_tensors())

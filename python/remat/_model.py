@@ -191,6 +191,7 @@ class ModelCheckpointable(Checkpointable):
             self.measure_call(args, kwargs)
         else:
             self._select(key, args, kwargs)
+        self._captured.check_owners()
         if not self._impl.has_sequence():
             solution = self.compute_sequence(**self._solve_options)
             if not solution.ok:

@@ -435,3 +435,26 @@ def test_an_input_that_wants_its_gradient_after_measuring_is_measured_again():
     assert torch.equal(data.grad, again.grad)
     assert_same_training(plain, chain)
     assert json.loads(ours.chain.to_json())["inputs"] == [{"bytes": 8 * 32 * 4, "grad": True}]
+
+
+@needs_export
+def test_a_parameter_or_module_replaced_after_capture_is_the_one_trained():
+    """The stages read each parameter from its module at each call, and check once a step
+    that the modules are the model's: a parameter set anew, a module swapped for one of the
+    same kind (a fine-tuning head), or a state dict loaded with assign=True, is what trains."""
+    model, sample, step = _make("resnet18")
+    plain = copy.deepcopy(model)
+    chk = remat.Checkpointable(model, sample, "60%+", progress=False, repeat=1)
+    _assert_trains_as(chk, model, plain, step)
+    torch.manual_seed(3)
+    weight = torch.randn_like(model.conv1.weight)
+    for m in (model, plain):
+        m.conv1.weight = nn.Parameter(weight.clone())
+        m.fc = nn.Linear(512, 5)
+    plain.fc.load_state_dict(model.fc.state_dict())
+    _assert_trains_as(chk, model, plain, step)
+    model.layer1[0].bn1.load_state_dict(
+        {k: v + 1 for k, v in model.layer1[0].bn1.state_dict().items()}, assign=True)
+    plain.layer1[0].bn1.load_state_dict(
+        {k: v + 1 for k, v in plain.layer1[0].bn1.state_dict().items()}, assign=True)
+    _assert_trains_as(chk, model, plain, step)
