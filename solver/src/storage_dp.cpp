@@ -151,12 +151,22 @@ struct StorageDp::Choice {
   std::int64_t second_shift = 0;
 };
 
+struct StorageDp::Frame {
+  std::int64_t leaf_base = 0;   // a leaf needs leaf_base + its forwards' memory
+  std::int64_t own = 0;         // a leaf's right part's shift: x_i's storages outside Z
+  int left_z = 0;               // a leaf's left part's Z and shift
+  std::int64_t left_shift = 0;
+  Choice step;
+};
+
 StorageDp::StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time)
     : model_(std::make_unique<Model>(chain, use_nograd_time)), unit_(unit_bytes) {
   states_.resize(static_cast<std::size_t>(model_->length) + 1);
   leaf_parts_.resize(states_.size());
   entries_.resize(states_.size() * states_.size());
   state_sets_.resize(states_.size());
+  least_.resize(states_.size());
+  marked_.resize(states_.size());
   root_z_ = state(0, model_->x[0]);
 }
 
@@ -174,45 +184,37 @@ int StorageDp::state(int i, const std::vector<int>& held) const {
   const int id = static_cast<int>(map.size());
   map.emplace(held, id);
   state_sets_[static_cast<std::size_t>(i)].push_back(held);
+  least_[static_cast<std::size_t>(i)].emplace_back(
+      static_cast<std::size_t>(model_->length - i) + 1, std::int64_t{-1});
+  marked_[static_cast<std::size_t>(i)].emplace_back(
+      static_cast<std::size_t>(model_->length - i) + 1, char{0});
   return id;
 }
 
-std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
+StorageDp::Frame StorageDp::frame(int i, int l, int z) const {
   const Model& c = *model_;
   const int length = c.length;
   const auto ui = static_cast<std::size_t>(i);
+  // A copy: interning a state of start i below may grow state_sets_[i].
   const std::vector<int> held = state_sets_[ui][static_cast<std::size_t>(z)];
   const std::vector<int>& xi = c.x[ui];
+  Frame f;
+  if (i == length) {  // the loss
+    f.step.need = units(c.minus(c.x[ui], held)) + units(c.grad[ui]) + units(c.bt[ui]);
+    return f;
+  }
   const std::int64_t own = units(c.minus(xi, held));
   const std::int64_t gradient = units(c.grad[static_cast<std::size_t>(l) + 1]);
   const bool after_loss = l == length && c.output_held;
-  std::vector<Choice> out;
-  if (i == length) {  // the loss
-    Choice loss;
-    loss.need = units(c.minus(c.x[ui], held)) + units(c.grad[ui]) + units(c.bt[ui]);
-    out.push_back(loss);
-    return out;
-  }
   if (i < l) {
-    const std::vector<LeafPart>& parts = leaf_parts(i);
+    f.own = own;
+    f.leaf_base = own + gradient;
     const std::vector<int> left_held =
         after_loss ? Model::join(held, Model::meet(xi, c.x[static_cast<std::size_t>(length)]))
                    : held;
-    const int left_z = state(i, left_held);
-    const std::int64_t left_shift =
+    f.left_z = state(i, left_held);
+    f.left_shift =
         after_loss ? units(c.minus(c.x[static_cast<std::size_t>(length)], held)) : 0;
-    for (int j = i + 1; j <= l; ++j) {
-      const LeafPart& part = parts[static_cast<std::size_t>(j)];
-      Choice leaf;
-      leaf.j = j;
-      leaf.need = own + gradient + part.forwards;
-      leaf.time = part.time;
-      leaf.first_z = part.right_z;
-      leaf.first_shift = own;
-      leaf.second_z = left_z;
-      leaf.second_shift = left_shift;
-      out.push_back(leaf);
-    }
   }
   const std::vector<int>& kept = c.kept[ui];
   const std::int64_t state_units = units(c.state[ui]);
@@ -222,14 +224,36 @@ std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
       units(c.minus(after_loss ? Model::join(kept, c.x[static_cast<std::size_t>(length)]) : kept,
                     held)) +
       state_units + units(c.grad[ui + 1] + c.grad[ui] - c.passed[ui]) + units(c.bt[ui]);
-  Choice step;
-  step.need = std::max(forward, backward);
-  step.time = c.fw[ui] + c.bw[ui];
+  f.step.need = std::max(forward, backward);
+  f.step.time = c.fw[ui] + c.bw[ui];
   if (i < l) {
-    step.first_z = state(i + 1, Model::meet(c.x[ui + 1], Model::join(held, kept)));
-    step.first_shift = units(c.minus(kept, held)) + state_units;
+    f.step.first_z = state(i + 1, Model::meet(c.x[ui + 1], Model::join(held, kept)));
+    f.step.first_shift = units(c.minus(kept, held)) + state_units;
   }
-  out.push_back(step);
+  return f;
+}
+
+StorageDp::Choice StorageDp::leaf(const Frame& f, const LeafPart& part, int j) {
+  Choice out;
+  out.j = j;
+  out.need = f.leaf_base + part.forwards;
+  out.time = part.time;
+  out.first_z = part.right_z;
+  out.first_shift = f.own;
+  out.second_z = f.left_z;
+  out.second_shift = f.left_shift;
+  return out;
+}
+
+std::vector<StorageDp::Choice> StorageDp::choices(int i, int l, int z) const {
+  const Frame f = frame(i, l, z);
+  std::vector<Choice> out;
+  if (i < l && i < model_->length) {
+    const std::vector<LeafPart>& parts = leaf_parts(i);
+    out.reserve(static_cast<std::size_t>(l - i) + 1);
+    for (int j = i + 1; j <= l; ++j) out.push_back(leaf(f, parts[static_cast<std::size_t>(j)], j));
+  }
+  out.push_back(f.step);
   return out;
 }
 
@@ -272,39 +296,65 @@ const RowView& StorageDp::find_row(int i, int l, int z) const {
 }
 
 std::int64_t StorageDp::least(int i, int l, int z) {
-  if (const std::int64_t known = entry(i, l, z).least; known >= 0) return known;
-  const std::vector<Choice> options = choices(i, l, z);
-  std::int64_t best = std::numeric_limits<std::int64_t>::max();
-  for (const Choice& choice : options) {
-    std::int64_t need = choice.need;
-    if (choice.j > 0) {
-      need = std::max({need, choice.first_shift + least(choice.j, l, choice.first_z),
-                       choice.second_shift + least(i, choice.j - 1, choice.second_z)});
-    } else if (i < l) {
-      need = std::max(need, choice.first_shift + least(i + 1, l, choice.first_z));
+  std::int64_t* memo = &least_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)]
+                              [static_cast<std::size_t>(l - i)];
+  if (*memo >= 0) return *memo;
+  // The least over the choices of the most each needs. A choice whose first need is already at
+  // least the best so far cannot lower it: its parts' least memories are not asked for (they
+  // are worked out when a row the table needs reads them).
+  const Frame f = frame(i, l, z);
+  std::int64_t best = f.step.need;
+  if (i < l) {
+    best = std::max(best, f.step.first_shift + least(i + 1, l, f.step.first_z));
+    const std::vector<LeafPart>& parts = leaf_parts(i);
+    for (int j = i + 1; j <= l; ++j) {
+      const LeafPart& part = parts[static_cast<std::size_t>(j)];
+      std::int64_t need = f.leaf_base + part.forwards;
+      if (need >= best) break;  // forwards only grow with j
+      need = std::max(need, f.left_shift + least(i, j - 1, f.left_z));
+      if (need >= best) continue;
+      best = std::min(best, std::max(need, f.own + least(j, l, part.right_z)));
     }
-    best = std::min(best, need);
   }
-  entry(i, l, z).least = best;
+  // Re-read: the recursion may have interned states of start i, moving its rows.
+  least_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)][static_cast<std::size_t>(l - i)] =
+      best;
   return best;
 }
 
-void StorageDp::mark(int i, int l, int z, std::vector<std::vector<Key>>& by_length) {
+bool StorageDp::mark(int i, int l, int z, Marking& marking) {
+  const std::int64_t lo = least(i, l, z);
   {
-    Entry& known = entry(i, l, z);
-    if (known.marked) return;
-    known.marked = true;
-    by_length[static_cast<std::size_t>(l - i)].push_back(Key{i, l, z});
-    if (known.least >= width_ || i == l) return;
+    char& marked = marked_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)]
+                          [static_cast<std::size_t>(l - i)];
+    if (marked) return true;
+    marked = 1;
+    marking.by_length[static_cast<std::size_t>(l - i)].push_back(Key{i, l, z});
+    if (lo >= width_) return true;
+    // The work the row will take (an upper bound: each choice over the row's width), counted
+    // as the rows are found: a table over the allowance is given up before all are marked.
+    const double width = static_cast<double>(width_ - lo);
+    marking.cells += width;
+    marking.work += width * (l - i + 1);
+    if (marking.cells > marking.max_cells || marking.work > marking.max_work) return false;
+    if (i == l) return true;
   }
-  for (const Choice& choice : choices(i, l, z)) {
-    if (choice.j > 0) {
-      mark(choice.j, l, choice.first_z, by_length);
-      mark(i, choice.j - 1, choice.second_z, by_length);
-    } else {
-      mark(i + 1, l, choice.first_z, by_length);
-    }
+  // Only the parts of choices that fit within the table at some memory: a choice that needs
+  // more (or whose parts do) relaxes nothing in compute_row, and rebuild() never follows it.
+  const Frame f = frame(i, l, z);
+  if (f.step.need < width_ && f.step.first_shift + least(i + 1, l, f.step.first_z) < width_ &&
+      !mark(i + 1, l, f.step.first_z, marking))
+    return false;
+  const std::vector<LeafPart>& parts = leaf_parts(i);
+  for (int j = i + 1; j <= l; ++j) {
+    const LeafPart& part = parts[static_cast<std::size_t>(j)];
+    if (f.leaf_base + part.forwards >= width_) break;  // forwards only grow with j
+    if (f.left_shift + least(i, j - 1, f.left_z) >= width_ ||
+        f.own + least(j, l, part.right_z) >= width_)
+      continue;
+    if (!mark(j, l, part.right_z, marking) || !mark(i, j - 1, f.left_z, marking)) return false;
   }
+  return true;
 }
 
 // The row is the least of its choices, each a candidate made of the rows it reads, shifted
@@ -313,7 +363,8 @@ void StorageDp::mark(int i, int l, int z, std::vector<std::vector<Key>>& by_leng
 // first_shift].
 void StorageDp::compute_row(const Key& key, double* best) {
   const auto [i, l, z] = key;
-  const std::int64_t lo = entry(i, l, z).least;
+  const std::int64_t lo = least_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)]
+                               [static_cast<std::size_t>(l - i)];
   if (lo >= width_) return;
   const std::int64_t last = width_ - 1;
   std::int64_t size = 1;
@@ -363,18 +414,16 @@ std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t uni
   // they would take.
   const std::int64_t root = dp->least(0, chain.length(), dp->root_z_);
   if (root >= dp->width_) return dp;
-  std::vector<std::vector<Key>> by_length(static_cast<std::size_t>(chain.length()) + 1);
-  dp->mark(0, chain.length(), dp->root_z_, by_length);
+  Marking marking;
+  marking.by_length.resize(static_cast<std::size_t>(chain.length()) + 1);
+  marking.max_cells = static_cast<double>(max_cells);
+  marking.max_work = max_work;
+  if (!dp->mark(0, chain.length(), dp->root_z_, marking)) return {};
   dp->frozen_ = true;
-  double work = 0, cells = 0;
+  const std::vector<std::vector<Key>>& by_length = marking.by_length;
   for (const std::vector<Key>& keys : by_length)
-    for (const Key& key : keys) {
-      const double width = static_cast<double>(
-          std::max<std::int64_t>(0, dp->width_ - dp->entry(key.i, key.l, key.z).least));
-      cells += width;
-      work += width * (key.l - key.i + 1);
-    }
-  if (cells > static_cast<double>(max_cells) || work > max_work) return {};
+    for (const Key& key : keys) (void)dp->entry(key.i, key.l, key.z);  // the workers fill them
+  const double work = marking.work;
   if (threads <= 0)
     threads = work < 2e7 ? 1 : available_cores();
   WorkerPool pool(std::max(1, threads));

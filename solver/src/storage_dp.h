@@ -63,15 +63,27 @@ class StorageDp {
   };
   const std::vector<LeafPart>& leaf_parts(int i) const;
   int state(int i, const std::vector<int>& held) const;  // interns Z for start i
+  // What the choices of Opt(i, l, Z) share, worked out once: its leaves differ only by their
+  // LeafPart. The chain step (the loss where i is L) is `step`.
+  struct Frame;
+  Frame frame(int i, int l, int z) const;
+  static Choice leaf(const Frame& f, const LeafPart& part, int j);
+  // Every choice: the leaves j = i+1..l, then the chain step (the loss alone where i is L).
   std::vector<Choice> choices(int i, int l, int z) const;
   std::int64_t least(int i, int l, int z);
   // Marks the rows Opt(i, l, z) needs (the reachable ones whose least memory is in the table),
-  // by segment length; then computes a marked row from the shorter ones, in `scratch` (width_
-  // values).
+  // by segment length, counting their work; then computes a marked row from the shorter ones,
+  // in `scratch` (width_ values).
   struct Key {
     int i, l, z;
   };
-  void mark(int i, int l, int z, std::vector<std::vector<Key>>& by_length);
+  // The marked rows by segment length, and their cells and work so far against the allowance.
+  struct Marking {
+    std::vector<std::vector<Key>> by_length;
+    double cells = 0, work = 0, max_cells = 0, max_work = 0;
+  };
+  // False, as soon as the marked rows' cells or work exceed the allowance.
+  bool mark(int i, int l, int z, Marking& marking);
   void compute_row(const Key& key, double* scratch);
   std::int64_t root_memory(std::int64_t bytes) const;
   // Bytes in units, rounded up.
@@ -89,10 +101,12 @@ class StorageDp {
   // Z of each start, interned; rows and least memories keyed by (i, l, z).
   mutable std::vector<std::map<std::vector<int>, int>> states_;
   mutable std::vector<std::vector<std::vector<int>>> state_sets_;
+  // Least memories, [i][z][l - i] (-1: not yet worked out): a start's segments side by side.
+  mutable std::vector<std::vector<std::vector<std::int64_t>>> least_;
+  // Whether mark() reached a row, [i][z][l - i] likewise.
+  mutable std::vector<std::vector<std::vector<char>>> marked_;
   mutable std::vector<std::vector<LeafPart>> leaf_parts_;
   struct Entry {
-    std::int64_t least = -1;  // -1: not computed
-    bool marked = false;
     std::unique_ptr<double[]> values;
     RowView row;  // over `values`; empty when +inf everywhere in the table (or not computed)
   };
