@@ -114,9 +114,9 @@ class Checkpointable(nn.Module):
         self._context_count = 0  # the context tensors' number, for stages run as one
         self._measured_grads: Optional[tuple] = None  # which sample tensors wanted a gradient
         # The modules are registered here (parameters(), state_dict(), .to(), DDP): an
-        # nn.Sequential or nn.ModuleList as `module` (its keys are then "module.<its keys>"), a
-        # list's modules in an nn.Sequential under their stage names ("module.<name>.weight";
-        # "module.0.weight" for a plain list).
+        # nn.Sequential or nn.ModuleList as `module`, a list's modules in an nn.Sequential under
+        # their stage names; state_dict() has the module's own keys ("<name>.weight", "0.weight"
+        # for a plain list: _use_wrapped_keys).
         self._build(module)
         if isinstance(module, (nn.Sequential, nn.ModuleList)):
             self.module = module
@@ -132,9 +132,10 @@ class Checkpointable(nn.Module):
                     raise ValueError(
                         f"stage name {name!r} cannot name a module ({error.args[0]}): the stages' "
                         "modules are registered under their names (state_dict keys "
-                        "'module.<name>.<parameter>')") from None
+                        "'<name>.<parameter>')") from None
             # Replacing a stage is seen through the nn.Sequential when every stage is a module.
             self._stages_from_module = len(self.module) == len(self._callables)
+        _use_wrapped_keys(self)  # state_dict keys: the wrapped module's own
         self._repeat, self._max_steps = _measuring(repeat, measure_steps)
         self._loss = loss
         self._output_held = output_held
@@ -397,6 +398,40 @@ _NO_CONTEXT = ("context given, but this Checkpointable was built without one: it
                "the context tensors after their inputs)")
 
 
+# The wrapped module's own keys in state_dict() and load_state_dict(), also where the wrapper
+# is a submodule of a larger model (whose state_dict() and load_state_dict() reach it by
+# _save_to_state_dict and _load_from_state_dict, not by its state_dict methods): the
+# "module." of the attribute that holds the wrapped module goes when saving, and comes back
+# when loading a key without it (a checkpoint of the plain model; one with it loads too).
+def _keys_without_wrapper(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    inner = prefix + "module."
+    for key in [k for k in state_dict if k.startswith(inner)]:
+        state_dict[prefix + key[len(inner):]] = state_dict.pop(key)
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is not None:  # the modules' versions, under the same names
+        for key in [k for k in metadata if k == inner[:-1] or k.startswith(inner)]:
+            renamed = prefix + key[len(inner):]
+            value = metadata.pop(key)
+            metadata.setdefault(renamed[:-1] if renamed.endswith(".") else renamed, value)
+
+
+def _keys_with_wrapper(state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                       missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    inner = prefix + "module."
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
+        state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is not None:
+        for key in [k for k in list(metadata) if k.startswith(prefix) and not k.startswith(inner)
+                    and k != prefix[:-1]]:
+            metadata.setdefault(inner + key[len(prefix):], metadata[key])
+
+
+def _use_wrapped_keys(module: nn.Module) -> None:
+    module._register_state_dict_hook(_keys_without_wrapper)
+    module._register_load_state_dict_pre_hook(_keys_with_wrapper)
+
+
 def _is_model(module: Any) -> bool:
     """Whether ``module`` is one model rather than a chain of stages: an nn.Module that is not
     an nn.Sequential (or is one with a forward of its own) nor an nn.ModuleList."""
@@ -517,8 +552,9 @@ class _ScheduleCache(dict):
 def checkpoint_sequential(functions: StageList, budget: Optional[Budget] = None, input: Any = None,
                           **kwargs: Any) -> Any:
     """``torch.utils.checkpoint.checkpoint_sequential(functions, segments, input)`` with a
-    budget in bytes (``700 * 2**20``, ``"700MiB"`` or ``"50%"`` of the store-all peak) in place
-    of the segment count. The chain is measured on the first input of each shape and solved
+    budget in bytes (``700 * 2**20``, ``"700MiB"`` or ``"50%"`` of the store-all peak;
+    ``"min"``, as little as possible; ``"50%+"``, 50% or the least where more) in place of the
+    segment count. The chain is measured on the first input of each shape and solved
     once (the schedules of the last 4 shapes are kept); the schedule is optimal for the budget,
     and BatchNorm statistics are updated once per step, as in plain training. In eval mode or
     without autograd the functions run plainly. ``functions`` is an ``nn.Sequential`` or a list

@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 
 from . import _C
 from ._api import Budget, Chain, _measuring, _profile_arguments, _whole, check_budget
-from ._checkpointable import Checkpointable
+from ._checkpointable import Checkpointable, _use_wrapped_keys
 from ._graph import CapturedGraph, CaptureError
 
 _DEFAULT_MAX_STAGES = 300
@@ -54,6 +54,7 @@ class ModelCheckpointable(Checkpointable):
         self._extra_loss_bytes = _whole("loss_tmp_memory_usage",
                                         rotor.get("loss_tmp_memory_usage", 0), 0)
         self.module = module
+        _use_wrapped_keys(self)
         self._max_stages = _whole("max_stages", max_stages, 1, 10000)
         self._repeat, self._max_steps = _measuring(repeat, measure_steps)
         self._loss = loss
@@ -111,13 +112,8 @@ class ModelCheckpointable(Checkpointable):
 
     # ---- the model's own keys --------------------------------------------------------------
 
-    def state_dict(self, *args: Any, **kwargs: Any):
-        """The model's ``state_dict()``, with its own keys (no ``module.`` prefix)."""
-        return self.module.state_dict(*args, **kwargs)
-
-    def load_state_dict(self, state_dict: Any, strict: bool = True, *args: Any, **kwargs: Any):
-        """Loads into the model, with its own keys: a checkpoint saved from the plain model."""
-        return self.module.load_state_dict(state_dict, strict, *args, **kwargs)
+    # state_dict() and load_state_dict() have the model's own keys (no "module." prefix), also
+    # where this is a submodule: _use_wrapped_keys, set in __init__.
 
     # ---- capture, measure, solve -----------------------------------------------------------
 

@@ -130,12 +130,11 @@ def test_named_stages_keep_their_names_in_the_state_dict_and_can_be_replaced():
     torch.manual_seed(0)
     layers = [("embed", nn.Linear(8, 16)), ("act", torch.tanh), ("head", nn.Linear(16, 2))]
     chk = remat.Checkpointable(layers, torch.randn(4, 8), progress=False)
-    assert list(chk.state_dict()) == ["module.embed.weight", "module.embed.bias", "module.head.weight",
-                                      "module.head.bias"]
+    assert list(chk.state_dict()) == ["embed.weight", "embed.bias", "head.weight", "head.bias"]
     assert chk.chain.stage_names == ["embed", "act", "head"]
     # A plain list keeps torch's numbering, modules and callables alike.
     plain_list = remat.Checkpointable([nn.Linear(8, 16), torch.tanh, nn.Linear(16, 2)], progress=False)
-    assert list(plain_list.state_dict())[::2] == ["module.0.weight", "module.2.weight"]
+    assert list(plain_list.state_dict())[::2] == ["0.weight", "2.weight"]
     # Every stage a module: replacing one by name is seen, and the new one runs.
     modules = [("embed", nn.Linear(8, 16)), ("act", nn.Tanh()), ("head", nn.Linear(16, 2))]
     chk = remat.Checkpointable(modules, torch.randn(4, 8), progress=False)
@@ -457,3 +456,46 @@ def test_an_input_changed_in_place_before_the_backward_is_refused_as_plain_autog
     with pytest.raises(RuntimeError, match="the input was modified by an inplace operation"):
         loss.backward()
     chk(x).sum().backward()  # the next step runs
+
+
+def test_a_chains_state_dict_has_the_wrapped_modules_keys_alone_and_nested():
+    """A checkpoint of the plain network loads into the wrapped one and back, the wrapper alone
+    or inside a larger model; one saved with the wrapper's former "module." keys loads too."""
+
+    def body():
+        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 4))
+
+    class Model(nn.Module):
+        def __init__(self, wrapped):
+            super().__init__()
+            self.stem = nn.Linear(4, 8)
+            self.body = remat.Checkpointable(body(), progress=False) if wrapped else body()
+
+    def randomized(module):
+        with torch.no_grad():
+            for t in module.state_dict().values():
+                if t.is_floating_point():
+                    t.copy_(torch.randn_like(t))
+        return module
+
+    def same(a, b):
+        assert list(a) == list(b)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+    torch.manual_seed(0)
+    for wrapped_model, plain_model in ((lambda: remat.Checkpointable(body(), progress=False), body),
+                                       (lambda: Model(True), lambda: Model(False))):
+        plain, wrapped = randomized(plain_model()), wrapped_model()
+        assert list(wrapped.state_dict()) == list(plain.state_dict())
+        wrapped.load_state_dict(plain.state_dict())  # strict: every key, none unexpected
+        same(wrapped.state_dict(), plain.state_dict())
+        back = plain_model()
+        back.load_state_dict(randomized(wrapped).state_dict())
+        same(back.state_dict(), wrapped.state_dict())
+        # Saved before the keys were the module's own: "module." after the wrapper's name.
+        old = {(k.replace("body.", "body.module.", 1) if k.startswith("body.") else
+                k if isinstance(wrapped, Model) else "module." + k): v
+               for k, v in randomized(plain_model()).state_dict().items()}
+        wrapped.load_state_dict(old)
+        new = wrapped.state_dict()
+        assert all(torch.equal(new[k.replace("module.", "", 1)], t) for k, t in old.items())
