@@ -136,6 +136,11 @@ std::vector<NormSettings> norms_of(const StageModule& stage) {
 
 }  // namespace
 
+std::string StageModule::undeclared_parameter_advice() const {
+  return "Register it as a parameter of the stage's module (register_parameter), list it among "
+         "a callable stage's parameters (callable_stage(f, {tensor})), or detach it";
+}
+
 StageModule::NormFreezer StageModule::norm_freezer() {
   std::vector<NormSettings> norms = norms_of(*this);
   if (norms.empty()) return nullptr;

@@ -269,7 +269,8 @@ struct Runner {
 // for parameters only), and its stage's buffers, undeclared as well most likely, would be
 // updated again by every recomputation.
 void check_declared_leaves(const std::vector<torch::autograd::Edge>& edges, const ModelState& state,
-                           int index, const std::string& name) {
+                           int index, const NamedStage& stage) {
+  const std::string& name = stage.name;
   std::vector<torch::autograd::Node*> stack;
   std::unordered_set<const torch::autograd::Node*> visited;
   for (const torch::autograd::Edge& edge : edges)
@@ -285,8 +286,7 @@ void check_declared_leaves(const std::vector<torch::autograd::Edge>& edges, cons
             describe(index, name) + " uses a tensor that requires grad (" +
             c10::str(t.scalar_type(), " ", t.sizes()) +
             ") that is not a parameter of any stage: its gradient and its module's buffers "
-            "would not be the training step's. Declare it among its stage's parameters (a "
-            "callable stage's parameter list; a registered parameter of a module), or detach it");
+            "would not be the training step's. " + stage.module->undeclared_parameter_advice());
       continue;
     }
     for (const torch::autograd::Edge& next : node->next_edges())
@@ -865,7 +865,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
         throw ProfileError(describe(i, named.name) +
                            " returned no tensor that requires grad: its backward cannot reach its "
                            "input or parameters (is its output detached?)");
-      check_declared_leaves(edges, state, i, named.name);
+      check_declared_leaves(edges, state, i, named);
       out.clear();
       handed.clear();
       kept = scope.live_above_start();

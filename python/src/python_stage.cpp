@@ -88,6 +88,14 @@ bool PythonStage::interrupts(const std::exception_ptr& error) const {
          PyErr_GivenExceptionMatches(type.ptr(), out_of_memory.ptr());
 }
 
+std::string PythonStage::undeclared_parameter_advice() const {
+  if (is_module_)
+    return "Register it on the stage's module: an nn.Parameter attribute, or a submodule that "
+           "holds it (a tensor attribute with requires_grad is not a parameter); or detach it";
+  return "A function or lambda stage has no parameters of its own: make the stage an "
+         "nn.Module that holds the parameter (or the module that owns it), or detach it";
+}
+
 void PythonStage::add_note(const std::exception_ptr& error, const std::string& note) const {
   try {
     std::rethrow_exception(error);

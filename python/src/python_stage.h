@@ -53,6 +53,7 @@ class PythonStage : public StageModule {
   bool owned_elsewhere() const override { return true; }
   bool interrupts(const std::exception_ptr& error) const override;
   void add_note(const std::exception_ptr& error, const std::string& note) const override;
+  std::string undeclared_parameter_advice() const override;
   /// torch.nn's BatchNorm1d/2d/3d (those that run _BatchNorm.forward; not SyncBatchNorm, whose
   /// forward refuses a missing batch count): momentum 0 and num_batches_tracked None while
   /// frozen.

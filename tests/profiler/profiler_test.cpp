@@ -527,7 +527,9 @@ TEST_CASE("a tensor that requires grad must be a parameter of a stage, and conte
     CHECK_THROWS_WITH(
         remat::profile(stages, {sample}, {}, quick()),
         Catch::Contains("stage 1 (uses) uses a tensor that requires grad (Float [4, 4]) "
-                        "that is not a parameter of any stage"));
+                        "that is not a parameter of any stage") &&
+            Catch::Contains("list it among a callable stage's parameters (callable_stage(f, "
+                            "{tensor}))"));
     CHECK_FALSE(weight.grad().defined());
   }
   SECTION("declared by another stage (a tied weight): measured, its gradient restored") {

@@ -152,9 +152,22 @@ def test_named_stages_keep_their_names_in_the_state_dict_and_can_be_replaced():
 def test_a_stage_using_a_parameter_no_stage_has_is_refused():
     outside = nn.Parameter(torch.randn(8, 2))
     with pytest.raises(ValueError, match=r"stage 1 \(1\) uses a tensor that requires grad \(Float \[8, 2\]\) "
-                                         "that is not a parameter of any stage"):
+                                         "that is not a parameter of any stage.* A function or lambda stage has "
+                                         "no parameters of its own: make the stage an nn.Module"):
         remat.Checkpointable([nn.Linear(8, 8), lambda h: h @ outside], torch.randn(4, 8), progress=False)
     assert outside.grad is None
+
+    # A module's tensor attribute that requires grad is not its parameter: said so.
+    class Unregistered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.randn(8, 2, requires_grad=True)
+
+        def forward(self, h):
+            return h @ self.weight
+
+    with pytest.raises(ValueError, match=r"Register it on the stage's module: an nn.Parameter attribute"):
+        remat.Checkpointable([nn.Linear(8, 8), Unregistered()], torch.randn(4, 8), progress=False)
     # Tied to a stage's parameter (an LM head sharing the embedding's weight): measured.
     embed = nn.Linear(2, 8)
     chk = remat.Checkpointable([("embed", embed), ("head", lambda h: h @ embed.weight)], torch.randn(4, 2),

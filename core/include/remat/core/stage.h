@@ -74,6 +74,9 @@ class StageModule {
   /// without changing its type, so that the caller learns which stage failed (a Python
   /// exception: its add_note). The runtime adds a c10::Error's context itself.
   virtual void add_note(const std::exception_ptr& /*error*/, const std::string& /*note*/) const {}
+  /// What the user can do, in the stage's language, about a tensor that requires grad which
+  /// the stage's forward uses but which is no stage's parameter (the profiler refuses it).
+  virtual std::string undeclared_parameter_advice() const;
   /// Called before a forward that must leave the stage's running statistics as they are (a
   /// recomputation: the step's first forward updated them): sets each BatchNorm of the stage
   /// so that its forward leaves them exactly as they are (momentum 0 and the batch not counted:
