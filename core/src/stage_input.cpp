@@ -41,4 +41,19 @@ void run_backward(std::vector<torch::autograd::Edge> edges, std::vector<torch::T
       /*create_graph=*/false, /*accumulate_grad=*/true);
 }
 
+std::vector<torch::Tensor> run_backward_capturing(std::vector<torch::autograd::Edge> edges,
+                                                  std::vector<torch::Tensor> gradients,
+                                                  const std::vector<torch::autograd::Edge>& capture) {
+  TORCH_CHECK(edges.size() == gradients.size(), "remat::detail::run_backward_capturing: ",
+              edges.size(), " edges but ", gradients.size(), " gradients");
+  if (edges.empty() || capture.empty()) return std::vector<torch::Tensor>(capture.size());
+  ++calls;
+  const torch::Tensor seed = torch::empty({0}, gradients.front().options().requires_grad(false));
+  auto source = make_node<GradientSource>(std::move(edges), std::move(gradients));
+  source->add_input_metadata(seed);
+  return torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::Edge(std::move(source), 0)}, {seed}, /*keep_graph=*/false,
+      /*create_graph=*/false, /*accumulate_grad=*/false, capture);
+}
+
 }  // namespace remat::detail

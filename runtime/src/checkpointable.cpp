@@ -7,6 +7,7 @@
 #include <cctype>
 #include <ostream>
 #include <set>
+#include <unordered_set>
 #include <stdexcept>
 
 #include "executor.h"
@@ -26,40 +27,72 @@ std::optional<c10::ScalarType> autocast_dtype(const c10::Device& device) {
   return autocast.type(type);
 }
 
-// The backward of the whole schedule, as one node of the caller's graph: the chain's output
-// has it as grad_fn, the input is its next edge. A node of our own (not a custom Function):
+// The parameters whose gradients a backward asked for some tensors only can return
+// (torch.autograd.grad, backward(inputs=...)): ScheduleBackward has an edge to each one's
+// accumulator, so that the engine finds the path to it. In a whole backward the node passes
+// nothing there (the stages' own backward calls accumulated into .grad), and the accumulator then
+// runs with no gradient: harmless without hooks, but a hook would run a second time (DDP's
+// reducer, post-accumulate hooks) or with None (a tensor hook). So a parameter with any hook
+// gets no edge, and no gradient can be asked of it. LibTorch before 2.1: none.
+std::vector<torch::Tensor> parameters_with_edges(const std::vector<NamedStage>& stages) {
+  std::vector<torch::Tensor> out;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const NamedStage& stage : stages)
+    for (const torch::Tensor& p : stage.module->parameters()) {
+      if (!p.requires_grad() || !p.is_leaf() || !seen.insert(p.unsafeGetTensorImpl()).second)
+        continue;
+      const std::shared_ptr<torch::autograd::Node> accumulator =
+          torch::autograd::impl::grad_accumulator(p);
+      if (!accumulator || !accumulator->pre_hooks().empty() ||
+          !accumulator->post_hooks().empty() || !accumulator->tensor_pre_hooks().empty() ||
+          !accumulator->retains_grad_hooks().empty() || accumulator->tensor_post_acc_grad_hooks())
+        continue;
+      out.push_back(p);
+    }
+#else
+  (void)stages;
+#endif
+  return out;
+}
+
+// The backward of the whole schedule, as one node of the caller's graph: y_L's members (those
+// with a gradient, in order) have it as grad_fn, the input is its next edge. A node of our own (not a custom Function):
 // it can drop the engine's handle on y_L before running the backward phase, so that y_L is
 // freed once B_{L-1} has used it, as in plain training. The node owns the step's executor;
-// a graph dropped without backward frees it with the node.
+// a graph dropped without backward frees it with the node. After the inputs' edges, one to each
+// parameter of parameters_with_edges().
 class ScheduleBackward : public torch::autograd::Node {
  public:
   // `graded[m]`: whether output member m is one of the node's inputs (requires grad), in order.
   ScheduleBackward(std::shared_ptr<detail::Executor> executor,
-                   std::vector<bool> input_requires_grad, std::vector<bool> graded)
+                   std::vector<bool> input_requires_grad, std::vector<bool> graded,
+                   std::vector<torch::Tensor> parameters)
       : executor_(std::move(executor)),
         input_requires_grad_(std::move(input_requires_grad)),
-        graded_(std::move(graded)) {}
+        graded_(std::move(graded)),
+        parameters_(std::move(parameters)) {}
   std::string name() const override { return "remat::ScheduleBackward"; }
 
   variable_list apply(variable_list&& grads) override {
     TORCH_CHECK(executor_,
                 "remat: the backward of this step's schedule already ran; a checkpointed forward "
                 "can be backpropagated once (retain_graph is not supported)");
-    // The node's edges lead to the chain's inputs only: the stages' parameters get their
-    // gradients from the inner backward calls, accumulated into .grad. A backward that asks
-    // for some gradients only, or for a graph of them, would get wrong ones: refused, as torch
-    // refuses them through its reentrant checkpoint.
-    const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
-    TORCH_CHECK(exec_info == nullptr || exec_info->empty(),
-                "remat: a checkpointed chain is backpropagated by backward() of the whole graph; "
-                "a backward for some tensors only is not supported (Python's "
-                "torch.autograd.grad and backward(inputs=...), C++'s torch::autograd::grad and "
-                "backward with inputs): the chain's parameters are not edges of its backward "
-                "node, so their gradients would go to .grad, not to the result");
     TORCH_CHECK(!torch::GradMode::is_enabled(),
                 "remat: a backward that makes a graph of the gradients (create_graph) through a "
                 "checkpointed chain is not supported: its recomputed backward is not "
                 "differentiable again");
+    // A backward asked for some tensors only: the gradients of the parameters asked for come
+    // back through the node's edges, and nothing accumulates into .grad.
+    const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
+    const bool some_only = exec_info != nullptr && !exec_info->empty();
+    const std::size_t inputs = input_requires_grad_.size();
+    if (some_only) {
+      Tensors wanted(parameters_.size());
+      for (std::size_t j = 0; j < parameters_.size(); ++j)
+        if (task_should_compute_output(inputs + j)) wanted[j] = parameters_[j];
+      executor_->capture_gradients(std::move(wanted));
+    }
     // y_L: one gradient per output member (undefined for members without one, or that the
     // loss does not reach).
     Tensors y_out(graded_.size());
@@ -68,17 +101,21 @@ class ScheduleBackward : public torch::autograd::Node {
       if (graded_[m]) y_out[m] = std::move(grads[next++]);
     grads.clear();
     std::shared_ptr<detail::Executor> executor = std::move(executor_);
-    Tensors y0 = executor->run_backward(std::move(y_out));
+    Tensors out = executor->run_backward(std::move(y_out));
+    for (std::size_t k = 0; k < out.size(); ++k)
+      if (!input_requires_grad_[k]) out[k] = torch::Tensor();
+    Tensors captured = some_only ? executor->captured_gradients() : Tensors(parameters_.size());
     executor.reset();
-    for (std::size_t k = 0; k < y0.size(); ++k)
-      if (!input_requires_grad_[k]) y0[k] = torch::Tensor();
-    return y0;
+    parameters_.clear();
+    for (torch::Tensor& g : captured) out.push_back(std::move(g));
+    return out;
   }
 
  private:
   std::shared_ptr<detail::Executor> executor_;
   std::vector<bool> input_requires_grad_;
   std::vector<bool> graded_;
+  std::vector<torch::Tensor> parameters_;
 };
 
 // A module name LibTorch accepts: no dots, not empty.
@@ -399,9 +436,12 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
   for (const torch::Tensor& t : inputs) input_requires_grad.push_back(t.requires_grad());
   const std::vector<Member>& out_members = chain_->members(chain_->length());
   for (std::size_t m = 0; m < outputs.size(); ++m) graded.push_back(out_members[m].grad);
-  auto node = detail::make_node<ScheduleBackward>(std::move(executor),
-                                                 std::move(input_requires_grad), graded);
-  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  std::vector<torch::Tensor> parameters = parameters_with_edges(stages_);
+  torch::autograd::edge_list edges = torch::autograd::collect_next_edges(inputs);
+  for (const torch::Tensor& p : parameters) edges.push_back(torch::autograd::impl::gradient_edge(p));
+  auto node = detail::make_node<ScheduleBackward>(
+      std::move(executor), std::move(input_requires_grad), graded, std::move(parameters));
+  node->set_next_edges(std::move(edges));
   std::uint32_t nr = 0;
   for (std::size_t m = 0; m < outputs.size(); ++m) {
     if (!graded[m]) continue;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "remat/core/autocast_cache.h"
 #include "remat/core/generator_state.h"
@@ -389,7 +390,34 @@ void Executor::backward(std::size_t first, std::size_t last) {
     root_grads.push_back(std::move(carried[k]));
     carried[k] = torch::Tensor();  // its sink gets the sum
   }
-  detail::run_backward(std::move(roots), std::move(root_grads));
+  if (!capturing_) {
+    detail::run_backward(std::move(roots), std::move(root_grads));
+  } else {
+    // The input members' sinks, then the wanted parameters of the call's stages (each once).
+    std::vector<torch::autograd::Edge> capture;
+    for (std::size_t k = 0; k < sinks.size(); ++k)
+      if (sinks[k]) capture.emplace_back(sinks[k], 0);
+    const std::size_t sink_count = capture.size();
+    std::vector<std::size_t> slots;
+    std::unordered_set<std::size_t> seen;
+    for (int k = bottom; k <= top; ++k)
+      for (const torch::Tensor& p : stages_[static_cast<std::size_t>(k)].module->parameters()) {
+        const auto found = wanted_.find(p.unsafeGetTensorImpl());
+        if (found == wanted_.end() || !seen.insert(found->second).second) continue;
+        capture.push_back(torch::autograd::impl::gradient_edge(p));
+        slots.push_back(found->second);
+      }
+    Tensors got = detail::run_backward_capturing(std::move(roots), std::move(root_grads), capture);
+    std::size_t next = 0;
+    for (std::size_t k = 0; k < sinks.size(); ++k)
+      if (sinks[k]) sinks[k]->gradient = std::move(got[next++]);
+    for (std::size_t j = 0; j < slots.size(); ++j) {
+      torch::Tensor& gradient = got[sink_count + j];
+      if (!gradient.defined()) continue;
+      torch::Tensor& sum = captured_[slots[j]];
+      sum = sum.defined() ? sum + gradient : std::move(gradient);
+    }
+  }
   // Each member's gradient from its sink (a carried one's: the sum, in what storage the engine
   // left it), or a passed one as it came where the input has no sink.
   Tensors grad_in(members_[ub].size());
@@ -549,6 +577,13 @@ Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
     throw;
   }
   return std::move(output_);
+}
+
+void Executor::capture_gradients(Tensors wanted) {
+  capturing_ = true;
+  captured_ = Tensors(wanted.size());
+  for (std::size_t j = 0; j < wanted.size(); ++j)
+    if (wanted[j].defined()) wanted_.emplace(wanted[j].unsafeGetTensorImpl(), j);
 }
 
 Tensors Executor::run_backward(Tensors grad_outputs) {

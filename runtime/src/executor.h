@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "autocast.h"
@@ -101,6 +102,12 @@ class Executor {
   Tensors run_backward(Tensors grad_outputs);
   /// Times this step's operations into `recorder` (before run_forward).
   void record_with(std::shared_ptr<StepRecorder> recorder) { recorder_ = std::move(recorder); }
+  /// Before run_backward, for a backward asked for some tensors only: nothing accumulates
+  /// into .grad; the gradients of `wanted` (parameters of the stages; an undefined tensor for
+  /// one not asked for) are summed over the stages' backwards, and then
+  /// captured_gradients() has them in that order.
+  void capture_gradients(Tensors wanted);
+  Tensors captured_gradients() { return std::move(captured_); }
 
  private:
   const Tensors& input_of(int i) const;
@@ -150,6 +157,10 @@ class Executor {
   // when recorder_ is set.
   void run_operations(std::size_t first, std::size_t end);
   std::shared_ptr<StepRecorder> recorder_;
+  // capture_gradients(): whether capturing, the wanted parameters by TensorImpl, and their sums.
+  bool capturing_ = false;
+  std::unordered_map<const c10::TensorImpl*, std::size_t> wanted_;
+  Tensors captured_;
   // The autocast state of the step's forward, in which the backward recomputes.
   AutocastState autocast_;
   // When to drop the handles on activation values (the simulator's rule).

@@ -1,7 +1,7 @@
 """PyTorch's own tests of checkpoint_sequential (test/test_utils.py, class TestCheckpoint),
 each re-expressed with a budget in place of the segment count: what each checks, asked of
-remat.checkpoint_sequential. The one that cannot pass is kept as what remat says instead, and
-why (below, test_checkpoint_valid)."""
+remat.checkpoint_sequential. The part that cannot pass (create_graph, in
+test_checkpoint_valid) is kept as what remat says instead, and why."""
 
 import pytest
 import torch
@@ -100,17 +100,23 @@ def test_checkpoint_trigger():
 def test_checkpoint_valid():
     """torch's: torch.autograd.grad(..., create_graph=True) through the reentrant checkpoint
     is refused, and through the non-reentrant one gives plain autograd's gradients. Through
-    remat it is refused, saying why: the recomputed backward is not differentiable again
-    (create_graph), and a backward asked for some tensors only (inputs=) is not yet supported:
-    the chain's parameters are not edges of its backward node (the Python issue, item 1)."""
+    remat, without create_graph: plain autograd's gradients, bit for bit. With it (the part
+    that cannot pass), refused, saying why: the recomputed backward is not differentiable
+    again."""
     torch.manual_seed(0)
     model = mlp()
     x = torch.randn(1, 100, requires_grad=True)
-    out = remat.checkpoint_sequential(list(model.children()), "min", x, progress=False)
-    assert torch.equal(out, model(x))
-    with pytest.raises(RuntimeError, match="a backward for some tensors only is not supported"):
-        torch.autograd.grad(outputs=[out], grad_outputs=[torch.ones(1, 5)], inputs=[x],
-                            create_graph=True)
+    modules = list(model.children())
+    out = remat.checkpoint_sequential(modules, "min", x, progress=False)
+    plain = model(x)
+    assert torch.equal(out, plain)
+    ones = torch.ones(1, 5)
+    expected = torch.autograd.grad(outputs=[plain], grad_outputs=[ones], inputs=[x])
+    got = torch.autograd.grad(outputs=[out], grad_outputs=[ones], inputs=[x])
+    assert torch.equal(got[0], expected[0])
+    out = remat.checkpoint_sequential(modules, "min", x, progress=False)
+    with pytest.raises(RuntimeError, match=r"makes a graph of the gradients \(create_graph\)"):
+        torch.autograd.grad(outputs=[out], grad_outputs=[ones], inputs=[x], create_graph=True)
 
 
 def test_checkpoint_sequential_deprecated_multiple_args():

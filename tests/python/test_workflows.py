@@ -58,22 +58,70 @@ def raising_in_backward(error) -> nn.Module:
     return Stage()
 
 
+PARAMETER_EDGES = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 1)
+
+
 @pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
-def test_backward_calls_it_cannot_serve_are_refused_and_a_whole_backward_stays_exact():
+@pytest.mark.parametrize("budget", ["min", "100%"])
+def test_grad_of_some_tensors_is_plains_and_create_graph_is_refused(budget):
+    """torch.autograd.grad and backward(inputs=...) through the chain: plain autograd's
+    gradients, bit for bit, no .grad written (autograd.grad) or only the inputs' (backward);
+    the parameters' from torch 2.1. create_graph is refused: the recomputed backward is not
+    differentiable again."""
+    torch.manual_seed(0)
     model = net()
     plain = copy.deepcopy(model)
     x = torch.randn(16, 8, requires_grad=True)
-    chk = remat.Checkpointable(model, x, progress=False)
-    chk.compute_sequence(chk.min_budget())
-    some_only = r"a backward for some tensors only is not supported \(Python's torch.autograd.grad and backward"
-    with pytest.raises(RuntimeError, match=some_only):
-        torch.autograd.grad(chk(x).sum(), x)
+    chk = remat.Checkpointable(model, x, budget, progress=False)
+
+    def loss(m):
+        return m(x).pow(2).sum()
+
+    ours_params, plain_params = list(model.parameters()), list(plain.parameters())
+    asked = [([x], [x])]
+    if PARAMETER_EDGES:
+        asked += [(ours_params, plain_params), ([ours_params[2], x], [plain_params[2], x])]
+    for ours_of, plain_of in asked:
+        got = torch.autograd.grad(loss(chk), ours_of)
+        expected = torch.autograd.grad(loss(plain), plain_of)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+        assert x.grad is None and all(p.grad is None for p in model.parameters())
+    if PARAMETER_EDGES:
+        loss(chk).backward(inputs=[ours_params[0]])
+        loss(plain).backward(inputs=[plain_params[0]])
+        assert torch.equal(ours_params[0].grad, plain_params[0].grad)
+        assert all(p.grad is None for p in ours_params[1:]) and x.grad is None
+        ours_params[0].grad = plain_params[0].grad = None
     with pytest.raises(RuntimeError, match=r"makes a graph of the gradients \(create_graph\)"):
-        chk(x).sum().backward(create_graph=True)
-    assert all(p.grad is None for p in model.parameters())  # nothing written by either
-    chk(x).sum().backward()
-    plain(x).sum().backward()
+        loss(chk).backward(create_graph=True)
+    with pytest.raises(RuntimeError, match=r"makes a graph of the gradients \(create_graph\)"):
+        torch.autograd.grad(loss(chk), x, create_graph=True)
+    assert all(p.grad is None for p in model.parameters())  # nothing written
+    x.grad = None
+    loss(chk).backward()
+    loss(plain).backward()
     assert same(grads(model), grads(plain))
+
+
+@pytest.mark.skipif(not PARAMETER_EDGES, reason="post-accumulate hooks: torch 2.1")
+def test_a_parameters_hooks_run_once_a_step_and_its_gradient_cannot_be_asked_for():
+    """A parameter with a hook (DDP's, an optimizer step in the backward) is left off the
+    node's edges: its hook runs once, as in plain training, and torch.autograd.grad of it
+    says torch's own "not used in the graph"."""
+    torch.manual_seed(0)
+    model = net()
+    x = torch.randn(16, 8)
+    chk = remat.Checkpointable(model, x, "min", progress=False)
+    calls = []
+    hooked = model[0].weight
+    hooked.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad.clone()))
+    model[2].weight.register_hook(lambda g: g * 1)  # a tensor hook, given None would fail
+    chk(x).sum().backward()
+    assert len(calls) == 1 and torch.equal(calls[0], hooked.grad)
+    with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+        torch.autograd.grad(chk(x).sum(), hooked)
+    # The others can be.
+    assert torch.autograd.grad(chk(x).sum(), model[-1].weight)[0].shape == model[-1].weight.shape
 
 
 def test_a_layer_unfrozen_after_measuring_is_refused_until_measured_again():

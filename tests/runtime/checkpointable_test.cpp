@@ -577,10 +577,14 @@ TEST_CASE("Checkpointable reports misuse clearly", "[runtime]") {
                     Catch::Contains("stage 1 is named 'head' in the chain but '1:"));
 }
 
-// What a checkpointed backward cannot give is refused, never given wrong: gradients of some
-// tensors only (autograd::grad, backward's inputs), a differentiable backward (create_graph), a
-// gradient the chain was not measured with (a parameter unfrozen after measure()).
-TEST_CASE("backward calls the schedule cannot serve exactly are refused, not answered wrongly",
+constexpr bool kParameterEdges =
+    TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1);
+
+// A backward asked for some tensors only (autograd::grad, backward's inputs) gets plain
+// autograd's gradients and writes no .grad; what a checkpointed backward cannot give is
+// refused, never given wrong: a differentiable backward (create_graph), a gradient the chain
+// was not measured with (a parameter unfrozen after measure()).
+TEST_CASE("backward calls for some tensors are exact, those the schedule cannot serve refused",
           "[runtime]") {
   torch::manual_seed(0);
   nn::Sequential net(nn::Linear(8, 16), nn::Tanh(), nn::Linear(16, 16), nn::Tanh(),
@@ -588,26 +592,68 @@ TEST_CASE("backward calls the schedule cannot serve exactly are refused, not ans
   remat::Checkpointable chk(net);
   const torch::Tensor x = torch::randn({4, 8}).requires_grad_(true);
   chk->measure(x, remat::ProfileOptions().measure_time(false));
-  // Recomputation-all: every forward with autograd runs in the backward phase.
-  for (const Algorithm algorithm : {Algorithm::kStoreAll, Algorithm::kRecomputeAll}) {
-    INFO(remat::algorithm_name(algorithm));
-    REQUIRE(chk->compute_sequence(chk->store_all_peak(), algorithm).ok());
+  const std::vector<torch::Tensor> params = net->parameters();
+  const auto plain_loss = [&] { return net->forward(x).pow(2).sum(); };
+  const auto clear = [&] {
     for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
-    CHECK_THROWS_WITH(torch::autograd::grad({chk->forward(x).sum()}, {x}),
-                      Catch::Contains("a backward for some tensors only is not supported "
-                                      "(Python's torch.autograd.grad and backward(inputs=...), "
-                                      "C++'s torch::autograd::grad and backward with inputs)"));
-    // (backward(inputs=parameters) never reaches the node, whose edges lead to the inputs:
-    // it gives those parameters no gradient, as docs/runtime.md says.)
-    CHECK_THROWS_WITH(torch::autograd::backward({chk->forward(x).sum()}, {}, {}, false, {x}),
-                      Catch::Contains("a backward for some tensors only is not supported"));
+    x.mutable_grad() = torch::Tensor();
+  };
+  // Store-all, recomputation of all (every forward with autograd runs in the backward phase)
+  // and the least budget's schedule.
+  for (const Algorithm algorithm :
+       {Algorithm::kStoreAll, Algorithm::kRecomputeAll, Algorithm::kOptimal}) {
+    INFO(remat::algorithm_name(algorithm));
+    REQUIRE(chk->compute_sequence(algorithm == Algorithm::kOptimal ? chk->min_budget()
+                                                                  : chk->store_all_peak(),
+                                  algorithm)
+                .ok());
+    clear();
+    const auto ours = [&] { return chk->forward(x).pow(2).sum(); };
+    // Of the input, of the parameters, of both: plain's, bit for bit, and no .grad written.
+    // Before LibTorch 2.1 the parameters' gradients cannot be asked for (their accumulators'
+    // hooks cannot all be seen: docs/runtime.md): torch's own refusal.
+    std::vector<std::vector<torch::Tensor>> asked{{x}};
+    if (kParameterEdges) {
+      asked.push_back(params);
+      asked.push_back({params[2], x, params[0]});
+    } else {
+      CHECK_THROWS_WITH(torch::autograd::grad({ours()}, params),
+                        Catch::Contains("appears to not have been used in the graph"));
+    }
+    for (const std::vector<torch::Tensor>& of : asked) {
+      const std::vector<torch::Tensor> expected = torch::autograd::grad({plain_loss()}, of);
+      const std::vector<torch::Tensor> got = torch::autograd::grad({ours()}, of);
+      REQUIRE(got.size() == expected.size());
+      for (std::size_t k = 0; k < got.size(); ++k) CHECK(torch::equal(got[k], expected[k]));
+      for (auto& p : net->parameters()) CHECK_FALSE(p.grad().defined());
+      CHECK_FALSE(x.grad().defined());
+    }
+    // backward with inputs: only those get .grad, as plain's.
+    const std::vector<torch::Tensor> inputs =
+        kParameterEdges ? std::vector<torch::Tensor>{params[2], x} : std::vector<torch::Tensor>{x};
+    torch::autograd::backward({plain_loss()}, {}, {}, false, inputs);
+    const torch::Tensor expected_weight = kParameterEdges ? params[2].grad().clone() : torch::Tensor();
+    const torch::Tensor expected_x = x.grad().clone();
+    clear();
+    torch::autograd::backward({ours()}, {}, {}, false, inputs);
+    if (kParameterEdges) CHECK(torch::equal(params[2].grad(), expected_weight));
+    CHECK(torch::equal(x.grad(), expected_x));
+    for (std::size_t k = 0; k < params.size(); ++k)
+      if (k != 2 || !kParameterEdges) CHECK_FALSE(params[k].grad().defined());
+    clear();
     CHECK_THROWS_WITH(
         chk->forward(x).sum().backward({}, true, true),
         Catch::Contains("a backward that makes a graph of the gradients (create_graph)"));
-    // None of them wrote a gradient; a whole backward still runs, exactly as plain.
     for (auto& p : net->parameters()) CHECK_FALSE(p.grad().defined());
-    chk->forward(x).sum().backward();
-    for (auto& p : net->parameters()) CHECK(p.grad().defined());
+    // A whole backward still runs, exactly as plain.
+    plain_loss().backward();
+    std::vector<torch::Tensor> plain_grads;
+    for (auto& p : net->parameters()) plain_grads.push_back(p.grad().clone());
+    clear();
+    ours().backward();
+    for (std::size_t k = 0; k < params.size(); ++k)
+      CHECK(torch::equal(params[k].grad(), plain_grads[k]));
+    clear();
   }
   // Measured with the first Linear frozen, then unfrozen: its gradient would be lost.
   torch::Tensor detached = x.detach();

@@ -100,6 +100,14 @@ inline StageInput stage_input(const torch::Tensor& value, bool gradient) {
 /// gradients accumulate. Nothing to do for no edges.
 void run_backward(std::vector<torch::autograd::Edge> edges, std::vector<torch::Tensor> gradients);
 
+/// run_backward for a backward asked for some tensors only (torch.autograd.grad,
+/// backward(inputs=...)): accumulates nothing, and returns the gradients that reach `capture`
+/// (edges to leaves: a stage input's sink, a parameter's accumulator; undefined where none
+/// arrives), the engine computing only what they need. The sinks in `capture` do not run.
+std::vector<torch::Tensor> run_backward_capturing(std::vector<torch::autograd::Edge> edges,
+                                                  std::vector<torch::Tensor> gradients,
+                                                  const std::vector<torch::autograd::Edge>& capture);
+
 /// How many engine calls run_backward() has made in this process (for tests).
 std::int64_t backward_calls();
 
