@@ -612,15 +612,14 @@ TEST_CASE("backward calls for some tensors are exact, those the schedule cannot 
     // Of the input, of the parameters, of both: plain's, bit for bit, and no .grad written.
     // Before LibTorch 2.1 the parameters' gradients cannot be asked for (their accumulators'
     // hooks cannot all be seen: docs/runtime.md): torch's own refusal.
-    std::vector<std::vector<torch::Tensor>> asked{{x}};
-    if (kParameterEdges) {
-      asked.push_back(params);
-      asked.push_back({params[2], x, params[0]});
-    } else {
+    if (!kParameterEdges)
       CHECK_THROWS_WITH(torch::autograd::grad({ours()}, params),
                         Catch::Contains("appears to not have been used in the graph"));
-    }
-    for (const std::vector<torch::Tensor>& of : asked) {
+    for (int asked = 0; asked < (kParameterEdges ? 3 : 1); ++asked) {
+      const std::vector<torch::Tensor> of =
+          asked == 0 ? std::vector<torch::Tensor>{x}
+          : asked == 1 ? params
+                       : std::vector<torch::Tensor>{params[2], x, params[0]};
       const std::vector<torch::Tensor> expected = torch::autograd::grad({plain_loss()}, of);
       const std::vector<torch::Tensor> got = torch::autograd::grad({ours()}, of);
       REQUIRE(got.size() == expected.size());
