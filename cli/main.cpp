@@ -41,6 +41,18 @@ static std::string torch_helper_path() {
 }
 #endif
 
+namespace {
+
+// Writes a message to standard error without throwing: it may be closed or full (2>/dev/full),
+// and a failure to report must neither abort the process (fmt::print throws, and a throw from
+// a catch handler here would reach std::terminate) nor hide the exit code.
+void report(const std::string& text) noexcept {
+  std::fputs(text.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace remat::cli;
   // A closed pipe on standard output (`remat tradeoff ... | head -c1`) makes a write fail with
@@ -58,11 +70,13 @@ int main(int argc, char** argv) {
   remat::MemoryTracker::for_device(c10::Device(c10::kCPU));
 #endif
 #if REMAT_EXEC_TORCH_HELPER
-  if (argc > 1 && std::any_of(std::begin(kTorchCommands), std::end(kTorchCommands),
-                              [&](const TorchCommand& c) { return std::string(argv[1]) == c.name; })) {
+  if (argc > 1 &&
+      std::any_of(std::begin(kTorchCommands), std::end(kTorchCommands),
+                  [&](const TorchCommand& c) { return std::string(argv[1]) == c.name; })) {
     const std::string helper = torch_helper_path();
     execv(helper.c_str(), argv);
-    fmt::print(stderr, "remat: cannot run {} for '{}': {}\n", helper, argv[1], std::strerror(errno));
+    report(
+        fmt::format("remat: cannot run {} for '{}': {}\n", helper, argv[1], std::strerror(errno)));
     return kExitInternal;
   }
 #endif
@@ -87,8 +101,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-' && !known) {
     std::string names;
     for (const CLI::App* c : commands) names += (names.empty() ? "" : ", ") + c->get_name();
-    fmt::print(stderr, "remat: unknown command '{}' (commands: {})\n", printable(argv[1]), names);
-    fmt::print(stderr, "Run 'remat --help' for usage.\n");
+    report(fmt::format("remat: unknown command '{}' (commands: {})\n", printable(argv[1]), names));
+    report(fmt::format("Run 'remat --help' for usage.\n"));
     return kExitBadInput;
   }
   try {
@@ -100,8 +114,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& version) {
     return app.exit(version);
   } catch (const CLI::ParseError& error) {
-    fmt::print(stderr, "remat: {}\n", printable(error.what()));
-    fmt::print(stderr, "Run 'remat --help' or 'remat <command> --help' for usage.\n");
+    report(fmt::format("remat: {}\n", printable(error.what())));
+    report(fmt::format("Run 'remat --help' or 'remat <command> --help' for usage.\n"));
     return kExitBadInput;
   }
   // An option given an empty value (-o "", a variable that expanded to nothing) is refused:
@@ -112,9 +126,9 @@ int main(int argc, char** argv) {
       const auto& values = option->results();
       if (std::any_of(values.begin(), values.end(),
                       [](const std::string& v) { return v.empty(); })) {
-        fmt::print(stderr, "remat {}: {} was given an empty value\n", command->get_name(),
-                   option->get_name());
-        fmt::print(stderr, "Run 'remat {} --help' for usage.\n", command->get_name());
+        report(fmt::format("remat {}: {} was given an empty value\n", command->get_name(),
+                           option->get_name()));
+        report(fmt::format("Run 'remat {} --help' for usage.\n", command->get_name()));
         return kExitBadInput;
       }
     }
@@ -137,38 +151,40 @@ int main(int argc, char** argv) {
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) return stdout_failed(errno);
     return code;
   } catch (const std::invalid_argument& error) {
-    fmt::print(stderr, "remat: {}\n", printable(error.what()));
+    report(fmt::format("remat: {}\n", printable(error.what())));
     return kExitBadInput;
   } catch (const remat::FileError& error) {  // an output that cannot be written
-    fmt::print(stderr, "remat: {}\n", printable(error.what()));
+    report(fmt::format("remat: {}\n", printable(error.what())));
     return kExitBadInput;
 #if REMAT_TORCH_COMMANDS
   } catch (const c10::OutOfMemoryError& error) {
-    fmt::print(stderr,
-               "remat: out of memory: {} (try a smaller --batch or --image, or for training a "
-               "smaller --budget)\n",
-               printable(error.what_without_backtrace()));
+    report(
+        fmt::format("remat: out of memory: {} (try a smaller --batch or --image, or for training a "
+                    "smaller --budget)\n",
+                    printable(error.what_without_backtrace())));
     return kExitOutOfMemory;
   } catch (const c10::ValueError& error) {  // bad input, as remat's LibTorch code reports it
-    fmt::print(stderr, "remat: {}\n", printable(error.what_without_backtrace()));
+    report(fmt::format("remat: {}\n", printable(error.what_without_backtrace())));
     return kExitBadInput;
   } catch (const c10::Error& error) {
-    fmt::print(stderr, "remat: internal error: {}\n", printable(error.what_without_backtrace()));
+    report(fmt::format("remat: internal error: {}\n", printable(error.what_without_backtrace())));
     return kExitInternal;
 #endif
   } catch (const std::bad_alloc&) {  // the solver's tables, or any other memory remat needs
-    fmt::print(stderr,
-               "remat: out of memory: an allocation failed (for the solver: fewer "
-               "--slots, or a shorter chain)\n");
+    report(
+        fmt::format("remat: out of memory: an allocation failed (for the solver: fewer "
+                    "--slots, or a shorter chain)\n"));
     return kExitOutOfMemory;
   } catch (const std::system_error& error) {
     // fmt::print throws when a write fails: on standard output, a closed pipe or a full disk
-    // (exit 2, as when the last flush fails), not a bug.
+    // (exit 2, as when the last flush fails), not a bug; likewise on standard error.
     if (std::ferror(stdout)) return stdout_failed(error.code().value());
-    fmt::print(stderr, "remat: internal error: {}\n", printable(error.what()));
+    // On standard error (a warning, a progress line): nothing more can be said there.
+    if (std::ferror(stderr)) return kExitBadInput;
+    report(fmt::format("remat: internal error: {}\n", printable(error.what())));
     return kExitInternal;
   } catch (const std::exception& error) {
-    fmt::print(stderr, "remat: internal error: {}\n", printable(error.what()));
+    report(fmt::format("remat: internal error: {}\n", printable(error.what())));
     return kExitInternal;
   }
   return kExitInternal;

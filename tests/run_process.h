@@ -34,17 +34,17 @@ inline std::string read_file(const std::string& path) {
 
 /// Runs `executable` with `args`, stdin from /dev/null, stdout and stderr captured, with `env`
 /// ("NAME=VALUE") added to the environment (ahead of the inherited entries, so they win).
-/// `stdout_to`, when given, is where standard output goes instead (/dev/full). `name` stands
-/// for the executable in RunResult::command.
+/// `stdout_to` and `stderr_to`, when given, are where standard output and error go instead
+/// (/dev/full). `name` stands for the executable in RunResult::command.
 inline RunResult run_process(const std::string& executable, const std::string& name,
                              const std::vector<std::string>& args,
                              const std::vector<std::string>& env = {},
-                             const std::string& stdout_to = "") {
+                             const std::string& stdout_to = "", const std::string& stderr_to = "") {
   char scratch_name[] = "/tmp/remat-run-XXXXXX";
   REQUIRE(mkdtemp(scratch_name) != nullptr);
   const std::string scratch = scratch_name;
   const std::string out_path = stdout_to.empty() ? scratch + "/stdout" : stdout_to;
-  const std::string err_path = scratch + "/stderr";
+  const std::string err_path = stderr_to.empty() ? scratch + "/stderr" : stderr_to;
 
   RunResult result;
   result.command = name;
@@ -69,7 +69,7 @@ inline RunResult run_process(const std::string& executable, const std::string& n
     // Only async-signal-safe calls between fork and exec.
     const int in_fd = open("/dev/null", O_RDONLY);
     const int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);  // or /dev/full
-    const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);  // or /dev/full
     if (in_fd < 0 || out_fd < 0 || err_fd < 0) _exit(126);
     if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) _exit(126);
     execve(executable.c_str(), argv.data(), envp.data());
@@ -90,8 +90,10 @@ inline RunResult run_process(const std::string& executable, const std::string& n
     result.out = read_file(out_path);
     std::remove(out_path.c_str());
   }
-  result.err = read_file(err_path);
-  std::remove(err_path.c_str());
+  if (stderr_to.empty()) {
+    result.err = read_file(err_path);
+    std::remove(err_path.c_str());
+  }
   rmdir(scratch.c_str());
   return result;
 }

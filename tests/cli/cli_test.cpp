@@ -83,8 +83,9 @@ using remat::test::RunResult;
 
 /// Runs the remat executable (remat::test::run_process).
 RunResult run_remat(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
-                    const std::string& stdout_to = "") {
-  return remat::test::run_process(remat::test_paths::remat_executable, "remat", args, env, stdout_to);
+                    const std::string& stdout_to = "", const std::string& stderr_to = "") {
+  return remat::test::run_process(remat::test_paths::remat_executable, "remat", args, env,
+                                  stdout_to, stderr_to);
 }
 
 /// Runs `remat schedule` with `--format json` and parses stdout.
@@ -1881,6 +1882,27 @@ TEST_CASE("results that cannot be written to standard output are exit 2", "[cli]
     CHECK_THAT(run.err,
                Catch::Contains("standard output") && Catch::Contains("No space left on device"));
   }
+}
+
+TEST_CASE("a standard error that cannot be written is exit 2, never an abort", "[cli]") {
+  // An error (the budget), a warning after the results (min: the least-memory sequence), a
+  // malformed option, an unknown command: each message fails to reach /dev/full. fmt::print
+  // threw, and a throw from main's handlers ended in std::terminate (SIGABRT, exit 134).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"schedule", "--chain", kResnet18, "--budget", "12parsecs"},
+        std::vector<std::string>{"schedule", "--chain", kResnet18, "--budget", "min"},
+        std::vector<std::string>{"schedule", "--chain", kResnet18, "--bugdet", "50%"},
+        std::vector<std::string>{"shedule"}}) {
+    const RunResult run = run_remat(args, {}, "", "/dev/full");
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+  }
+  // Nothing written there: done as always.
+  const RunResult quiet =
+      run_remat({"schedule", "--chain", kResnet18, "--budget", "60%"}, {}, "", "/dev/full");
+  INFO(describe(quiet));
+  CHECK(quiet.exit_code == 0);
+  CHECK_THAT(quiet.out, Catch::Contains("status       optimal"));
 }
 
 TEST_CASE("tradeoff --slots agrees with schedule --slots, and its default range never fails",
