@@ -49,6 +49,7 @@ Action add_demo_command(CLI::App& app) {
   return [args, cmd]() -> int {
     REMAT_CHECK(args->batch >= 1 && args->image >= 1 && args->steps >= 1,
                 "--batch, --image and --steps must be at least 1");
+    check_budget_syntax(args->budget);  // before any work; its bytes come with the chain
     const InjectedFault fault = InjectedFault::from_env();
     const models::ModelInfo& info = models::find_model(args->model);
     // A language model takes --seq (128 unless given), an image model --image (64).

@@ -1114,6 +1114,13 @@ TEST_CASE("demo profiles, schedules and trains within its budget", "[cli]") {
   CHECK_THAT(run.out, Catch::Contains("== 3. optimal schedule for"));
   CHECK_THAT(run.out, Catch::Contains("remat, measured"));
   CHECK_THAT(run.out, Catch::Contains("within the budget of"));
+  // A malformed budget is refused before any work (it profiled and printed a table first).
+  const RunResult bad = run_remat({"demo", "--model", "convnet", "--batch", "2", "--image", "32",
+                                   "--budget", "12parsecs"});
+  INFO(describe(bad));
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.empty());
+  CHECK_THAT(bad.err, Catch::Contains("unknown unit 'parsecs'"));
 }
 
 TEST_CASE("models lists every model, models NAME lists its stages", "[cli]") {
