@@ -42,8 +42,8 @@ std::vector<torch::Tensor> parameters_with_edges(const std::vector<NamedStage>& 
     for (const torch::Tensor& p : stage.module->parameters()) {
       if (!p.requires_grad() || !p.is_leaf() || !seen.insert(p.unsafeGetTensorImpl()).second)
         continue;
-      const std::shared_ptr<torch::autograd::Node> accumulator =
-          torch::autograd::impl::grad_accumulator(p);
+      // A shared_ptr, or from PyTorch 2.15 an intrusive_ptr.
+      const auto accumulator = torch::autograd::impl::grad_accumulator(p);
       if (!accumulator || !accumulator->pre_hooks().empty() ||
           !accumulator->post_hooks().empty() || !accumulator->tensor_pre_hooks().empty() ||
           !accumulator->retains_grad_hooks().empty() || accumulator->tensor_post_acc_grad_hooks())
