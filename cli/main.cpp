@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     std::string names;
     for (const CLI::App* c : commands) names += (names.empty() ? "" : ", ") + c->get_name();
     report(fmt::format("remat: unknown command '{}' (commands: {})\n", printable(argv[1]), names));
-    report(fmt::format("Run 'remat --help' for usage.\n"));
+    report("Run 'remat --help' for usage.\n");
     return kExitBadInput;
   }
   try {
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     return app.exit(version);
   } catch (const CLI::ParseError& error) {
     report(fmt::format("remat: {}\n", printable(error.what())));
-    report(fmt::format("Run 'remat --help' or 'remat <command> --help' for usage.\n"));
+    report("Run 'remat --help' or 'remat <command> --help' for usage.\n");
     return kExitBadInput;
   }
   // An option given an empty value (-o "", a variable that expanded to nothing) is refused:

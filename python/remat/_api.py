@@ -348,12 +348,11 @@ def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: in
     """The fastest schedule of ``algorithm`` within ``budget`` (bytes, ``"700MiB"`` or ``"50%"``
     of the chain's store-all peak). An infeasible budget is a result (``ok`` is False), not an
     exception. ``exact_storages=False`` leaves out the storage-exact table (docs/algorithms.md)."""
-    least_slots, least_segments, _ = _solver_arguments(slots, segments, threads)
+    slots, segments, threads = _solver_arguments(slots, segments, threads)
     budget_bytes = parse_budget(budget, chain.store_all_peak(),
-                                lambda: _C.min_feasible_budget(chain._chain, algorithm, least_slots,
-                                                               least_segments, bool(exact_storages)))
-    return Solution(_C.solve(chain._chain, budget_bytes, algorithm,
-                             *_solver_arguments(slots, segments, threads),
+                                lambda: _C.min_feasible_budget(chain._chain, algorithm, slots,
+                                                               segments, bool(exact_storages)))
+    return Solution(_C.solve(chain._chain, budget_bytes, algorithm, slots, segments, threads,
                              bool(exact_storages)), chain)
 
 

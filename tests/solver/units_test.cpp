@@ -13,13 +13,21 @@
 using Catch::Contains;
 
 namespace {
-std::string budget_error(const std::string& text) {
+// The message `read(text)` refuses `text` with, or "(accepted)".
+template <typename Read>
+std::string refusal(Read read, const std::string& text) {
   try {
-    remat::parse_budget(text, 1000);
+    read(text);
   } catch (const std::invalid_argument& error) {
     return error.what();
   }
   return "(accepted)";
+}
+std::string budget_error(const std::string& text) {
+  return refusal([](const std::string& t) { remat::parse_budget(t, 1000); }, text);
+}
+std::string syntax_error(const std::string& text) {
+  return refusal([](const std::string& t) { remat::check_budget_syntax(t); }, text);
 }
 }  // namespace
 
@@ -97,14 +105,6 @@ TEST_CASE("min and a budget followed by + come from the least feasible budget", 
   // Without the least, or malformed, they are refused, saying what is wrong.
   CHECK_THAT(budget_error("min"), Contains("depends on the chain's least feasible budget"));
   CHECK_THAT(budget_error("50%+"), Contains("depends on the chain's least feasible budget"));
-  const auto syntax_error = [](const std::string& text) -> std::string {
-    try {
-      remat::check_budget_syntax(text);
-    } catch (const std::invalid_argument& error) {
-      return error.what();
-    }
-    return "(accepted)";
-  };
   CHECK_THAT(syntax_error("+"), Contains("bad budget '+': no budget before the '+'"));
   CHECK_THAT(syntax_error("min+"), Contains("min is already the least budget; write min"));
   CHECK_THAT(syntax_error("50%++"), Contains("one '+' at the end"));
