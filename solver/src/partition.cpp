@@ -284,6 +284,23 @@ std::vector<bool> legal_boundaries(const Graph& graph) {
     for (const int w : node.writes) forbid(root[static_cast<std::size_t>(w)], v);
     for (const int w : node.stays_with) forbid(w, v);
   }
+  // Not where two values of one storage cross together (a tensor and a view of it read
+  // further on, or two views): a stage's output that views another member is measured as a
+  // storage of its own (a chain's members never share one), which would overstate that
+  // boundary's bytes by the storage once more wherever it is kept. Value v crosses the
+  // boundaries after nodes v .. end[v]-2; each storage's values by their first.
+  std::map<int, std::vector<std::pair<int, int>>> crossings;  // storage -> [first, last]
+  for (int v = 0; v < n; ++v)
+    if (graph.nodes[static_cast<std::size_t>(v)].tensor && end[static_cast<std::size_t>(v)] - 2 >= v)
+      crossings[root[static_cast<std::size_t>(v)]].emplace_back(v, end[static_cast<std::size_t>(v)] - 2);
+  for (auto& [storage, spans] : crossings) {
+    std::sort(spans.begin(), spans.end());
+    int last = -1;  // the furthest boundary an earlier value of the storage crosses
+    for (const auto& [first, until] : spans) {
+      if (last >= first) forbid(first, std::min(last, until) + 1);
+      last = std::max(last, until);
+    }
+  }
   return legal;
 }
 

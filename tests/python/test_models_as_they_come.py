@@ -162,10 +162,12 @@ def _issue_budgets(full, least):
     return [int(full * f) for f in (0.9, 0.75, 0.5, 0.35, 0.25) if full * f >= least]
 
 
-def _assert_peaks(chk, step, inputs, budgets, below=0.05):
+def _assert_peaks(chk, step, inputs, budgets, below=0.05, unasked=0):
     """At each budget: a schedule that fits, and a step whose measured peak is within the
     budget, never above the prediction and at most ``below`` under it. ``inputs``: the bytes
-    of the step's inputs, allocated before it but counted in the prediction."""
+    of the step's inputs, allocated before it but counted in the prediction. ``unasked``: the
+    bytes of the returned tensors the step never differentiates (a Hugging Face model's logits
+    beside its loss), whose gradients the prediction counts (docs/cost-model.md)."""
     reserve = remat._C.runtime_reserve_bytes("cpu")
     for budget in budgets:
         solution = chk.compute_sequence(budget)
@@ -173,7 +175,8 @@ def _assert_peaks(chk, step, inputs, budgets, below=0.05):
         # The 4-byte seed that loss.backward() makes is the caller's, outside the budget.
         measured = step_peak(lambda: step(chk)) + inputs + reserve - 4
         assert measured <= budget, (budget, measured)
-        assert solution.peak_bytes * (1 - below) <= measured <= solution.peak_bytes, (budget, measured)
+        assert (solution.peak_bytes - unasked) * (1 - below) <= measured <= solution.peak_bytes, \
+            (budget, measured)
 
 
 @needs_export
@@ -209,8 +212,11 @@ def test_measured_peak_is_the_prediction_within_the_budget(kind):
     inputs = sum(t.untyped_storage().nbytes()
                  for t in (sample.values() if isinstance(sample, dict) else [sample]))
     full, least = chk.store_all_peak(), chk.min_budget()
+    # GPT-2's step differentiates its loss, not the logits it returns too.
+    unasked = chk(**sample).logits.untyped_storage().nbytes() if kind == "gpt2" else 0
     # The issue's budgets, and the least budget and halfway to store-all always.
-    _assert_peaks(chk, step, inputs, _issue_budgets(full, least) + [least, (least + full) // 2])
+    _assert_peaks(chk, step, inputs, _issue_budgets(full, least) + [least, (least + full) // 2],
+                  unasked=unasked)
 
 
 def _torchvision(kind):
@@ -262,11 +268,7 @@ def test_torchvisions_models_train_bit_for_bit_and_within_each_budget(kind):
     full, least = chk.store_all_peak(), chk.min_budget()
     assert chk.compute_sequence(least).ok and least < full
     _assert_trains_as(chk, model, plain, step)
-    # Within 5% of the prediction; vit_b_16's prediction is up to 13% above its measured peak
-    # (at store-all, on one thread; 0.2% at 75%), a defect not yet explained (issue "Any
-    # model").
-    _assert_peaks(chk, step, x.untyped_storage().nbytes(), _issue_budgets(full, least) + [least],
-                  below=0.14 if kind == "vit_b_16" else 0.05)
+    _assert_peaks(chk, step, x.untyped_storage().nbytes(), _issue_budgets(full, least) + [least])
 
 
 @needs_export

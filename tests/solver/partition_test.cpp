@@ -60,6 +60,26 @@ TEST_CASE("boundaries are never inside the inputs, a tuple's reads or an in-plac
   CHECK_NOTHROW(chain.validate());
 }
 
+TEST_CASE("no boundary where two values of one storage cross together", "[solver][partition]") {
+  // x -> a -> b; v = a viewed after b; c = v + b; d = a + c. The profiler measures a stage's
+  // output that views another member as a storage of its own: after v, a and v would count
+  // a's storage twice.
+  Graph graph;
+  graph.nodes = {node("x", 64, {}, true), node("a", 100, {0}), node("b", 10, {1}),
+                 node("v", 0, {1}),       node("c", 8, {3, 2}), node("d", 8, {1, 4})};
+  graph.nodes[3].view_of = 1;
+  graph.nodes[5].output = true;
+  // After: x (inputs), a, b, v (a and v cross), c, d (the end).
+  CHECK(legal_boundaries(graph) == std::vector<bool>{false, true, true, false, true, false});
+  CHECK(crossing_bytes(graph)[3] == 110);  // a's storage once, and b
+  const GraphPartition split = partition_graph(graph, PartitionOptions(100));
+  CHECK(split.ends == std::vector<int>{2, 3, 5, 6});
+  // Two views of one storage, both read after the boundary (a tensor split in three).
+  graph.nodes[2].view_of = 1;
+  graph.nodes[2].bytes = 0;
+  CHECK(legal_boundaries(graph) == std::vector<bool>{false, true, false, false, true, false});
+}
+
 TEST_CASE("a graph that writes its input in place, or reads ahead, is refused by name",
           "[solver][partition]") {
   Graph graph;

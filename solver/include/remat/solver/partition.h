@@ -95,8 +95,10 @@ struct GraphPartition {
 
 /// Whether a boundary may follow node p, for each p (index p: between nodes p and p+1): not
 /// among the inputs, not inside a value that cannot cross, not between a node and the node that
-/// writes its storage, nor between a node and one it must stay with (`stays_with`). The last
-/// entry is false (the graph's end is not a boundary).
+/// writes its storage, nor between a node and one it must stay with (`stays_with`), nor where
+/// two values of one storage cross together (a profiled stage's output that views another
+/// member counts as a storage of its own). The last entry is false (the graph's end is not a
+/// boundary).
 std::vector<bool> legal_boundaries(const Graph& graph);
 
 /// Bytes of the tensors that cross the boundary after node p, for each p: values produced at
