@@ -394,16 +394,7 @@ void Chain::validate(const std::string& source) const {
 }
 
 Chain parse_chain(const std::string& json_text, const std::string& source) {
-  json doc;
-  try {
-    doc = json::parse(json_text);
-  } catch (const json::exception& error) {
-    // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, ...".
-    std::string message = error.what();
-    const auto bracket = message.find("] ");
-    if (bracket != std::string::npos) message = message.substr(bracket + 2);
-    fail(source, "", str_cat("is not valid JSON: ", message));
-  }
+  json doc = parse_document(json_text, source);
   if (!doc.is_object())
     fail(source, "", str_cat("is not a remat chain: expected a JSON object, got ", type_name(doc)));
   if (!doc.contains("format"))

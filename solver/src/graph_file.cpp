@@ -73,12 +73,7 @@ GraphNode get_node(const json& item, const std::string& source, std::size_t inde
 }  // namespace
 
 Graph parse_graph(const std::string& json_text, const std::string& source) {
-  json doc;
-  try {
-    doc = json::parse(json_text);
-  } catch (const json::parse_error& error) {
-    fail(source, "", str_cat("is not valid JSON: ", error.what()));
-  }
+  json doc = parse_document(json_text, source);
   if (!doc.is_object())
     fail(source, "", str_cat("is not a remat graph: expected a JSON object, got ", type_name(doc)));
   check_keys(doc, source, "", {"format", "nodes"}, {"name"}, "a graph");

@@ -2,15 +2,92 @@
 
 #include <cmath>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "remat/solver/chain.h"
 #include "remat/solver/check.h"
+#include "remat/solver/text.h"
 
 namespace remat::detail::json_fields {
 
 [[noreturn]] void fail(const std::string& source, const std::string& where,
                        const std::string& what) {
   throw ChainError(str_cat(source, ": ", where, where.empty() ? "" : " ", what));
+}
+
+namespace {
+// An open object or array while a document is read, for the place of a duplicate key.
+struct OpenValue {
+  bool array = false;
+  std::int64_t index = -1;  // an array's element being read
+  std::string key;          // an object's member being read
+  std::set<std::string> keys;
+};
+
+std::string place(const std::vector<OpenValue>& open, const std::string& key) {
+  std::string out;
+  for (const OpenValue& value : open) {
+    if (&value == &open.back()) break;
+    out += value.array ? str_cat("[", value.index, "]") : (out.empty() ? "" : ".") + value.key;
+  }
+  return out + (out.empty() ? "" : ".") + key;
+}
+
+// At most `limit` characters of `text`, printable (a number of 100,000 digits, or a terminal's
+// escape sequence, quoted in nlohmann's message).
+std::string shortened(const std::string& text, std::size_t limit = 200) {
+  return printable(text.size() > limit ? text.substr(0, limit) + "..." : text);
+}
+}  // namespace
+
+json parse_document(const std::string& text, const std::string& source) {
+  if (const auto nul = text.find('\0'); nul != std::string::npos)
+    fail(source, "", str_cat("is not valid JSON: a NUL byte at offset ", nul));
+  std::vector<OpenValue> open;
+  std::string duplicate;
+  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    using Event = json::parse_event_t;
+    const auto element = [&] {
+      if (!open.empty() && open.back().array) ++open.back().index;
+    };
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        element();
+        open.emplace_back();
+        open.back().array = event == Event::array_start;
+        break;
+      case Event::object_end:
+      case Event::array_end:
+        if (!open.empty()) open.pop_back();
+        break;
+      case Event::key:
+        if (!open.empty()) {
+          open.back().key = parsed.get<std::string>();
+          if (!open.back().keys.insert(open.back().key).second && duplicate.empty())
+            duplicate = place(open, open.back().key);
+        }
+        break;
+      case Event::value:
+        element();
+        break;
+    }
+    return true;
+  };
+  json doc;
+  try {
+    doc = json::parse(text, check);
+  } catch (const json::exception& error) {
+    // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 3, ...".
+    std::string message = error.what();
+    const auto bracket = message.find("] ");
+    if (bracket != std::string::npos) message = message.substr(bracket + 2);
+    fail(source, "", str_cat("is not valid JSON: ", shortened(message)));
+  }
+  if (!duplicate.empty())
+    fail(source, shortened(duplicate, 100), "is given twice (a key once per object)");
+  return doc;
 }
 
 std::string type_name(const json& value) {

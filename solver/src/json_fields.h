@@ -12,6 +12,11 @@ namespace remat::detail::json_fields {
 
 using nlohmann::json;
 
+/// A remat file's JSON text as a document, or ChainError naming `source`: text that is not
+/// JSON (nlohmann's message, shortened and made printable), a NUL byte (where nlohmann would
+/// stop reading, ignoring what follows), or a key twice in one object (which nlohmann would
+/// keep the last of), named by its place ("stages[3].outputs[0].bytes").
+json parse_document(const std::string& text, const std::string& source);
 /// Throws ChainError: "<source>: <where> <what>".
 [[noreturn]] void fail(const std::string& source, const std::string& where,
                        const std::string& what);

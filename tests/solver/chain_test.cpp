@@ -248,6 +248,20 @@ TEST_CASE("chain files are rejected with the file, the stage and the field", "[s
              Contains("stages[0].bwd_ms (-2) must not be negative"));
   CHECK_THAT(error_of(edited("\"fwd_ms\": 1.5", "\"fwd_ms\": 1e999")),
              Contains("c.json: is not valid JSON") && Contains("1e999"));
+  // What nlohmann's reader would let through: text after a NUL (it stops there), a key given
+  // twice (it keeps the last); and what it would quote whole or raw.
+  CHECK_THAT(error_of(edited("remat-chain/1", "remat-chain/1") + std::string(1, '\0') + "junk"),
+             Contains("c.json: is not valid JSON: a NUL byte at offset"));
+  CHECK_THAT(error_of(edited("\"out_bytes\": 50", "\"out_bytes\": 50, \"out_bytes\": 60")),
+             Contains("c.json: stages[0].out_bytes is given twice"));
+  CHECK_THAT(error_of(edited("\"name\": \"two\",", "\"name\": \"two\", \"name\": \"three\",")),
+             Contains("c.json: name is given twice"));
+  const std::string long_number = error_of(edited("\"fwd_ms\": 1.5", "\"fwd_ms\": 1" +
+                                                                     std::string(100000, '0')));
+  CHECK_THAT(long_number, Contains("is not valid JSON") && Contains("..."));
+  CHECK(long_number.size() < 400);
+  CHECK_THAT(error_of(edited("\"fwd_ms\": 1.5", "\"fwd_ms\": \x1b[2J")),
+             Contains("<U+001B>") && !Contains("\x1b"));
   CHECK_THAT(error_of(edited("\"saved_bytes\": 80", "\"saved_bytes\": 20")),
              Contains("c.json: stages[0].saved_bytes (20) is smaller than out_bytes (50)"));
   CHECK_THAT(error_of(edited("\"out_bytes\": 50", "\"out_bytes\": 50.5")),
