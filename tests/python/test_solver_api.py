@@ -52,6 +52,12 @@ def test_bad_chain_files_name_the_field(chain, tmp_path):
         remat.Chain.from_json(json.dumps(doc), "mine.json")
     with pytest.raises(ValueError, match="nothing.json"):
         remat.Chain.load(tmp_path / "nothing.json")
+    # Bytes that are not UTF-8: a ValueError naming the file, not a UnicodeDecodeError of the
+    # message that quotes them.
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(chain.to_json().replace('"name"', '"name\xff"', 1).encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin\.json: is not valid JSON.*ill-formed UTF-8"):
+        remat.Chain.load(latin)
 
 
 def test_solve_is_a_result_with_a_status(chain):
