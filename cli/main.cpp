@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -128,6 +129,23 @@ int main(int argc, char** argv) {
                       [](const std::string& v) { return v.empty(); })) {
         report(fmt::format("remat {}: {} was given an empty value\n", command->get_name(),
                            option->get_name()));
+        report(fmt::format("Run 'remat {} --help' for usage.\n", command->get_name()));
+        return kExitBadInput;
+      }
+      // CLI11 reads a whole number with strtoll and does not look at ERANGE: a value past 64
+      // bits would be taken as the largest (or smallest) one.
+      const std::string type = option->get_type_name();
+      if (type != "INT" && type != "UINT") continue;
+      for (const std::string& v : values) {
+        errno = 0;
+        char* end = nullptr;
+        if (type == "INT")
+          (void)std::strtoll(v.c_str(), &end, 0);
+        else
+          (void)std::strtoull(v.c_str(), &end, 0);
+        if (errno != ERANGE) continue;
+        report(fmt::format("remat {}: {} {} is out of range (a 64-bit whole number)\n",
+                           command->get_name(), option->get_name(), printable(v.substr(0, 40))));
         report(fmt::format("Run 'remat {} --help' for usage.\n", command->get_name()));
         return kExitBadInput;
       }

@@ -2081,6 +2081,15 @@ TEST_CASE("extreme chains and options: clear answers, exit 2 or 3, never an inte
        {},
        {"--threads (1025) must be at most 1024"}},
       {{"schedule", "--chain", kResnet18, "--budget", "60%", "--threads", "1024"}, 0, {}, {}},
+      // Past 64 bits: refused, not read as the largest whole number.
+      {{"schedule", "--chain", kResnet18, "--budget", "60%", "--slots", "18446744073709551616"},
+       2,
+       {},
+       {"remat schedule: --slots 18446744073709551616 is out of range (a 64-bit whole number)"}},
+      {{"tradeoff", "--chain", kResnet18, "--slots", "-9223372036854775809"},
+       2,
+       {},
+       {"remat tradeoff: --slots -9223372036854775809 is out of range"}},
       // An empty value is refused, not taken as no option (no picture, without a word).
       {{"schedule", "--chain", kResnet18, "--budget", "60%", "--plot", ""},
        2,
