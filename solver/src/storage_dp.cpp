@@ -167,6 +167,7 @@ StorageDp::StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nogra
   state_sets_.resize(states_.size());
   least_.resize(states_.size());
   marked_.resize(states_.size());
+  start_frames_.resize(states_.size());
   root_z_ = state(0, model_->x[0]);
 }
 
@@ -188,6 +189,7 @@ int StorageDp::state(int i, const std::vector<int>& held) const {
       static_cast<std::size_t>(model_->length - i) + 1, std::int64_t{-1});
   marked_[static_cast<std::size_t>(i)].emplace_back(
       static_cast<std::size_t>(model_->length - i) + 1, char{0});
+  start_frames_[static_cast<std::size_t>(i)].emplace_back();
   return id;
 }
 
@@ -206,6 +208,19 @@ StorageDp::Frame StorageDp::frame(int i, int l, int z) const {
   const std::int64_t own = units(c.minus(xi, held));
   const std::int64_t gradient = units(c.grad[static_cast<std::size_t>(l) + 1]);
   const bool after_loss = l == length && c.output_held;
+  if (!after_loss) {  // the same as below, from what every end shares
+    const StartFrame& s = start_frame(i, z);
+    if (i < l) {
+      f.own = s.own;
+      f.leaf_base = s.own + gradient;
+      f.left_z = z;
+      f.step.first_z = s.first_z;
+      f.step.first_shift = s.first_shift;
+    }
+    f.step.need = std::max(s.forward_base + gradient, s.backward);
+    f.step.time = c.fw[ui] + c.bw[ui];
+    return f;
+  }
   if (i < l) {
     f.own = own;
     f.leaf_base = own + gradient;
@@ -231,6 +246,29 @@ StorageDp::Frame StorageDp::frame(int i, int l, int z) const {
     f.step.first_shift = units(c.minus(kept, held)) + state_units;
   }
   return f;
+}
+
+const StorageDp::StartFrame& StorageDp::start_frame(int i, int z) const {
+  StartFrame& s = start_frames_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)];
+  if (s.ready) return s;
+  REMAT_INTERNAL_ASSERT(!frozen_, "storage table: the frame of a state of start ", i,
+                        " not worked out");
+  const Model& c = *model_;
+  const auto ui = static_cast<std::size_t>(i);
+  const std::vector<int> held = state_sets_[ui][static_cast<std::size_t>(z)];  // a copy
+  const std::vector<int>& xi = c.x[ui];
+  const std::vector<int>& kept = c.kept[ui];
+  const std::int64_t state_units = units(c.state[ui]);
+  StartFrame out;
+  out.own = units(c.minus(xi, held));
+  out.forward_base = out.own + units(c.minus(c.x[ui + 1], xi)) + state_units + units(c.ft[ui]);
+  out.backward = units(c.minus(kept, held)) + state_units +
+                 units(c.grad[ui + 1] + c.grad[ui] - c.passed[ui]) + units(c.bt[ui]);
+  out.first_z = state(i + 1, Model::meet(c.x[ui + 1], Model::join(held, kept)));
+  out.first_shift = units(c.minus(kept, held)) + state_units;
+  out.ready = true;
+  s = out;  // interning a state of start i + 1 above leaves start i's frames where they are
+  return s;
 }
 
 StorageDp::Choice StorageDp::leaf(const Frame& f, const LeafPart& part, int j) {
@@ -296,6 +334,8 @@ const RowView& StorageDp::find_row(int i, int l, int z) const {
 }
 
 std::int64_t StorageDp::least(int i, int l, int z) {
+  // A row of least memories keeps its buffer: interning a state moves the rows of its start
+  // into a larger list, and a moved std::vector keeps its elements where they are.
   std::int64_t* memo = &least_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)]
                               [static_cast<std::size_t>(l - i)];
   if (*memo >= 0) return *memo;
@@ -307,18 +347,26 @@ std::int64_t StorageDp::least(int i, int l, int z) {
   if (i < l) {
     best = std::max(best, f.step.first_shift + least(i + 1, l, f.step.first_z));
     const std::vector<LeafPart>& parts = leaf_parts(i);
+    // The left parts (i, j-1, left_z) side by side, the right parts' read in place: the
+    // recursion only where one is not yet known.
+    const std::int64_t* left =
+        least_[static_cast<std::size_t>(i)][static_cast<std::size_t>(f.left_z)].data();
     for (int j = i + 1; j <= l; ++j) {
       const LeafPart& part = parts[static_cast<std::size_t>(j)];
       std::int64_t need = f.leaf_base + part.forwards;
       if (need >= best) break;  // forwards only grow with j
-      need = std::max(need, f.left_shift + least(i, j - 1, f.left_z));
+      std::int64_t left_least = left[j - 1 - i];
+      if (left_least < 0) left_least = least(i, j - 1, f.left_z);
+      need = std::max(need, f.left_shift + left_least);
       if (need >= best) continue;
-      best = std::min(best, std::max(need, f.own + least(j, l, part.right_z)));
+      std::int64_t right_least = least_[static_cast<std::size_t>(j)]
+                                       [static_cast<std::size_t>(part.right_z)]
+                                       [static_cast<std::size_t>(l - j)];
+      if (right_least < 0) right_least = least(j, l, part.right_z);
+      best = std::min(best, std::max(need, f.own + right_least));
     }
   }
-  // Re-read: the recursion may have interned states of start i, moving its rows.
-  least_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)][static_cast<std::size_t>(l - i)] =
-      best;
+  *memo = best;
   return best;
 }
 
@@ -419,6 +467,10 @@ std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t uni
   marking.max_cells = static_cast<double>(max_cells);
   marking.max_work = max_work;
   if (!dp->mark(0, chain.length(), dp->root_z_, marking)) return {};
+  // The workers read each marked row's start frame: worked out here, not by them.
+  for (const std::vector<Key>& keys : marking.by_length)
+    for (const Key& key : keys)
+      if (key.i < chain.length()) (void)dp->start_frame(key.i, key.z);
   dp->frozen_ = true;
   const std::vector<std::vector<Key>>& by_length = marking.by_length;
   for (const std::vector<Key>& keys : by_length)

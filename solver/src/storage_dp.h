@@ -67,6 +67,18 @@ class StorageDp {
   // LeafPart. The chain step (the loss where i is L) is `step`.
   struct Frame;
   Frame frame(int i, int l, int z) const;
+  // What a frame of start i and Z shares whatever the segment's end (but the chain's last,
+  // after the loss where x_L is held): worked out once per state, as least() asks for every
+  // end of each.
+  struct StartFrame {
+    bool ready = false;
+    std::int64_t own = 0;           // x_i's storages outside Z
+    std::int64_t forward_base = 0;  // the chain step's forward but y_{l+1}
+    std::int64_t backward = 0;      // the chain step's backward
+    int first_z = 0;                // the chain step's rest: its Z and shift
+    std::int64_t first_shift = 0;
+  };
+  const StartFrame& start_frame(int i, int z) const;
   static Choice leaf(const Frame& f, const LeafPart& part, int j);
   // Every choice: the leaves j = i+1..l, then the chain step (the loss alone where i is L).
   std::vector<Choice> choices(int i, int l, int z) const;
@@ -105,6 +117,9 @@ class StorageDp {
   mutable std::vector<std::vector<std::vector<std::int64_t>>> least_;
   // Whether mark() reached a row, [i][z][l - i] likewise.
   mutable std::vector<std::vector<std::vector<char>>> marked_;
+  // [i][z], filled as asked for, and for every marked row's state before the rows are
+  // computed (the workers only read them).
+  mutable std::vector<std::vector<StartFrame>> start_frames_;
   mutable std::vector<std::vector<LeafPart>> leaf_parts_;
   struct Entry {
     std::unique_ptr<double[]> values;
