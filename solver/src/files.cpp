@@ -64,7 +64,9 @@ std::optional<mode_t> inspect_destination(const std::string& path, const std::st
     if (!S_ISREG(st.st_mode))
       throw FileError(path + ": cannot write " + what + " there: it is " + kind_of(st.st_mode) +
                       ", not a regular file");
-    existing = st.st_mode & 07777;
+    // Its permissions, but not set-user-ID, set-group-ID or sticky: a chain or a picture
+    // written over a program must not become one that runs as its owner.
+    existing = st.st_mode & 0777;
   } else if (errno != ENOENT) {
     throw FileError(path + ": cannot write " + what + ": " + error_text(errno));
   }

@@ -375,6 +375,11 @@ TEST_CASE("output files: never through a planted link, never onto a non-regular 
   struct stat st {};
   REQUIRE(stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0600);
+  // But not set-user-ID, set-group-ID or sticky: a program written over stays no program.
+  REQUIRE(chmod(path.c_str(), 06755 | S_ISVTX) == 0);
+  write_text_file(path, "over a setuid file");
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0755);
   const mode_t mask = umask(022);
   write_text_file(folder + "/fresh.json", "{}");
   umask(mask);
