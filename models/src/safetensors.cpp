@@ -15,6 +15,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "remat/solver/text.h"
+
 // The checks follow the reference implementation (the Rust crate's SafeTensors::read_metadata and
 // Metadata::validate): the header length at most MAX_HEADER_SIZE and inside the file; the header
 // UTF-8 JSON; each tensor's byte count its shape's product times its dtype's size, with overflow
@@ -33,7 +35,9 @@ constexpr size_t kMaxDims = 64;
 constexpr size_t kMaxNameInMessage = 200;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw StateDictError(path + ": " + what);
+  // Names and keys from the file, escaped: a NUL would cut the message short, and an escape
+  // sequence would reach the terminal.
+  throw StateDictError(printable(path + ": " + what));
 }
 
 // A name from the file as messages show it: quoted, and cut (at a UTF-8 boundary) when long.

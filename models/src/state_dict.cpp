@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "remat/solver/text.h"
+
 // What torch.save writes, and so what this reads (torch/serialization.py):
 //  - zip format: an archive whose data.pkl is a pickle of the object, each tensor a REDUCE of
 //    torch._utils._rebuild_tensor_v2 on a storage named by a persistent id
@@ -29,7 +31,9 @@ namespace remat::models {
 namespace {
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw StateDictError(where + ": " + what);
+  // Names and keys from the file, escaped: a NUL would cut the message short, and an escape
+  // sequence would reach the terminal.
+  throw StateDictError(printable(where + ": " + what));
 }
 
 // The unsigned integer of `width` bytes at `bytes`, little-endian unless said otherwise: pickle
@@ -655,6 +659,7 @@ class Unpickler {
   }
 
   int64_t to_int(const Value& value, const std::string& what) {
+    if (value.kind == Kind::kBigInt) error(what + " does not fit in 64 bits");
     if (value.kind != Kind::kInt) error(what + " is " + a_kind(value) + ", not an int");
     return value.integer;
   }
@@ -930,9 +935,12 @@ std::vector<StateDictEntry> read_zip(std::istream& file, uint64_t file_size,
   // torch >= 2.0 writes the byte order; files without one are little-endian.
   if (reader->hasRecord("byteorder")) {
     const auto [data, size] = record("byteorder");
-    if (std::string(static_cast<const char*>(data.get()), size) != "little") {
+    const std::string order(static_cast<const char*>(data.get()), size);
+    if (order == "big")
       fail(path, "written on a big-endian machine; save it again on a little-endian one");
-    }
+    if (order != "little")
+      fail(path, "its byteorder record is neither \"little\" nor \"big\" but \"" +
+                     printable(order.substr(0, 40)) + (order.size() > 40 ? "...\"" : "\""));
   }
   const auto [pickle, pickle_size] = record("data.pkl");
   // Read where LibTorch put it, not copied again.

@@ -195,3 +195,29 @@ TEST_CASE("an allocation that fails is a StateDictError with the offset", "[mode
 TEST_CASE("state dicts under a memory limit", "[.][child]") {
   under_memory_limit_child<StateDictError>([](const std::string& path) { read_state_dict(path); });
 }
+
+TEST_CASE("read_state_dict's words fit the file: offsets past 64 bits, byte orders, raw names",
+          "[models]") {
+  // A storage offset of 2^64 (LONG1 of 9 bytes) where an int is due: not "an int, not an int".
+  std::string pickle = two_floats_pickle();
+  const std::string zero_offset("K\0", 2);
+  pickle.replace(pickle.find(zero_offset), zero_offset.size(),
+                 "\x8a\x09" + le_bytes(0, 8) + std::string(1, '\x01'));
+  CHECK_THAT(error_of(zip_file({{"data.pkl", pickle}, {"data/0", kTwoFloats}})),
+             Catch::Contains("storage offset does not fit in 64 bits at byte "));
+  // A byte-order record that is neither: not "written on a big-endian machine".
+  const std::string odd = error_of(zip_file(
+      {{"byteorder", "\x1b[2Jmiddle"}, {"data.pkl", two_floats_pickle()}, {"data/0", kTwoFloats}}));
+  CHECK_THAT(odd, Catch::Contains("its byteorder record is neither \"little\" nor \"big\" but "
+                                  "\"\\x1b[2Jmiddle\""));
+  CHECK_THAT(error_of(zip_file({{"byteorder", "big"}, {"data.pkl", two_floats_pickle()}})),
+             Catch::Contains("written on a big-endian machine"));
+  // A key with a terminal's escape sequence and a NUL, quoted in the error: escaped, whole.
+  const std::string key("\x1b]0;owned\x07\0tail", 15);
+  for (const auto& [format, file] : both_formats("\x80\x02}" + binunicode(key) + "K\x01s.")) {
+    INFO(format);
+    const std::string error = error_of(file);
+    CHECK_THAT(error, Catch::Contains("\\x1b]0;owned\\x07\\x00tail"));
+    CHECK(error.find('\x1b') == std::string::npos);
+  }
+}
