@@ -118,7 +118,8 @@ Action add_profile_command(CLI::App& app) {
     check_classes_option(in, args->classes_given);
     const models::ModelInfo& info = *in.info;
     if (args->batch < 1) throw std::invalid_argument("--batch must be at least 1");
-    if (args->repeat < 1) throw std::invalid_argument("--repeat must be at least 1");
+    if (args->repeat < 1 || args->repeat > kMaxProfileRepeat)
+      throw std::invalid_argument(fmt::format("--repeat must be from 1 to {}", kMaxProfileRepeat));
     Timing timing = Timing::kAuto;
     try {
       timing = parse_timing(args->timing);

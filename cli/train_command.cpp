@@ -633,7 +633,8 @@ Action add_train_command(CLI::App& app) {
                 "--repeat applies to profiling, which --chain replaces");
     REMAT_CHECK(args->steps >= 1, "--steps must be at least 1");
     REMAT_CHECK(args->classes >= 1, "--classes must be at least 1");
-    REMAT_CHECK(args->repeat >= 1, "--repeat must be at least 1");
+    REMAT_CHECK(args->repeat >= 1 && args->repeat <= kMaxProfileRepeat,
+                "--repeat must be from 1 to ", kMaxProfileRepeat);
     // SGD works in the parameters' float32: a larger rate overflows there.
     REMAT_CHECK(args->lr > 0 && args->lr <= std::numeric_limits<float>::max(), "--lr (", args->lr,
                 ") must be positive and at most ", std::numeric_limits<float>::max(),
@@ -643,6 +644,8 @@ Action add_train_command(CLI::App& app) {
                 ") must be at least 0");
     REMAT_CHECK(cmd->count("--nproc") == 0 || args->nproc >= 1, "--nproc (", args->nproc,
                 ") must be at least 1");
+    REMAT_CHECK(args->nproc <= distributed::kMaxRanks, "--nproc (", args->nproc,
+                ") must be at most ", distributed::kMaxRanks);
     REMAT_CHECK(args->timeout_s >= 0.2 && args->timeout_s <= 1e6,
                 "--timeout must be a number of seconds from 0.2 to 1e6 (ranks beat every 50 ms "
                 "at least)");
@@ -668,6 +671,9 @@ Action add_train_command(CLI::App& app) {
                                : parse_master(args->master);
       env->check("--rank/--nproc/--master");
     } else if (args->nproc > 1) {
+      REMAT_CHECK(args->nproc <= distributed::kMaxLocalRanks, "--nproc ", args->nproc,
+                  " would start that many ranks on this machine, more than ",
+                  distributed::kMaxLocalRanks, " (on several machines, start each rank with --rank)");
       if (!args->master.empty()) parse_master(args->master);
       const TrainSetup setup = prepare(*args);
       if (!args->chain_file.empty())

@@ -129,10 +129,25 @@ LineDifference first_difference(const std::string& a, const std::string& b) {
   return d;
 }
 
+// "rank 3", "ranks 1, 4 and 6", "ranks 1-999 and 1002": consecutive ranks as a range, and at
+// most 10 ranges, then how many ranks in all (a job of 65,536 ranks that never joined is one
+// short line).
 std::string rank_list(const std::vector<int>& ranks) {
+  std::vector<std::string> runs;
+  for (std::size_t k = 0; k < ranks.size();) {
+    std::size_t end = k + 1;
+    while (end < ranks.size() && ranks[end] == ranks[end - 1] + 1) ++end;
+    runs.push_back(end - k == 1 ? std::to_string(ranks[k])
+                   : end - k == 2
+                       ? std::to_string(ranks[k]) + ", " + std::to_string(ranks[k + 1])
+                       : std::to_string(ranks[k]) + "-" + std::to_string(ranks[end - 1]));
+    k = end;
+  }
   std::string out;
-  for (std::size_t k = 0; k < ranks.size(); ++k)
-    out += (k == 0 ? "" : (k + 1 == ranks.size() ? " and " : ", ")) + std::to_string(ranks[k]);
+  const std::size_t shown = std::min<std::size_t>(runs.size(), 10);
+  for (std::size_t k = 0; k < shown; ++k)
+    out += (k == 0 ? "" : (k + 1 == runs.size() ? " and " : ", ")) + runs[k];
+  if (shown < runs.size()) out += fmt::format(", ... ({} ranks in all)", ranks.size());
   return (ranks.size() == 1 ? "rank " : "ranks ") + out;
 }
 
@@ -224,13 +239,15 @@ bool Environment::in_env() {
 
 Environment Environment::from_env() {
   Environment env;
-  env.world_size = env_int("WORLD_SIZE", 1, 1 << 20, std::nullopt);
+  env.world_size = env_int("WORLD_SIZE", 1, kMaxRanks, std::nullopt);
   env.rank = env_int("RANK", 0, env.world_size - 1, std::nullopt);
   env.local_rank = env_int("LOCAL_RANK", 0, 1 << 20, env.rank);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
     env.master_addr = addr;
     if (env.master_addr.empty()) throw InputError("MASTER_ADDR is set but empty");
   }
+  if (const char* port = std::getenv("MASTER_PORT"); port != nullptr && *port == '\0')
+    throw InputError("MASTER_PORT is set but empty");
   env.master_port = env_int("MASTER_PORT", 1, 65535, 29500);
   return env;
 }
@@ -317,8 +334,15 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
     const auto deadline = Clock::now() + options.startup_timeout();
     for (;;) {
       std::vector<int> missing;
+      const bool late = Clock::now() > deadline;
       for (int r = 0; r < env.world_size; ++r) {
         if (sizes.count(r) != 0) continue;
+        // Past the deadline the ranks not yet seen are missing: not asked one by one, which
+        // for a job of tens of thousands would take longer than the timeout.
+        if (late || Clock::now() > deadline) {
+          missing.push_back(r);
+          continue;
+        }
         if (ours->check({fmt::format("joined/{}", r)}))
           sizes[r] = text_of(ours->get(fmt::format("joined/{}", r)));
         else

@@ -38,6 +38,10 @@ int free_local_port() {
 std::vector<RankExit> launch_local(const std::vector<std::string>& argv, int count,
                                    const LaunchOptions& options) {
   if (argv.empty() || count < 1) throw std::invalid_argument("launch_local: no program or no rank");
+  if (count > kMaxLocalRanks)
+    throw std::invalid_argument("launch_local: " + std::to_string(count) +
+                                " ranks on one machine, more than " +
+                                std::to_string(kMaxLocalRanks));
   const int world = options.world_size() > 0 ? options.world_size() : count;
   // The environment: this one's without torchrun's variables, then each rank's.
   std::vector<std::string> base;

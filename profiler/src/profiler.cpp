@@ -225,6 +225,16 @@ std::string member_name(const Tensors& members, std::size_t k) {
   return members.size() == 1 ? std::string() : " member " + std::to_string(k);
 }
 
+// What a tensor is where remat cannot hold it as a member (a sparse, nested or MKL-DNN
+// tensor: no one storage to count, save or restore), or nothing.
+std::optional<std::string> unsupported_kind(const torch::Tensor& t) {
+  if (t.is_nested()) return std::string("a nested tensor");
+  if (t.layout() != torch::kStrided)
+    return "a tensor of layout " + c10::str(t.layout()) +
+           " (sparse and MKL-DNN tensors have no storage of their own to count)";
+  return std::nullopt;
+}
+
 // Runs a stage, checking what it returns and that it leaves its inputs and the context alone.
 struct Runner {
   const NamedStage& stage;
@@ -256,10 +266,16 @@ struct Runner {
               " in place; a stage must not (fold the in-place operation into the "
               "stage before it, or make it out of place)");
     if (out.empty()) throw ProfileError(describe(index, stage.name) + " returned no tensors");
-    for (std::size_t o = 0; o < out.size(); ++o)
+    for (std::size_t o = 0; o < out.size(); ++o) {
       if (!out[o].defined())
         throw ProfileError(describe(index, stage.name) + " returned an undefined tensor" +
                            member_name(out, o));
+      if (const auto kind = unsupported_kind(out[o]))
+        throw ProfileError(describe(index, stage.name) + " returned " + *kind +
+                           member_name(out, o) +
+                           ": a stage returns dense (strided) tensors only (make it dense "
+                           "inside the stage, or keep it within one stage)");
+    }
     return out;
   }
 };
@@ -677,6 +693,19 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   const auto started = Clock::now();
   const detail::ProfilingScope profiling;
   if (stages.empty()) throw ProfileError("the chain has no stages: nothing to profile");
+  // Counts that would only be refused after the work, or never end, are refused first.
+  if (stages.size() > static_cast<std::size_t>(kMaxStages))
+    throw ProfileError(std::to_string(stages.size()) + " stages, more than remat handles (" +
+                       std::to_string(kMaxStages) + "): group layers into fewer stages");
+  if (options.repeat() < 1 || options.repeat() > kMaxProfileRepeat)
+    throw ProfileError("repeat (" + std::to_string(options.repeat()) + ") must be from 1 to " +
+                       std::to_string(kMaxProfileRepeat));
+  if (options.warmup() < 0 || options.warmup() > kMaxProfileRepeat)
+    throw ProfileError("warmup (" + std::to_string(options.warmup()) + ") must be from 0 to " +
+                       std::to_string(kMaxProfileRepeat));
+  if (!(options.max_steps() >= 0 && options.max_steps() <= kMaxProfileRepeat))
+    throw ProfileError("max_steps (" + std::to_string(options.max_steps()) +
+                       ") must be from 0 to " + std::to_string(kMaxProfileRepeat));
   if (inputs.empty()) throw ProfileError("the sample has no input tensors");
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].defined())
@@ -698,6 +727,10 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       const std::string what = list == &inputs ? "the sample input" + member_name(inputs, k)
                                                : "context tensor " + std::to_string(k);
       if (!t.defined()) throw ProfileError(what + " is an undefined tensor");
+      if (const auto kind = unsupported_kind(t))
+        throw ProfileError(what + " is " + *kind +
+                           ": remat's stages take dense (strided) tensors only (give a dense "
+                           "one, and make it sparse or nested inside the first stage)");
       if (t.device() != device)
         throw ProfileError(what + " is on " + t.device().str() + " but the sample input is on " +
                            device.str() + ": every tensor of a step must be on one device");

@@ -366,7 +366,7 @@ def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budg
                              "starts at the least budget when from_budget is left out")
     slots, _, threads = _solver_arguments(slots, 0, threads)
     return Tradeoff(_C.tradeoff(chain._chain, parse_budget(from_budget, peak), parse_budget(to_budget, peak),
-                                _whole("points", points, 2, _INT32_MAX), slots, threads), chain)
+                                _whole("points", points, 2, _MAX_TRADEOFF_POINTS), slots, threads), chain)
 
 
 def _progress(total_label: str) -> Callable[[int, int, str], None]:
@@ -423,6 +423,9 @@ _TIMINGS = ("auto", "stages", "passes")
 # What measuring costs by default: about this many training steps (docs/python.md, "What
 # measuring costs").
 DEFAULT_MEASURE_STEPS = 3.0
+# The C++ core's limits (kMaxProfileRepeat, kMaxTradeoffPoints), checked here before any work.
+_MAX_PROFILE_REPEAT = 1000
+_MAX_TRADEOFF_POINTS = 10000
 
 
 def _measuring(repeat: Optional[int], measure_steps: Optional[float]) -> Tuple[int, float]:
@@ -433,7 +436,9 @@ def _measuring(repeat: Optional[int], measure_steps: Optional[float]) -> Tuple[i
     elif (isinstance(measure_steps, bool) or not isinstance(measure_steps, numbers.Real)
           or not math.isfinite(measure_steps) or measure_steps <= 0):
         raise ValueError(f"measure_steps must be a positive number of training steps, not {measure_steps!r}")
-    return (5 if repeat is None else _whole("repeat", repeat, 1, _INT32_MAX)), float(measure_steps)
+    if measure_steps > _MAX_PROFILE_REPEAT:
+        raise ValueError(f"measure_steps ({measure_steps!r}) must be at most {_MAX_PROFILE_REPEAT}")
+    return (5 if repeat is None else _whole("repeat", repeat, 1, _MAX_PROFILE_REPEAT)), float(measure_steps)
 
 
 def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
@@ -444,7 +449,8 @@ def _profile_arguments(repeat: int, warmup: int, measure_time: bool, name: str,
         raise TypeError(f"loss must be callable, not {type(loss).__name__}")
     if timing not in _TIMINGS:
         raise ValueError(f"timing must be one of {', '.join(map(repr, _TIMINGS))}, not {timing!r}")
-    return (_whole("repeat", repeat, 1, _INT32_MAX), _whole("warmup", warmup, 0, _INT32_MAX),
+    return (_whole("repeat", repeat, 1, _MAX_PROFILE_REPEAT),
+            _whole("warmup", warmup, 0, _MAX_PROFILE_REPEAT),
             bool(measure_time), str(name),
             None if loss is None else (lambda outs: loss(*outs)), bool(output_held),
             _progress(name or "chain") if progress else None, timing, float(max_steps))

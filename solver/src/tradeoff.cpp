@@ -43,6 +43,8 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
     return tradeoff(*pinned, options);
   REMAT_CHECK(options.points() >= 2, "tradeoff: points must be at least 2 (got ", options.points(),
               ")");
+  REMAT_CHECK(options.points() <= kMaxTradeoffPoints, "tradeoff: points must be at most ",
+              kMaxTradeoffPoints, " (got ", options.points(), ")");
   const TimeModel time{options.use_nograd_time()};
   const auto solve_options = [&](std::int64_t budget) {
     return SolveOptions(budget)

@@ -732,6 +732,7 @@ TEST_CASE("torchrun's environment is read, and bad values are refused", "[distri
   refused("MASTER_PORT", "70000", "MASTER_PORT='70000' is not a whole number from 1 to 65535");
   refused("LOCAL_RANK", "-1", "LOCAL_RANK='-1'");
   refused("MASTER_ADDR", "", "MASTER_ADDR is set but empty");
+  refused("MASTER_PORT", "", "MASTER_PORT is set but empty");  // not 29500, silently
   ::unsetenv("WORLD_SIZE");
   CHECK_THROWS_WITH(Environment::from_env(), Catch::Contains("WORLD_SIZE is not set"));
   CHECK_THROWS_WITH(remat::distributed::parse_backend("mpi"), Catch::Contains("unknown backend 'mpi'"));

@@ -1,6 +1,7 @@
 """remat.profile, solve, tradeoff and Chain: the CLI's JSON, results as values, the pictures."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -154,6 +155,33 @@ def test_bad_arguments_are_named_before_they_reach_cpp(chain, tmp_path):
         remat.profile(net, x, timing="fast", progress=False)
     with pytest.raises(ValueError, match=r"repeat \(0\) must be at least 1"):
         remat.Checkpointable(net, repeat=0)
+    # Every count bounded, refused before any work (issue 66): not a run until killed, nor a
+    # table that grows until memory runs out, nor 4 minutes of profiling before the refusal.
+    with pytest.raises(ValueError, match=r"repeat \(2000000000\) must be at most 1000"):
+        remat.profile(net, x, repeat=2_000_000_000, progress=False)
+    with pytest.raises(ValueError, match=r"measure_steps \(1000000000.0\) must be at most 1000"):
+        remat.Checkpointable(net, measure_steps=1e9)
+    with pytest.raises(ValueError, match=r"points \(1000000000\) must be at most 10000"):
+        remat.tradeoff(chain, points=10**9)
+    # What a chain's member cannot be, named: not "Cannot access storage of SparseTensorImpl",
+    # nor "Internal error ... Please file an issue".
+    with pytest.raises(ValueError, match=r"the sample input is a tensor of layout Sparse .*dense"):
+        remat.profile(net, x.to_sparse(), progress=False)
+    nested = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)])
+    with pytest.raises(ValueError, match=r"the sample input is a nested tensor: .*dense"):
+        remat.profile(net, nested, progress=False)
+
+    class Sparse(nn.Module):
+        def forward(self, x):
+            return x.to_sparse()
+
+    with pytest.raises(ValueError, match=r"stage 1 \(1\) returned a tensor of layout Sparse"):
+        remat.profile(nn.Sequential(nn.Linear(4, 4), Sparse(), nn.Identity()), x, progress=False)
+    long = nn.Sequential(*[nn.Identity() for _ in range(10001)])
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"10001 stages, more than remat handles \(10000\)"):
+        remat.profile(long, x, progress=False)
+    assert time.monotonic() - started < 5
     with pytest.raises(ValueError, match="lots"):
         remat.Checkpointable(net, budget="lots")  # at once, not at the first step
     with pytest.raises(TypeError, match=r"sample must be a tensor .* not numpy.ndarray \(torch.from_numpy"):

@@ -71,6 +71,9 @@ class DistributedError : public c10::Error {
   std::vector<int> failed_ranks_;
 };
 
+/// The most ranks of a job (WORLD_SIZE, --nproc): every rank joins one rendezvous store.
+inline constexpr int kMaxRanks = 65536;
+
 /// Where this process is in the job: torchrun's environment variables, or the same values
 /// given by hand (`remat train --rank/--master`).
 struct Environment {

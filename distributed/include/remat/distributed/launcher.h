@@ -55,10 +55,15 @@ struct LaunchOptions {
 /// is already gone.
 inline constexpr const char* kLauncherPidVariable = "REMAT_LAUNCHER_PID";
 
+/// The most processes launch_local starts on one machine (a machine has at most a few dozen
+/// accelerators; each rank is a LibTorch process of its own): more is refused before any starts.
+inline constexpr int kMaxLocalRanks = 64;
+
 /// Starts `count` processes running `argv` (argv[0] is the program's path), each with torchrun's
 /// environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and REMAT_LAUNCHER_PID
 /// added to this one's, and waits for all of them. Returns how each ended, in rank order. Throws
-/// std::runtime_error if a process cannot be started (the ones started are killed).
+/// std::runtime_error if a process cannot be started (the ones started are killed), and
+/// std::invalid_argument for a count outside 1..kMaxLocalRanks.
 std::vector<RankExit> launch_local(const std::vector<std::string>& argv, int count,
                                    const LaunchOptions& options = LaunchOptions());
 

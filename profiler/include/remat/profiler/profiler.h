@@ -81,10 +81,14 @@ enum class Timing {
 Timing parse_timing(const std::string& text);
 const char* timing_name(Timing timing);
 
+/// The most repetitions (repeat) and warm-up runs (warmup) a profile takes: each is a run of
+/// every stage, a tiny stage's about 2 ms; a larger count is refused before any work.
+inline constexpr int kMaxProfileRepeat = 1000;
+
 struct ProfileOptions {
-  /// Timed repetitions per quantity; the median is kept.
+  /// Timed repetitions per quantity; the median is kept. 1 to kMaxProfileRepeat.
   REMAT_ARG(int, repeat) = 5;
-  /// Untimed runs before timing.
+  /// Untimed runs before timing. 0 to kMaxProfileRepeat.
   REMAT_ARG(int, warmup) = 1;
   /// A repetition runs a fast operation as many times as needed to last this long, its
   /// untimed setup included (the forward before each timed backward), at most 1000 times.

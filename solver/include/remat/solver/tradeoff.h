@@ -15,6 +15,10 @@
 
 namespace remat {
 
+/// The most budgets a tradeoff table has: each is a solve of every algorithm, and the table
+/// is kept whole; a larger count is refused before any work.
+inline constexpr int kMaxTradeoffPoints = 10000;
+
 struct TradeoffOptions {
   /// Smallest budget of the grid; 0: the optimal solver's minimum feasible budget or, when
   /// that is above the store-all peak or there is none (too few slots given), the least
@@ -23,7 +27,8 @@ struct TradeoffOptions {
   /// Largest budget of the grid; 0: the store-all peak, or the optimal solver's minimum
   /// feasible budget when the slots given put it above the peak.
   REMAT_ARG(std::int64_t, to_bytes) = 0;
-  /// Budgets in the grid, evenly spaced from `from` to `to` (both included), at least 2.
+  /// Budgets in the grid, evenly spaced from `from` to `to` (both included), 2 to
+  /// kMaxTradeoffPoints.
   REMAT_ARG(int, points) = 25;
   /// Memory slots of the one table (0: automatic, as SolveOptions::slots). Given slots make
   /// every optimal point's feasibility solve()'s at its budget: none below the minimum
@@ -69,7 +74,7 @@ struct Tradeoff {
   std::string warning;
 };
 
-/// Throws std::invalid_argument for bad options (points < 2, from > to).
+/// Throws std::invalid_argument for bad options (points outside 2..kMaxTradeoffPoints, from > to).
 Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options = TradeoffOptions());
 
 }  // namespace remat
