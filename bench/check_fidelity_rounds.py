@@ -21,7 +21,7 @@ def main() -> int:
         out = os.path.join(tmp, "fidelity.json")
         run = subprocess.run(
             [bench, "fidelity", "--models", "resnet18", "--batch", "2", "--image", "64",
-             "--budgets", "100,90,5", "--steps", str(STEPS), "--warmup", "1",
+             "--budgets", "100,99,5", "--steps", str(STEPS), "--warmup", "1",
              "--rounds", str(ROUNDS), "--repeat", "1", "--traced", "1", "--threads", "1",
              "--json", out, "--markdown", os.path.join(tmp, "fidelity.md")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -32,10 +32,12 @@ def main() -> int:
     failures = []
     if result["rounds"] != ROUNDS:
         failures.append(f"rounds {result['rounds']}, not {ROUNDS}")
-    # resnet18 fits at 100% and 90% of store-all, not at 5%.
+    # resnet18 fits at 100% and 99% of store-all, not at 5%. (Its least budget on the CPU is
+    # 85% with LibTorch 1.13 and above 90% with 2.15, whose convolutions take more scratch
+    # memory: a fixed 90% failed there.)
     feasible = [row for row in result["rows"] if not row.get("infeasible")]
-    if [row["percent"] for row in feasible] != [100, 90]:
-        failures.append(f"feasible budgets {[row['percent'] for row in feasible]}, not [100, 90]")
+    if [row["percent"] for row in feasible] != [100, 99]:
+        failures.append(f"feasible budgets {[row['percent'] for row in feasible]}, not [100, 99]")
     if not any(row.get("infeasible") for row in result["rows"]):
         failures.append("5% of store-all was not infeasible")
     for row in feasible + result["plain"]:
@@ -49,7 +51,7 @@ def main() -> int:
     ran = re.findall(r": (plain|optimal at \d+%)(?: of store-all)? \(round (\d) of \d\)", run.stderr)
     order = [(what, int(r)) for what, r in ran]
     expected = [(what, r) for r in range(1, ROUNDS + 1)
-                for what in ("plain", "optimal at 100%", "optimal at 90%")]
+                for what in ("plain", "optimal at 100%", "optimal at 99%")]
     if order != expected:
         failures.append(f"ran in the order {order}, not {expected}")
     for failure in failures:

@@ -158,7 +158,8 @@ fi
 # 3. Build (Release) into build/ against that PyTorch, with every CUDA source.
 step "building remat against PyTorch's LibTorch with CUDA (build/)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
-  -DCMAKE_PREFIX_PATH="$torch_prefix" -DREMAT_REQUIRE_CUDA=ON -DREMAT_PYTHON="$venv_python" >/dev/null
+  -DCMAKE_PREFIX_PATH="$torch_prefix" -DREMAT_REQUIRE_CUDA=ON -DREMAT_PYTHON="$venv_python" \
+  -DREMAT_REQUIRE_REFERENCE_TESTS=ON >/dev/null
 if [ "$mode" = demo ]; then
   # 4a. The main job: profile a built-in network on CPU, choose a schedule at half its
   # store-all peak, train a few steps with it, measured against predicted. Only the remat
@@ -219,7 +220,8 @@ step "building remat against Debian's LibTorch 1.13 (build-debian/)"
 cmake -S . -B build-debian -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON \
   -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
   -DREMAT_BUILD_BENCH=OFF -DREMAT_TEST_TORCH_FREE=OFF \
-  -DREMAT_PYTHON=/usr/bin/python3 -DREMAT_TRANSFORMERS_PYTHON="$venv_python" >/dev/null
+  -DREMAT_PYTHON=/usr/bin/python3 -DREMAT_TRANSFORMERS_PYTHON="$venv_python" \
+  -DREMAT_REQUIRE_REFERENCE_TESTS=ON >/dev/null
 cmake --build build-debian -j "$jobs"
 step "tests (build-debian/, LibTorch 1.13)"
 # Nor the tests whose subject does not depend on the LibTorch, which ran in build/: the docs'

@@ -1330,7 +1330,9 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
     args.insert(args.end(), extra.begin(), extra.end());
     return run_remat(args);
   };
-  const RunResult run = with({"--budget", "85%", "--steps", "3"});
+  // "85%+": 85% of store-all, or the least budget where that is above it (above 90% on the CPU
+  // with LibTorch 2.15, whose convolutions take more scratch memory).
+  const RunResult run = with({"--budget", "85%+", "--steps", "3"});
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.out, Catch::Contains("model      resnet18 b4 64x64 cpu (11 stages)"));
@@ -1356,7 +1358,7 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   // as one engine call), the "predicted" row has each operation at its predicted time.
   const std::string trace_path = dir.path() + "/trace.json";
   const RunResult traced =
-      with({"--budget", "90%", "--steps", "2", "--chain", chain, "--trace", trace_path});
+      with({"--budget", "90%+", "--steps", "2", "--chain", chain, "--trace", trace_path});
   INFO(describe(traced));
   REQUIRE(traced.exit_code == 0);
   CHECK_THAT(traced.out, Catch::Contains("traced       step 2 into " + trace_path +
