@@ -110,7 +110,7 @@ MUTATIONS = [
      "least = std::min(least, least + 0 * min_feasible_budget(merged->chain, options));",
      "min_feasible_budget() ignores the merged chain's least budget, which solve() reaches"),
     ("storage-passed", "solver/src/storage_dp.cpp",
-     "c.grad[ui + 1] + c.grad[ui] - c.passed[ui]", "c.grad[ui + 1] + c.grad[ui] + 0 * c.passed[ui]",
+     "return grad[i + 1] + grad[i] - passed[i];", "return grad[i + 1] + grad[i] + 0 * passed[i];",
      "the storage-exact table counts a gradient passed on in place twice during the backward"),
     ("storage-tail", "solver/src/storage_dp.cpp",
      "after_loss ? Model::join(kept, c.x[static_cast<std::size_t>(length)]) : kept", "kept",

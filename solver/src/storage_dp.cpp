@@ -135,6 +135,8 @@ struct StorageDp::Model {
     return out;
   }
   double restart_after(int j) const { return j < length ? restart : 0.0; }
+  // The gradients live during B_i: y_{i+1}'s and y_i's, less what is passed on in place.
+  std::int64_t backward_gradients(std::size_t i) const { return grad[i + 1] + grad[i] - passed[i]; }
 };
 
 // One choice of a segment (i, l, z): leaf j (j > 0) or the chain step (j = 0). Its own
@@ -238,7 +240,7 @@ StorageDp::Frame StorageDp::frame(int i, int l, int z) const {
   const std::int64_t backward =
       units(c.minus(after_loss ? Model::join(kept, c.x[static_cast<std::size_t>(length)]) : kept,
                     held)) +
-      state_units + units(c.grad[ui + 1] + c.grad[ui] - c.passed[ui]) + units(c.bt[ui]);
+      state_units + units(c.backward_gradients(ui)) + units(c.bt[ui]);
   f.step.need = std::max(forward, backward);
   f.step.time = c.fw[ui] + c.bw[ui];
   if (i < l) {
@@ -263,7 +265,7 @@ const StorageDp::StartFrame& StorageDp::start_frame(int i, int z) const {
   out.own = units(c.minus(xi, held));
   out.forward_base = out.own + units(c.minus(c.x[ui + 1], xi)) + state_units + units(c.ft[ui]);
   out.backward = units(c.minus(kept, held)) + state_units +
-                 units(c.grad[ui + 1] + c.grad[ui] - c.passed[ui]) + units(c.bt[ui]);
+                 units(c.backward_gradients(ui)) + units(c.bt[ui]);
   out.first_z = state(i + 1, Model::meet(c.x[ui + 1], Model::join(held, kept)));
   out.first_shift = units(c.minus(kept, held)) + state_units;
   out.ready = true;
