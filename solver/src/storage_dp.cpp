@@ -199,18 +199,10 @@ StorageDp::Frame StorageDp::frame(int i, int l, int z) const {
   const Model& c = *model_;
   const int length = c.length;
   const auto ui = static_cast<std::size_t>(i);
-  // A copy: interning a state of start i below may grow state_sets_[i].
-  const std::vector<int> held = state_sets_[ui][static_cast<std::size_t>(z)];
-  const std::vector<int>& xi = c.x[ui];
   Frame f;
-  if (i == length) {  // the loss
-    f.step.need = units(c.minus(c.x[ui], held)) + units(c.grad[ui]) + units(c.bt[ui]);
-    return f;
-  }
-  const std::int64_t own = units(c.minus(xi, held));
-  const std::int64_t gradient = units(c.grad[static_cast<std::size_t>(l) + 1]);
   const bool after_loss = l == length && c.output_held;
-  if (!after_loss) {  // the same as below, from what every end shares
+  if (i < length && !after_loss) {  // the same as below, from what every end shares
+    const std::int64_t gradient = units(c.grad[static_cast<std::size_t>(l) + 1]);
     const StartFrame& s = start_frame(i, z);
     if (i < l) {
       f.own = s.own;
@@ -223,6 +215,15 @@ StorageDp::Frame StorageDp::frame(int i, int l, int z) const {
     f.step.time = c.fw[ui] + c.bw[ui];
     return f;
   }
+  // A copy: interning a state of start i below may grow state_sets_[i].
+  const std::vector<int> held = state_sets_[ui][static_cast<std::size_t>(z)];
+  const std::vector<int>& xi = c.x[ui];
+  if (i == length) {  // the loss
+    f.step.need = units(c.minus(c.x[ui], held)) + units(c.grad[ui]) + units(c.bt[ui]);
+    return f;
+  }
+  const std::int64_t own = units(c.minus(xi, held));
+  const std::int64_t gradient = units(c.grad[static_cast<std::size_t>(l) + 1]);
   if (i < l) {
     f.own = own;
     f.leaf_base = own + gradient;
