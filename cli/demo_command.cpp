@@ -85,8 +85,9 @@ Action add_demo_command(CLI::App& app) {
                                             bar));
     bar.finish(p.chain.length());
     const Chain& chain = p.chain;
-    fmt::print("{} stages; store-all: peak {}, {:.1f} ms per step (forward + backward)\n\n",
-               chain.length(), format_bytes(store_all_peak(chain)), chain.store_all_ms());
+    fmt::print("{}; store-all: peak {}, {:.1f} ms per step (forward + backward)\n\n",
+               counted(chain.length(), "stage"), format_bytes(store_all_peak(chain)),
+               chain.store_all_ms());
 
     // 2. Time against budget.
     fmt::print("== 2. predicted time against budget\n");

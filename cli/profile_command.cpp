@@ -163,8 +163,8 @@ Action add_profile_command(CLI::App& app) {
     if (format == Format::kText) {
       print_table(p, text);
       if (!args->output.empty() && !chain_on_stdout)
-        fmt::print(text, "written          {}\n", args->output);
-      if (!args->plot.empty()) fmt::print(text, "plot             {}\n", args->plot);
+        fmt::print(text, "written          {}\n", printable(args->output));
+      if (!args->plot.empty()) fmt::print(text, "plot             {}\n", printable(args->plot));
     }
     return kExitOk;
   };

@@ -47,8 +47,8 @@ std::string wrap(const std::string& text, std::size_t width, const std::string& 
 }
 
 void print_text(const Chain& chain, const Solution& solution, const SolveOptions& options) {
-  fmt::print("chain        {} ({} stages, input {})\n",
-             chain.name.empty() ? "-" : printable(chain.name), chain.length(),
+  fmt::print("chain        {} ({}, input {})\n",
+             chain.name.empty() ? "-" : printable(chain.name), counted(chain.length(), "stage"),
              format_bytes(chain.input_bytes()));
   std::string algorithm(algorithm_name(solution.algorithm));
   if (solution.algorithm == Algorithm::kOptimal) {

@@ -26,11 +26,17 @@ std::pair<int, int> parse_image(const std::string& text) {
     return std::invalid_argument("bad --image '" + text +
                                  "': expected H or HxW, such as 224 or 299x299");
   };
+  const auto too_large = [&] {
+    return std::invalid_argument(
+        fmt::format("--image '{}' is too large: a side is at most {} pixels", text, kMaxImageSide));
+  };
   const auto number = [&](const std::string& part) {
-    if (part.empty() || part.size() > 6 || part.find_first_not_of("0123456789") != std::string::npos)
-      throw bad();
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) throw bad();
+    const auto digits = part.find_first_not_of('0');
+    if (digits != std::string::npos && part.size() - digits > 6) throw too_large();
     const int value = std::stoi(part);
     if (value < 1) throw bad();
+    if (value > kMaxImageSide) throw too_large();
     return value;
   };
   const auto x = text.find('x');

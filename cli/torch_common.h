@@ -41,6 +41,9 @@ struct ModelInput {
 /// --seq's value when it was not given (0 and negative lengths are refused as given).
 inline constexpr int kSequenceNotGiven = std::numeric_limits<int>::min();
 
+/// The largest side --image takes, in pixels: a 3-channel float image of this size is 48 GiB.
+inline constexpr int kMaxImageSide = 65536;
+
 ModelInput resolve_model_input(const std::string& model, const std::string& image,
                                const std::string& device, int sequence = kSequenceNotGiven,
                                const std::string& granularity = "");

@@ -99,8 +99,8 @@ Action add_tradeoff_command(CLI::App& app) {
             {{"segments", p.parameter}, {"peak_bytes", p.peak_bytes}, {"makespan_ms", p.makespan_ms}});
       fmt::print("{}\n", out.dump(2));
     } else {
-      fmt::print("chain        {} ({} stages)\n", chain.name.empty() ? "-" : printable(chain.name),
-                 chain.length());
+      fmt::print("chain        {} ({})\n", chain.name.empty() ? "-" : printable(chain.name),
+                 counted(chain.length(), "stage"));
       fmt::print("store-all    peak {}, {:.3f} ms\n", format_bytes_exact(t.store_all_peak_bytes),
                  t.store_all_makespan_ms);
       if (t.min_feasible_budget_bytes >= 0) {
@@ -130,7 +130,7 @@ Action add_tradeoff_command(CLI::App& app) {
     }
     if (!args->plot.empty()) {
       write_text_file(args->plot, tradeoff_svg(chain, t));
-      if (format == Format::kText) fmt::print("\nplot         {}\n", args->plot);
+      if (format == Format::kText) fmt::print("\nplot         {}\n", printable(args->plot));
     }
     return kExitOk;
   };

@@ -350,7 +350,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
   std::unique_ptr<distributed::DataParallel> dp;
   if (group) dp = std::make_unique<distributed::DataParallel>(chk.ptr(), group);
   if (speak) {
-    fmt::print("model      {} ({} stages)\n", in.label(args.batch), chain.length());
+    fmt::print("model      {} ({})\n", in.label(args.batch), counted(chain.length(), "stage"));
     if (group)
       fmt::print(
           "ranks      {} ({} backend), each with this batch and budget; {} gradient bucket(s)\n",

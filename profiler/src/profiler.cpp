@@ -44,6 +44,7 @@
 #include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
 #include "remat/solver/solver.h"
+#include "remat/solver/text.h"
 
 namespace remat {
 namespace {
@@ -770,7 +771,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   result.chain.name = options.name();
   if (result.chain.name.empty()) {
     std::ostringstream name;
-    name << length << " stages, input ";
+    name << counted(static_cast<std::int64_t>(length), "stage") << ", input ";
     for (std::size_t k = 0; k < inputs.size(); ++k)
       name << (k ? " + " : "") << inputs[k].sizes() << " " << inputs[k].scalar_type();
     name << " " << device;

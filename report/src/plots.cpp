@@ -85,7 +85,7 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
            "start", 15, "font-weight=\"bold\"");
   svg.text(kLeft, 44,
            std::string(algorithm_name(solution.algorithm)) + " schedule of " +
-               std::to_string(chain.length()) + " stages, budget " +
+               counted(chain.length(), "stage") + ", budget " +
                format_bytes(solution.budget_bytes) + ": " + num(sim.makespan_ms) +
                " ms (store-all " + num(solution.store_all_makespan_ms) + " ms), peak " +
                format_bytes(sim.peak_bytes),
@@ -255,7 +255,7 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOption
   svg.text(kLeft, 26,
            title_or(options, fit(chain_label(chain) +
                                      ": predicted time against memory budget (" +
-                                     std::to_string(chain.length()) + " stages)", width)),
+                                     counted(chain.length(), "stage") + ")", width)),
            "start", 15, "font-weight=\"bold\"");
 
   // Store-all: the fastest possible time, from its peak on.
@@ -329,7 +329,7 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
   svg.root_attribute("data-stages", std::to_string(length));
   svg.text(kLeft, 26,
            title_or(options, fit(chain_label(chain) +
-                                     ": per-stage profile (" + std::to_string(length) + " stages)", width)),
+                                     ": per-stage profile (" + counted(length, "stage") + ")", width)),
            "start", 15, "font-weight=\"bold\"");
   // Stages are aggregated into bins when there are more than plot_w / 3 of them: a bin shows
   // the largest value of its stages.

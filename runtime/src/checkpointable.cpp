@@ -13,6 +13,7 @@
 #include "executor.h"
 #include "remat/core/autograd_node.h"
 #include "remat/core/error.h"
+#include "remat/solver/text.h"
 
 namespace remat {
 namespace {
@@ -125,11 +126,6 @@ std::string registration_name(const std::string& name, std::size_t index) {
   if (out.empty() || std::isdigit(static_cast<unsigned char>(out.front())))
     out = "stage" + std::to_string(index) + "_" + out;
   return out;
-}
-
-// "1 member", "2 members".
-std::string count(std::size_t n, const std::string& noun) {
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 std::string shape_string(c10::IntArrayRef sizes) {
@@ -276,8 +272,9 @@ void CheckpointableImpl::check_unchanged(const Tensors& inputs) const {
 void CheckpointableImpl::set_chain(Chain chain) {
   solver_call([&] { chain.validate("set_chain"); });
   TORCH_CHECK_VALUE(chain.length() == static_cast<int>(stages_.size()),
-                    "Checkpointable::set_chain: the chain has ", chain.length(),
-                    " stages but the network ", stages_.size());
+                    "Checkpointable::set_chain: the chain has ",
+                    counted(chain.length(), "stage"), " but the network ",
+                    stages_.size());
   // Same length is not enough: a chain measured for another network (another model, a
   // changed stage) would predict memory that this one does not use.
   for (std::size_t i = 0; i < stages_.size(); ++i)
@@ -345,11 +342,11 @@ const Solution& CheckpointableImpl::solution() const {
 void CheckpointableImpl::check_inputs(const Tensors& inputs, const Tensors& context) const {
   const std::vector<Member>& members = chain_->inputs;
   TORCH_CHECK_VALUE(inputs.size() == members.size(),
-                    "Checkpointable::forward: ", count(inputs.size(), "input tensor"),
-                    ", but the chain's input has ", count(members.size(), "member"));
+                    "Checkpointable::forward: ", counted(static_cast<std::int64_t>(inputs.size()), "input tensor"),
+                    ", but the chain's input has ", counted(static_cast<std::int64_t>(members.size()), "member"));
   const bool measured = !measured_inputs_.empty();
   TORCH_CHECK_VALUE(!measured || context.size() == measured_context_.size(),
-                    "Checkpointable::forward: ", count(context.size(), "context tensor"),
+                    "Checkpointable::forward: ", counted(static_cast<std::int64_t>(context.size()), "context tensor"),
                     ", but measure() was given ", measured_context_.size());
   for (const auto* list : {&inputs, &context}) {
     for (std::size_t k = 0; k < list->size(); ++k) {
@@ -502,7 +499,7 @@ TraceSummary summarize_trace(const std::vector<TracedOperation>& trace) {
 }
 
 void CheckpointableImpl::pretty_print(std::ostream& stream) const {
-  stream << "remat::Checkpointable(" << stages_.size() << " stages";
+  stream << "remat::Checkpointable(" << counted(static_cast<std::int64_t>(stages_.size()), "stage");
   if (solution_)
     stream << ", " << algorithm_name(solution_->algorithm) << " sequence of "
            << solution_->sequence.size() << " operations, budget " << solution_->budget_bytes

@@ -76,6 +76,10 @@ std::string printable(const std::string& text) {
   return out;
 }
 
+std::string counted(std::int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string format_signed_percent(double percent, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%+.*f%%", decimals, percent);

@@ -801,6 +801,12 @@ TEST_CASE("profile rejects bad input with exit code 2 and writes nothing", "[cli
       {{"--model", "convnet", "--batch", "0"}, "--batch must be at least 1"},
       {{"--model", "convnet", "--batch", "2", "--image", "4"}, "too small for convnet"},
       {{"--model", "convnet", "--batch", "2", "--image", "32y32"}, "bad --image '32y32'"},
+      {{"--model", "convnet", "--batch", "2", "--image", "1000000"},
+       "--image '1000000' is too large: a side is at most 65536 pixels"},
+      {{"--model", "convnet", "--batch", "2", "--image", "32x65537"},
+       "--image '32x65537' is too large: a side is at most 65536 pixels"},
+      {{"--model", "convnet", "--batch", "2", "--image", "99999999999999999999999"},
+       "is too large: a side is at most 65536 pixels"},
       {{"--model", "convnet", "--batch", "2", "--device", "tpu"}, "bad --device 'tpu'"},
       {{"--model", "convnet", "--batch", "2", "--repeat", "0"}, "--repeat must be from 1 to 1000"},
       // Not a profile that runs until killed.
@@ -1884,10 +1890,46 @@ TEST_CASE("control characters in names and arguments never reach the terminal", 
     }
     CHECK_THAT(run.out, Catch::Contains("net\\x1b]0;owned\\x07\\x1b[2J"));
   }
+  // A path given on the command line, echoed in the "plot" and "written" lines.
+  const std::string svg = dir.path() + "/p\x1b[2J.svg";
+  const RunResult plotted =
+      run_remat({"tradeoff", "--chain", kResnet18, "--points", "3", "--plot", svg});
+  INFO(describe(plotted));
+  CHECK(plotted.exit_code == 0);
+  CHECK(std::filesystem::exists(svg));
+  CHECK_THAT(plotted.out, Catch::Contains("/p\\x1b[2J.svg"));
+  CHECK(plotted.out.find('\x1b') == std::string::npos);
+  if (REMAT_CLI_HAS_TORCH) {
+    const std::string out = dir.path() + "/c\x1b[2J.json";
+    const RunResult profiled =
+        run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat",
+                   "1", "-o", out, "--plot", svg});
+    INFO(describe(profiled));
+    CHECK(profiled.exit_code == 0);
+    CHECK_THAT(profiled.out, Catch::Contains("written          " + dir.path() + "/c\\x1b"));
+    CHECK_THAT(profiled.out, Catch::Contains("plot             " + dir.path() + "/p\\x1b"));
+    CHECK(profiled.out.find('\x1b') == std::string::npos);
+  }
   const RunResult unknown = run_remat({"sched\x1b[2Jule"});
   INFO(describe(unknown));
   CHECK(unknown.exit_code == 2);
   CHECK_THAT(unknown.err, Catch::Contains("unknown command 'sched\\x1b[2Jule'"));
+}
+
+TEST_CASE("counts read in the singular where they are one", "[cli]") {
+  TempDir dir;
+  const std::string chain = dir.write(
+      "one.json", R"({"format": "remat-chain/1", "name": "one", "input_bytes": 100, "stages": [
+        {"name": "s", "fwd_ms": 1, "bwd_ms": 1, "out_bytes": 100, "saved_bytes": 100,
+         "fwd_tmp_bytes": 0, "bwd_tmp_bytes": 0}]})");
+  const RunResult scheduled = run_remat({"schedule", "--chain", chain, "--budget", "1MB"});
+  INFO(describe(scheduled));
+  CHECK(scheduled.exit_code == 0);
+  CHECK_THAT(scheduled.out, Catch::Contains("chain        one (1 stage, input 100 B)"));
+  const RunResult traded = run_remat({"tradeoff", "--chain", chain, "--points", "2"});
+  INFO(describe(traded));
+  CHECK(traded.exit_code == 0);
+  CHECK_THAT(traded.out, Catch::Contains("chain        one (1 stage)"));
 }
 
 TEST_CASE("results that cannot be written to standard output are exit 2", "[cli]") {

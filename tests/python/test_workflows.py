@@ -193,6 +193,11 @@ def test_named_stages_keep_their_names_in_the_state_dict_and_can_be_replaced():
                                  torch.randn(4, 8), progress=False)
     with pytest.raises(ValueError, match="stage 0 is named 'a' in the chain but 'embed' in the network"):
         chk.set_chain(other.chain)
+    one = remat.Checkpointable([("embed", nn.Linear(8, 2))], torch.randn(4, 8), progress=False)
+    with pytest.raises(ValueError, match="the chain has 1 stage but the network 3"):
+        chk.set_chain(one.chain)
+    with pytest.raises(ValueError, match="the chain has 3 stages but the network 1"):
+        one.set_chain(chk.chain)
     with pytest.raises(ValueError, match=r"stage name 'layer1.0' cannot name a module"):
         remat.Checkpointable([("layer1.0", nn.Linear(8, 8))])
 

@@ -3,6 +3,7 @@
 /// CLI's terminal output and the SVG pictures (remat/report) share these, so that a name
 /// reads the same in both.
 
+#include <cstdint>
 #include <string>
 
 namespace remat {
@@ -19,5 +20,9 @@ std::string printable(const std::string& text);
 /// A relative change in percent with its sign and `decimals` decimals ("+11.3%", "-2.0%"), and
 /// "+0.0%" for every value that rounds to zero: never "-0.0%".
 std::string format_signed_percent(double percent, int decimals = 1);
+
+/// `n` and `noun`, the noun plural unless n is 1: `counted(1, "stage") == "1 stage"`,
+/// `counted(3, "stage") == "3 stages"`.
+std::string counted(std::int64_t n, const std::string& noun);
 
 }  // namespace remat
