@@ -72,6 +72,7 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
   entry_buffers_.resize(n);
   restore_after_backward_.assign(n, false);
   recomputed_.assign(n, false);
+  first_outputs_.resize(n);
   std::vector<int> forwards(n, 0);
   for (const Op& op : sequence)
     if (op.is_forward())
@@ -151,7 +152,33 @@ Tensors Executor::call(int i, const Tensors& x) {
       refuse("did not pass input member " + std::to_string(k) + " on as member " +
              std::to_string(o) + ": other members");
   }
+  if (recomputed_[ui]) check_recomputed_outputs(i, out);
   return out;
+}
+
+void Executor::check_recomputed_outputs(int i, const Tensors& out) {
+  const auto ui = static_cast<std::size_t>(i);
+  std::vector<OutputShape>& first = first_outputs_[ui];
+  if (!ran_[ui]) {
+    first.clear();
+    for (const torch::Tensor& t : out) first.push_back({t.sizes().vec(), t.scalar_type(), t.device()});
+    return;
+  }
+  for (std::size_t o = 0; o < out.size(); ++o) {
+    const torch::Tensor& t = out[o];
+    const OutputShape& was = first[o];
+    if (t.sizes() == c10::IntArrayRef(was.sizes) && t.scalar_type() == was.dtype &&
+        t.device() == was.device)
+      continue;
+    TORCH_CHECK_VALUE(false, "remat runtime: stage ", i, " (", stages_[ui].name,
+                      ") returned output member ", o, " as ", t.scalar_type(), " ", t.sizes(),
+                      " on ", t.device(), " when recomputed during the backward, but as ",
+                      was.dtype, " ", c10::IntArrayRef(was.sizes), " on ", was.device,
+                      " in the step's forward. remat runs a stage again to recompute its "
+                      "output, and needs the same output each time: a stage whose output "
+                      "depends on how often it was called, on the clock, or on random numbers "
+                      "not drawn from torch's generators cannot be recomputed");
+  }
 }
 
 void Executor::before_forward(int i) {

@@ -199,6 +199,16 @@ class Executor {
   // Whether the sequence forwards stage i more than once: only then are its generator
   // states recorded at its first forward.
   std::vector<bool> recomputed_;
+  // A recomputed stage's output members as its first forward of the step returned them: each
+  // recomputation must return the same (check_recomputed_outputs), or the gradients of that
+  // forward's graph would meet tensors of other shapes, or the backward read other values.
+  struct OutputShape {
+    std::vector<std::int64_t> sizes;
+    c10::ScalarType dtype;
+    c10::Device device;
+  };
+  std::vector<std::vector<OutputShape>> first_outputs_;
+  void check_recomputed_outputs(int i, const Tensors& out);
   // backward_end_[k]: for a backward operation k, the last operation of the run of consecutive
   // backwards B_i, B_{i-1}, ..., B_j from k that run in one engine call, as in plain autograd
   // (one call per stage costs the engine's set-up each time, and on a GPU the hand-over to its

@@ -544,6 +544,22 @@ def test_errors_name_the_stage_and_the_minimum_without_a_cpp_backtrace():
     with pytest.raises(ValueError, match=r"stage 0 \(odd\).*item 1 is a int, not a tensor"):
         remat.Checkpointable([("odd", ReturnsTupleWithInt())], torch.randn(2, 4), progress=False)
 
+    class Fickle(nn.Module):  # a row fewer on each call after the first of a step
+        calls = 0
+
+        def forward(self, x):
+            Fickle.calls += 1
+            return x if Fickle.calls == 1 else x[:-1]
+
+    fickle = remat.Checkpointable([("a", nn.Linear(4, 4)), ("fickle", Fickle()), ("b", nn.Linear(4, 4))],
+                                  torch.randn(3, 4), progress=False)
+    fickle.compute_sequence(fickle.store_all_peak(), "recompute-all")
+    Fickle.calls = 0
+    with pytest.raises(ValueError, match=r"stage 1 \(fickle\) returned output member 0 as Float \[2, 4\] on cpu "
+                                         r"when recomputed during the backward, but as Float \[3, 4\]") as info:
+        fickle(torch.randn(3, 4)).sum().backward()
+    assert "Exception raised from" not in str(info.value)
+
     torch.manual_seed(0)
     chk = remat.Checkpointable(mlp(), torch.randn(16, 64), progress=False)
     least = chk.min_budget()

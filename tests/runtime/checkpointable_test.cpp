@@ -818,6 +818,53 @@ TEST_CASE("an error inside a stage names the stage, and whether it was a recompu
   CHECK_NOTHROW(chk->forward(x).sum().backward());  // the module is usable again
 }
 
+namespace {
+
+// Tanh whose output, once told, differs after the step's first call: a row fewer, or Double.
+struct FickleTanhImpl : nn::Module {
+  enum class Change { kNone, kRows, kDtype } change = Change::kNone;
+  int calls = 0;
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor y = torch::tanh(x);
+    if (calls++ == 0 || change == Change::kNone) return y;
+    return change == Change::kRows ? y.narrow(0, 0, y.size(0) - 1) : y.to(torch::kDouble);
+  }
+};
+TORCH_MODULE(FickleTanh);
+
+}  // namespace
+
+TEST_CASE("a recomputation that returns another shape or dtype is refused, naming the stage",
+          "[runtime]") {
+  // Autograd said only "Function remat::GradientSource returned an invalid gradient at index
+  // 0 - got [2, 6] but expected shape compatible with [3, 6]", naming no stage.
+  FickleTanh fickle;
+  nn::Sequential net(nn::Linear(6, 6), fickle, nn::Linear(6, 6), nn::Linear(6, 6));
+  remat::Checkpointable chk(net);
+  const torch::Tensor x = torch::randn({3, 6});
+  chk->measure(x, remat::ProfileOptions().measure_time(false));
+  chk->compute_sequence(chk->store_all_peak(), Algorithm::kRecomputeAll);
+  const auto message_of = [&](FickleTanhImpl::Change change) {
+    fickle->calls = 0;
+    fickle->change = change;
+    try {
+      chk->forward(x).sum().backward();
+    } catch (const c10::ValueError& error) {
+      return std::string(error.what_without_backtrace());
+    }
+    return std::string("no exception");
+  };
+  CHECK_THAT(message_of(FickleTanhImpl::Change::kRows),
+             Catch::StartsWith("remat runtime: stage 1 (1:FickleTanh) returned output member 0 "
+                               "as Float [2, 6] on cpu when recomputed during the backward, but "
+                               "as Float [3, 6] on cpu in the step's forward") &&
+                 Catch::Contains("needs the same output each time"));
+  CHECK_THAT(message_of(FickleTanhImpl::Change::kDtype),
+             Catch::StartsWith("remat runtime: stage 1 (1:FickleTanh) returned output member 0 "
+                               "as Double [3, 6] on cpu when recomputed"));
+  CHECK(message_of(FickleTanhImpl::Change::kNone) == "no exception");  // usable again
+}
+
 TEST_CASE("an input larger than the measured sample is refused, a smaller one runs", "[runtime]") {
   torch::manual_seed(4);
   nn::Sequential net = remat::test::conv_chain(4, 5, false);
