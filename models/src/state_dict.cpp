@@ -36,6 +36,18 @@ namespace {
   throw StateDictError(printable(where + ": " + what));
 }
 
+// A bool storage's bytes are 0 or 1: torch reads any other byte as bool, which is undefined
+// behaviour in C++ (the safetensors reader refuses them alike).
+void check_bool_bytes(const std::string& path, const std::string& what, const uint8_t* bytes,
+                      uint64_t size) {
+  for (uint64_t i = 0; i < size; ++i) {
+    if (bytes[i] > 1) {
+      fail(path, what + " (bool) holds " + std::to_string(bytes[i]) + " at its byte " +
+                     std::to_string(i) + "; a bool byte is 0 or 1");
+    }
+  }
+}
+
 // The unsigned integer of `width` bytes at `bytes`, little-endian unless said otherwise: pickle
 // arguments and zip headers alike.
 uint64_t decode_uint(const char* bytes, int width, bool big_endian = false) {
@@ -958,6 +970,9 @@ std::vector<StateDictEntry> read_zip(std::istream& file, uint64_t file_size,
                      " bytes, less than its storage of " + std::to_string(id.numel) +
                      " elements needs");
     }
+    if (id.dtype == at::kBool)
+      check_bool_bytes(path, "record data/" + id.key, static_cast<const uint8_t*>(data.get()),
+                       needed);
     const at::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(size),
                               std::move(data), /*allocator=*/nullptr, /*resizable=*/false);
     return storages.emplace(id.key, storage).first->second;
@@ -978,6 +993,7 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
   struct Pending {
     torch::Tensor bytes;
     int64_t numel;
+    at::ScalarType dtype;
     bool filled = false;
   };
   std::unordered_map<std::string, Pending> pending;
@@ -998,7 +1014,7 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
       }
       pending_bytes += 8 + id.numel * element_size;
       torch::Tensor bytes = torch::empty({id.numel * element_size}, at::kByte);
-      it = pending.emplace(id.key, Pending{bytes, id.numel}).first;
+      it = pending.emplace(id.key, Pending{bytes, id.numel, id.dtype}).first;
     }
     return it->second.bytes.storage();
   };
@@ -1040,6 +1056,9 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
                      " elements in the file, the pickle says " + std::to_string(storage.numel));
     }
     in.read(storage.bytes.data_ptr<uint8_t>(), storage.bytes.numel(), what);
+    if (storage.dtype == at::kBool)
+      check_bool_bytes(path, what, storage.bytes.data_ptr<uint8_t>(),
+                       static_cast<uint64_t>(storage.bytes.numel()));
     storage.filled = true;
   }
   for (const auto& [key, storage] : pending) {

@@ -179,6 +179,12 @@ at = data.index(b"\x88", data.index(b"little_endian"))
 data[at] = 0x89
 open(path("big_endian_legacy.pth"), "wb").write(bytes(data))
 
+# A bool tensor whose second byte is 2: torch writes the bytes as they are.
+flags = torch.tensor([True, False, True])
+flags.view(torch.uint8)[1] = 2
+save_zip({"w": torch.ones(2), "flags": flags}, "bool_byte_2_zip.pth")
+save_legacy({"w": torch.ones(2), "flags": flags}, "bool_byte_2_legacy.pth")
+
 zip_bytes = open(path("mixed_zip.pth"), "rb").read()
 legacy_bytes = open(path("mixed_legacy.pth"), "rb").read()
 open(path("truncated_zip.pth"), "wb").write(zip_bytes[: len(zip_bytes) * 6 // 10])

@@ -215,6 +215,9 @@ TEST_CASE("read_state_dict names the file and the problem", "[models]") {
       {"list.pth", "the file holds a list, not a state dict"},
       {"no_tensors.pth", "not a state dict ('epoch' holds an int) and has no 'state_dict'"},
       {"bad_wrapped.pth", "the checkpoint's 'state_dict' entry is not a state dict: it is a list"},
+      // Read as bool, a byte other than 0 and 1 would be undefined behaviour.
+      {"bool_byte_2_zip.pth", "record data/1 (bool) holds 2 at its byte 1; a bool byte is 0 or 1"},
+      {"bool_byte_2_legacy.pth", "(bool) holds 2 at its byte 1; a bool byte is 0 or 1"},
   };
   for (const auto& [file, message] : cases) {
     const std::string path = data_path(file);
