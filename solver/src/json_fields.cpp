@@ -1,6 +1,9 @@
 #include "json_fields.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,9 +14,20 @@
 
 namespace remat::detail::json_fields {
 
+namespace {
+// At most `limit` characters of `text`, printable (a number of 100,000 digits, or a terminal's
+// escape sequence, quoted in nlohmann's message).
+std::string shortened(const std::string& text, std::size_t limit = 200) {
+  return printable(text.size() > limit ? text.substr(0, limit) + "..." : text);
+}
+}  // namespace
+
 [[noreturn]] void fail(const std::string& source, const std::string& where,
                        const std::string& what) {
-  throw ChainError(str_cat(source, ": ", where, where.empty() ? "" : " ", what));
+  // The place and the message can quote the file (a key, a name, a value): shortened, so that
+  // a key of 100,000 characters is not 100 KB of stderr.
+  throw ChainError(
+      str_cat(source, ": ", shortened(where, 300), where.empty() ? "" : " ", shortened(what, 600)));
 }
 
 namespace {
@@ -32,12 +46,6 @@ std::string place(const std::vector<OpenValue>& open, const std::string& key) {
     out += value.array ? str_cat("[", value.index, "]") : (out.empty() ? "" : ".") + value.key;
   }
   return out + (out.empty() ? "" : ".") + key;
-}
-
-// At most `limit` characters of `text`, printable (a number of 100,000 digits, or a terminal's
-// escape sequence, quoted in nlohmann's message).
-std::string shortened(const std::string& text, std::size_t limit = 200) {
-  return printable(text.size() > limit ? text.substr(0, limit) + "..." : text);
 }
 }  // namespace
 
@@ -88,6 +96,19 @@ json parse_document(const std::string& text, const std::string& source) {
   if (!duplicate.empty())
     fail(source, shortened(duplicate, 100), "is given twice (a key once per object)");
   return doc;
+}
+
+std::string read_file(const std::string& path, const char* kind) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw ChainError(str_cat(path, ": is not a regular file"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ChainError(str_cat(path, ": cannot open the ", kind, " file"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ChainError(str_cat(path, ": cannot read the ", kind, " file"));
+  return text.str();
 }
 
 std::string type_name(const json& value) {

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "remat/solver/check.h"
+#include "remat/solver/text.h"
 
 namespace remat {
 namespace {
@@ -21,7 +22,9 @@ namespace {
 using detail::str_cat;
 
 [[noreturn]] void fail(const std::string& source, std::size_t node, const std::string& what) {
-  throw ChainError(str_cat(source, ": nodes[", node, "]", what));
+  // `what` can quote the file (a node's name): shortened and printable.
+  throw ChainError(str_cat(source, ": nodes[", node, "]",
+                           printable(what.size() > 600 ? what.substr(0, 600) + "..." : what)));
 }
 
 // The node that owns each node's storage (itself, or the root of its views).

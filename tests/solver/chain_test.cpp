@@ -260,6 +260,17 @@ TEST_CASE("chain files are rejected with the file, the stage and the field", "[s
                                                                      std::string(100000, '0')));
   CHECK_THAT(long_number, Contains("is not valid JSON") && Contains("..."));
   CHECK(long_number.size() < 400);
+  // A key of 100,000 characters, a field that is not known, a key given twice: the place is
+  // shortened too.
+  const std::string long_key = std::string(100000, 'k');
+  const std::string unknown =
+      error_of(edited("\"bwd_ms\": 2,", "\"bwd_ms\": 2, \"" + long_key + "\": 1,"));
+  CHECK_THAT(unknown, Contains("c.json: stages[0].kkk") && Contains("... is not a field of a stage"));
+  CHECK(unknown.size() < 1000);
+  const std::string twice = error_of(
+      edited("\"bwd_ms\": 2,", "\"bwd_ms\": 2, \"" + long_key + "\": 1, \"" + long_key + "\": 2,"));
+  CHECK_THAT(twice, Contains("... is given twice"));
+  CHECK(twice.size() < 400);
   CHECK_THAT(error_of(edited("\"fwd_ms\": 1.5", "\"fwd_ms\": \x1b[2J")),
              Contains("<U+001B>") && !Contains("\x1b"));
   CHECK_THAT(error_of(edited("\"saved_bytes\": 80", "\"saved_bytes\": 20")),
