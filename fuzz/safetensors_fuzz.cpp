@@ -70,8 +70,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (offset != size) __builtin_trap();  // the data covered exactly
   } catch (const remat::models::StateDictError& error) {
-    const std::string what = error.what();
+    const std::string what = error.what_without_backtrace();
     if (what.rfind(path + ": ", 0) != 0) __builtin_trap();  // names the file
+    // Names and keys from the file escaped: no control character reaches a terminal.
+    for (const char c : what)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) __builtin_trap();
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 // read_state_dict on any bytes: a StateDictError naming the file, or entries. Anything else (a
-// crash, a sanitizer report, std::bad_alloc or another exception escaping) is a finding.
+// crash, a sanitizer report, std::bad_alloc or another exception escaping, a bool tensor with
+// a byte other than 0 and 1, an error message with a control character) is a finding.
 // libFuzzer's -rss_limit_mb (scripts/fuzz.sh: 2048) makes an input that takes too much memory
 // a finding too.
 #include <unistd.h>
@@ -39,10 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!entry.tensor.defined()) __builtin_trap();
       // Every element readable: the tensor lies inside its storage.
       (void)entry.tensor.sum();
+      // A bool's bytes are 0 or 1: any other is undefined behaviour when read as bool.
+      if (entry.tensor.scalar_type() == at::kBool &&
+          entry.tensor.view(at::kByte).gt(1).any().item<bool>())
+        __builtin_trap();
     }
   } catch (const remat::models::StateDictError& error) {
-    const std::string what = error.what();
+    const std::string what = error.what_without_backtrace();
     if (what.rfind(path + ": ", 0) != 0) __builtin_trap();  // names the file
+    // Names and keys from the file escaped: no control character reaches a terminal.
+    for (const char c : what)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) __builtin_trap();
   }
   return 0;
 }
