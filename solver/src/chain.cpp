@@ -2,11 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "json_fields.h"
 #include "remat/solver/check.h"
@@ -415,16 +412,7 @@ Chain parse_chain(const std::string& json_text, const std::string& source) {
 }
 
 Chain load_chain(const std::string& path) {
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
-    throw ChainError(str_cat(path, ": is not a regular file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ChainError(str_cat(path, ": cannot open the chain file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ChainError(str_cat(path, ": cannot read the chain file"));
-  return parse_chain(text.str(), path);
+  return parse_chain(detail::json_fields::read_file(path, "chain"), path);
 }
 
 std::string chain_to_json(const Chain& chain) {

@@ -4,9 +4,6 @@
 //     {"name": "conv1", "bytes": 3211264, "fwd_ms": 1.2, "bwd_ms": 2.4, "reads": [0]},
 //     {"name": "relu_", "view_of": 1, "writes": [1], "reads": [1], "output": true}]}
 // Absent fields take GraphNode's defaults.
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "json_fields.h"
 #include "remat/solver/check.h"
@@ -96,16 +93,7 @@ Graph parse_graph(const std::string& json_text, const std::string& source) {
 }
 
 Graph load_graph(const std::string& path) {
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
-    throw ChainError(str_cat(path, ": is not a regular file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ChainError(str_cat(path, ": cannot open the graph file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ChainError(str_cat(path, ": cannot read the graph file"));
-  return parse_graph(text.str(), path);
+  return parse_graph(detail::json_fields::read_file(path, "graph"), path);
 }
 
 std::string graph_to_json(const Graph& graph) {

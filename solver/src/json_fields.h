@@ -17,6 +17,10 @@ using nlohmann::json;
 /// stop reading, ignoring what follows), or a key twice in one object (which nlohmann would
 /// keep the last of), named by its place ("stages[3].outputs[0].bytes").
 json parse_document(const std::string& text, const std::string& source);
+/// The whole text of the file at `path`, or ChainError: "<path>: is not a regular file" (a
+/// directory, a FIFO: refused rather than read), "cannot open the <kind> file", "cannot read
+/// the <kind> file". `kind`: "chain", "graph".
+std::string read_file(const std::string& path, const char* kind);
 /// Throws ChainError: "<source>: <where> <what>".
 [[noreturn]] void fail(const std::string& source, const std::string& where,
                        const std::string& what);
