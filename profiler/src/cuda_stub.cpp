@@ -20,14 +20,5 @@ std::int64_t cuda_free_bytes(int /*device_index*/) { no_cuda(); }
 CudaAllocatorStats cuda_allocator_stats(int /*device_index*/) { no_cuda(); }
 bool exact_cuda_blocks() { return false; }
 
-struct CudaIntervals::Impl {};
-CudaIntervals::CudaIntervals(int /*device_index*/) { no_cuda(); }
-CudaIntervals::~CudaIntervals() = default;
-void CudaIntervals::reserve(int /*count*/) { no_cuda(); }
-void CudaIntervals::begin() { no_cuda(); }
-void CudaIntervals::end() { no_cuda(); }
-double CudaIntervals::total_ms() { no_cuda(); }
-std::vector<double> CudaIntervals::gaps_ms() { no_cuda(); }
-
 }  // namespace detail
 }  // namespace remat

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "remat/profiler/cuda_intervals.h"
+#include "remat/core/cuda_intervals.h"
 #include "remat/profiler/memory_tracker.h"
 
 namespace remat {

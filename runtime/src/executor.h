@@ -17,7 +17,7 @@
 #include "autocast.h"
 #include "remat/core/stage.h"
 #include "remat/core/stage_input.h"
-#include "remat/profiler/cuda_intervals.h"
+#include "remat/core/cuda_intervals.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"

@@ -1,7 +1,8 @@
 #pragma once
 // Internal: GPU time between CUDA events, shared by the profiler (stage times) and the
-// runtime (traced steps). Defined in cuda_memory_tracker.cpp when the LibTorch found has CUDA,
-// else in cuda_stub.cpp, whose functions throw: a CPU build includes no CUDA header.
+// runtime (traced steps). Defined in core/src/cuda_intervals.cpp when the LibTorch found has
+// CUDA, else in cuda_intervals_stub.cpp, whose functions throw: a CPU build includes no CUDA
+// header.
 
 #include <memory>
 #include <vector>
