@@ -6,6 +6,7 @@ tree, builds, runs the tests that should notice, and reports which mutations sur
     python3 tools/mutate.py --torch    # runtime, profiler, models, weight readers, distributed
     python3 tools/mutate.py --list     # the mutations, with what each would break (--torch too)
     python3 tools/mutate.py --only ID  # one mutation
+    python3 tools/mutate.py --check    # only that every mutation's text is found once
     python3 tools/mutate.py --all      # also those explained as equivalent (no test can kill
                                        # them: by default not run, a whole test run each)
 
@@ -19,6 +20,7 @@ test, or such a reason. docs/testing.md reports the kill rate.
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -601,6 +603,44 @@ EXPLAINED = {
 }
 
 
+def locate(base, path, old):
+    """Where the mutation's text `old` is: (file relative to `base`, start, end) of its one
+    occurrence. Whitespace between its tokens matches any whitespace, so that re-indenting or
+    re-wrapping its line does not stop the run; where the text is not in `path` (the code
+    moved), the one file of path's top folder that holds it once. Exits naming the mutation's
+    file otherwise."""
+    regex = re.compile(r"\s+".join(re.escape(token) for token in old.split()))
+
+    def spans(rel):
+        with open(os.path.join(base, rel)) as source:
+            return [(m.start(), m.end()) for m in regex.finditer(source.read())]
+
+    named = spans(path) if os.path.isfile(os.path.join(base, path)) else []
+    if len(named) == 1:
+        return (path,) + named[0]
+    found = []
+    if not named:
+        for folder, _, files in os.walk(os.path.join(base, path.split("/")[0])):
+            for name in sorted(files):
+                if name.endswith((".cpp", ".h", ".cu")):
+                    rel = os.path.relpath(os.path.join(folder, name), base)
+                    found += [(rel,) + span for span in spans(rel)]
+    if len(found) == 1:
+        return found[0]
+    return None
+
+
+def mutate(text, start, end, old, new):
+    """`text` with the span of `old` (from locate) replaced by `new`, less the whitespace that
+    `old` has around its tokens and `new` repeats (the span excludes it)."""
+    lead, trail = old[:len(old) - len(old.lstrip())], old[len(old.rstrip()):]
+    if lead and new.startswith(lead):
+        new = new[len(lead):]
+    if trail and new.endswith(trail):
+        new = new[:len(new) - len(trail)]
+    return text[:start] + new + text[end:]
+
+
 def run(cmd, cwd, log):
     with open(log, "a") as out:
         out.write("$ " + " ".join(cmd) + "\n")
@@ -631,6 +671,8 @@ def default_python():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--check", action="store_true",
+                        help="only check that every mutation's text is found once, and exit")
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--torch", action="store_true",
                         help="the LibTorch components' mutations (runtime, profiler, models, distributed)")
@@ -653,8 +695,15 @@ def main():
     # Both catalogues' texts first, in this tree: CI runs only the first, and a line edited since
     # would otherwise stop the --torch check only when someone runs it.
     for mid, path, old, _, _ in MUTATIONS + TORCH_MUTATIONS:
-        if open(os.path.join(ROOT, path)).read().count(old) != 1:
+        where = locate(ROOT, path, old)
+        if where is None:
             sys.exit(f"remat: mutation {mid}: its text is not found once in {path} (update it)")
+        if where[0] != path:
+            print(f"remat: mutation {mid}: its text is in {where[0]} now, not {path} "
+                  "(update its path)", flush=True)
+    if args.check:
+        print(f"{len(MUTATIONS) + len(TORCH_MUTATIONS)} mutations, each text found once")
+        return 0
     for mid in KILLED_BY:
         if mid not in {m[0] for m in MUTATIONS}:
             sys.exit(f"remat: KILLED_BY names {mid!r}, which is not a mutation (update it)")
@@ -757,12 +806,13 @@ def main():
             skipped.append(mid)
             print(f"{mid:28} {'not run (equivalent)':24} {'':5}    {why}", flush=True)
             continue
-        source = os.path.join(tree, path)
-        original = open(source).read()
-        if original.count(old) != 1:
+        where = locate(tree, path, old)
+        if where is None:
             sys.exit(f"remat: mutation {mid}: its text is not found once in {path} (update it)")
+        source = os.path.join(tree, where[0])
+        original = open(source).read()
         started = time.time()
-        open(source, "w").write(original.replace(old, new))
+        open(source, "w").write(mutate(original, where[1], where[2], old, new))
         try:
             if run(build_cmd, ROOT, log) != 0:
                 verdict = "killed (does not build)"
