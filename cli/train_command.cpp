@@ -5,26 +5,23 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "chrome_trace.h"
 #include "cli.h"
+#include "rank_launch.h"
 #include "remat/distributed.h"
 #include "remat/runtime.h"
+#include "token_file.h"
 #include "torch_common.h"
 
 namespace remat::cli {
@@ -57,196 +54,6 @@ struct TrainArgs {
   std::string trace_file;
 };
 
-/// Training sequences from a file of token ids: little-endian uint16 values one after the other,
-/// the format of nanoGPT's train.bin (GPT-2's 50,257 ids fit). Each batch takes windows at
-/// random offsets (torch's generator: a seeded run repeats); every id read is checked against
-/// the vocabulary.
-class TokenFile {
- public:
-  TokenFile(std::string path, int sequence, int vocab)
-      : path_(std::move(path)), sequence_(sequence), vocab_(vocab) {
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(path_, error))
-      throw std::invalid_argument(fmt::format(
-          "--tokens {}: {}", printable(path_),
-          std::filesystem::exists(path_, error) ? "not a regular file" : "no such file"));
-    file_.open(path_, std::ios::binary);
-    if (!file_)
-      throw std::invalid_argument(
-          fmt::format("--tokens {}: cannot open it: {}", printable(path_), std::strerror(errno)));
-    const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(path_));
-    if (bytes % 2 != 0)
-      throw std::invalid_argument(fmt::format(
-          "--tokens {}: {} bytes is not a whole number of tokens (expected little-endian uint16 "
-          "ids, 2 bytes each, as nanoGPT's train.bin)",
-          printable(path_), bytes));
-    tokens_ = bytes / 2;
-    if (tokens_ < sequence_)
-      throw std::invalid_argument(
-          fmt::format("--tokens {}: {} tokens, fewer than one sequence of {}", printable(path_),
-                      tokens_, sequence_));
-    // A file of up to 256 MiB is checked whole now, before profiling; a larger one as it is read.
-    if (bytes <= (std::int64_t{256} << 20)) {
-      std::vector<unsigned char> chunk(std::size_t{1} << 20);
-      for (std::int64_t at = 0; at < bytes;) {
-        const std::int64_t n =
-            std::min<std::int64_t>(static_cast<std::int64_t>(chunk.size()), bytes - at);
-        file_.read(reinterpret_cast<char*>(chunk.data()), static_cast<std::streamsize>(n));
-        if (!file_) throw read_error(n, at);
-        check(chunk.data(), n / 2, at / 2);
-        at += n;
-      }
-    }
-  }
-
-  /// `batch` sequences, (batch, sequence) int64.
-  torch::Tensor next(int batch) {
-    torch::Tensor ids = torch::empty({batch, sequence_}, torch::kLong);
-    std::vector<unsigned char> bytes(2 * static_cast<std::size_t>(sequence_));
-    for (int b = 0; b < batch; ++b) {
-      const std::int64_t offset = torch::randint(tokens_ - sequence_ + 1, {1}).item<std::int64_t>();
-      file_.seekg(2 * offset);
-      file_.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-      if (!file_) throw read_error(static_cast<std::int64_t>(bytes.size()), 2 * offset);
-      check(bytes.data(), sequence_, offset);
-      std::int64_t* row = ids.data_ptr<std::int64_t>() + static_cast<std::int64_t>(b) * sequence_;
-      for (int t = 0; t < sequence_; ++t) row[t] = bytes[2 * t] | (bytes[2 * t + 1] << 8);
-    }
-    return ids;
-  }
-
- private:
-  // Every id of `count` tokens read at token `first` is in the vocabulary.
-  void check(const unsigned char* bytes, std::int64_t count, std::int64_t first) const {
-    for (std::int64_t t = 0; t < count; ++t) {
-      const int id = bytes[2 * t] | (bytes[2 * t + 1] << 8);
-      if (id >= vocab_)
-        throw std::invalid_argument(
-            fmt::format("--tokens {}: token {} at byte {} is not below the vocabulary's size {}",
-                        printable(path_), id, 2 * (first + t), vocab_));
-    }
-  }
-  std::runtime_error read_error(std::int64_t count, std::int64_t at) const {
-    return std::runtime_error(
-        fmt::format("--tokens {}: cannot read {} bytes at byte {}", printable(path_), count, at));
-  }
-
-  std::string path_;
-  int sequence_, vocab_;
-  std::ifstream file_;
-  std::int64_t tokens_ = 0;
-};
-
-// "HOST:PORT", "HOST" (port 29500), "[IPV6]:PORT" or "[IPV6]". An IPv6 address without
-// brackets is refused: in "fe80::1:29500" nothing tells the port from the address.
-std::pair<std::string, int> parse_master(const std::string& text) {
-  std::string host = text, port_text;
-  bool has_port = false;
-  if (!text.empty() && text.front() == '[') {
-    const std::size_t close = text.find(']');
-    if (close == std::string::npos || (close + 1 < text.size() && text[close + 1] != ':'))
-      throw std::invalid_argument(
-          fmt::format("--master {}: expected [IPV6] or [IPV6]:PORT", printable(text)));
-    host = text.substr(1, close - 1);
-    has_port = close + 1 < text.size();
-    if (has_port) port_text = text.substr(close + 2);
-  } else if (const std::size_t colon = text.find(':'); colon != std::string::npos) {
-    if (text.find(':', colon + 1) != std::string::npos)
-      throw std::invalid_argument(
-          fmt::format("--master {}: an IPv6 address goes in brackets, as [{}] or [ADDRESS]:PORT",
-                      printable(text), printable(text)));
-    host = text.substr(0, colon);
-    has_port = true;
-    port_text = text.substr(colon + 1);
-  }
-  int port = 29500;
-  if (has_port) {
-    const std::optional<long> value = whole_number(port_text, 1, 65535);
-    if (!value)
-      throw std::invalid_argument(
-          fmt::format("--master {}: the port must be a number from 1 to 65535", printable(text)));
-    port = static_cast<int>(*value);
-  }
-  if (host.empty())
-    throw std::invalid_argument(fmt::format("--master {}: no host (HOST:PORT)", printable(text)));
-  return {host, port};
-}
-
-// remat train --nproc N without a rank: N local ranks, each this same command with torchrun's
-// variables. Returns what the job's exit code should be.
-int launch_ranks(const TrainArgs& args) {
-  std::pair<std::string, int> master{"127.0.0.1", 0};
-  if (!args.master.empty()) master = parse_master(args.master);
-  if (master.second == 0) master.second = distributed::free_local_port();
-  std::vector<std::string> argv = command_line();
-  std::error_code error;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) argv[0] = self.string();
-  fmt::print(stderr, "remat: starting {} ranks here, rendezvous at {}\n", args.nproc,
-             distributed::host_port(master.first, master.second));
-  const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000)) +
-                     std::chrono::seconds(30);
-  const std::vector<distributed::RankExit> exits = distributed::launch_local(
-      argv, args.nproc,
-      distributed::LaunchOptions().master(master.first, master.second).grace(grace));
-  // The job's code: the first rank's own error code (not a signal); a job whose ranks were only
-  // killed is a distributed failure.
-  int code = kExitOk;
-  for (const auto& e : exits) {
-    if (e.code == 0) continue;
-    if (e.killed_by_launcher)
-      fmt::print(stderr, "remat: rank {} had not stopped {:.0f} s after another failed: killed\n",
-                 e.rank, std::chrono::duration<double>(grace).count());
-    else if (e.code > 128)
-      fmt::print(stderr, "remat: rank {} was killed by signal {}\n", e.rank, e.code - 128);
-    else
-      fmt::print(stderr, "remat: rank {} exited with code {}\n", e.rank, e.code);
-    if (code == kExitOk || (code == kExitDistributed && e.code < 128 && e.code != kExitDistributed))
-      code = e.code > 128 ? kExitDistributed : e.code;
-  }
-  return code;
-}
-
-// A traced step as Chrome's trace event format (chrome://tracing, Perfetto): one complete
-// event ("ph": "X") per entry of the trace on the "measured" row, and per operation of the
-// sequence at its predicted time on the "predicted" row, in microseconds.
-std::string chrome_trace(const std::vector<TracedOperation>& trace, const Solution& solution,
-                         const std::string& title) {
-  const Sequence& sequence = solution.sequence;
-  const std::vector<std::string> names = op_strings(sequence);
-  const std::vector<TracedOperation::Kind> kinds = operation_kinds(sequence);
-  nlohmann::json events = nlohmann::json::array();
-  for (const auto& [tid, name] : {std::pair<int, const char*>{0, "measured"}, {1, "predicted"}})
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
-                      {"args", {{"name", name}}}});
-  for (const TracedOperation& op : trace)
-    events.push_back({{"name", op.label},
-                      {"cat", traced_kind_name(op.kind)},
-                      {"ph", "X"},
-                      {"pid", 0},
-                      {"tid", 0},
-                      {"ts", op.start_ms * 1000},
-                      {"dur", op.measured_ms * 1000},
-                      {"args", {{"predicted_ms", op.predicted_ms}, {"measured_ms", op.measured_ms}}}});
-  const std::vector<OpRecord>& predicted = solution.simulation.trace;
-  for (std::size_t k = 0; k < predicted.size() && k < sequence.size(); ++k) {
-    const double ms = predicted[k].end_ms - predicted[k].start_ms;
-    events.push_back({{"name", names[k]},
-                      {"cat", traced_kind_name(kinds[k])},
-                      {"ph", "X"},
-                      {"pid", 0},
-                      {"tid", 1},
-                      {"ts", predicted[k].start_ms * 1000},
-                      {"dur", ms * 1000},
-                      {"args", {{"predicted_ms", ms}}}});
-  }
-  return nlohmann::json{{"traceEvents", events},
-                        {"displayTimeUnit", "ms"},
-                        {"otherData", {{"title", title}, {"schedule", collapsed_string(sequence)}}}}
-             .dump(1) +
-         "\n";
-}
-
 // What every rank of a job must be given alike, one setting a line (a mismatch names its line):
 // another learning rate or step count would train another model, or leave a rank waiting. Not
 // compared: what a rank may have of its own (its GPU's number, its token file's path, its
@@ -262,29 +69,12 @@ std::string training_settings(const TrainArgs& args, Algorithm algorithm, const 
       token_file ? "a token file" : "random");
 }
 
-// The steps of train(), once the job (if any) has started.
-int train_steps(const TrainArgs& args, Algorithm algorithm,
-                const std::optional<distributed::Environment>& env, const ModelInput& in,
-                const std::shared_ptr<distributed::Group>& group, distributed::BackendKind backend,
-                const std::unique_ptr<TokenFile>& token_file) {
-  const bool speak = !env || env->rank == 0;  // rank 0 prints for the job
-  if (group)
-    group->check_same("the training configuration",
-                      training_settings(args, algorithm, in, token_file));
-  const InjectedFault fault = InjectedFault::from_env();
-  torch::manual_seed(0);
-  torch::nn::Sequential net = build_model(in, args.classes);
-  net->to(in.device);
-  net->train();
-  // Gradients exist before the first step, as after any step: they are not activations.
-  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
-  // Each rank trains on its own data (rank 0 on what a single process would).
-  if (env && env->rank > 0) torch::manual_seed(static_cast<std::uint64_t>(1000003) * env->rank);
-  const torch::Tensor sample = random_input(in, args.batch);
-  const torch::Tensor target = random_target(in, args.batch, args.classes);
-
-  // The chain: measured now, or a file measured earlier; in a data-parallel job, by rank 0 alone
-  // (its timings decide the schedule of every rank) and sent to the others.
+// The chain the schedule is solved on: measured now, or a file measured earlier; in a
+// data-parallel job, by rank 0 alone (its timings decide the schedule of every rank) and sent to
+// the others.
+Chain job_chain(const TrainArgs& args, const ModelInput& in, torch::nn::Sequential& net,
+                const torch::Tensor& sample, const torch::Tensor& target,
+                const std::shared_ptr<distributed::Group>& group, bool speak) {
   Chain chain;
   std::string chain_json;
   if (speak) {
@@ -315,10 +105,13 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
     chain_json = group->broadcast("the chain", chain_json);
     if (!speak) chain = parse_chain(chain_json, "the chain from rank 0");
   }
-  Checkpointable chk(net);
-  chk->set_chain(chain);  // refuses a chain of another length
-  // A chain measured at another batch, image size or dtype has other sizes throughout: its
-  // schedule would not fit the budget.
+  return chain;
+}
+
+// A chain measured at another batch, image size or dtype has other sizes throughout: its
+// schedule would not fit the budget.
+void check_chain_input(const TrainArgs& args, const ModelInput& in, const Chain& chain,
+                       const torch::Tensor& sample) {
   const std::int64_t input_bytes =
       counted_bytes(in.device, static_cast<std::int64_t>(sample.nbytes()));
   if (chain.input_bytes() != input_bytes)
@@ -326,57 +119,73 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
         fmt::format("--chain {}: the chain's input is {} bytes, but {} takes {} ({} bytes): it was "
                     "profiled for another batch, image size or device; profile this one "
                     "(remat profile --model {} --batch {} ...)",
-                    args.chain_file, chain.input_bytes(), in.label(args.batch),
+                    printable(args.chain_file), chain.input_bytes(), in.label(args.batch),
                     shape_string(sample.sizes().vec()), input_bytes, in.info->name, args.batch));
+}
 
-  // The schedule. Percentages are of the store-all peak as the runtime needs it; a budget is
-  // per rank.
-  SolveOptions solve_options(0);
-  solve_options.algorithm(algorithm);
-  if (args.segments > 0) solve_options.segments(args.segments);
-  const std::int64_t budget = parse_budget(args.budget, chk->store_all_peak(),
-                                           [&] { return chk->min_budget(solve_options); });
-  solve_options.budget_bytes(budget);
-  const Solution& s = group ? distributed::solve(*chk, *group, solve_options)
-                            : chk->compute_sequence(solve_options);
-  if (!s.ok()) {
-    if (speak)
-      fmt::print(stderr,
-                 "remat: infeasible: {} cannot train {} in {}; it needs at least {} ({} bytes)\n",
-                 args.algorithm, in.label(args.batch), format_bytes(budget),
-                 format_bytes(s.min_feasible_budget_bytes), s.min_feasible_budget_bytes);
-    return kExitInfeasible;
-  }
-  std::unique_ptr<distributed::DataParallel> dp;
-  if (group) dp = std::make_unique<distributed::DataParallel>(chk.ptr(), group);
-  if (speak) {
-    fmt::print("model      {} ({})\n", in.label(args.batch), counted(chain.length(), "stage"));
-    if (group)
-      fmt::print(
-          "ranks      {} ({} backend), each with this batch and budget; {} gradient bucket(s)\n",
-          group->size(), distributed::backend_name(backend), dp->bucket_bytes().size());
-    fmt::print("schedule   {} for {}: {}\n", args.algorithm, format_bytes(budget),
-               collapsed_string(s.sequence));
+// The model, the ranks, the schedule and its prediction, then the steps' table header.
+void print_plan(const TrainArgs& args, const ModelInput& in, const Chain& chain, const Solution& s,
+                std::int64_t budget, std::int64_t store_all, const distributed::Group* group,
+                distributed::BackendKind backend, const distributed::DataParallel* dp) {
+  fmt::print("model      {} ({})\n", in.label(args.batch), counted(chain.length(), "stage"));
+  if (group)
     fmt::print(
-        "predicted  peak {}, {:.1f} ms per step ({} against store-all, whose peak is {})\n\n",
-        format_bytes(s.peak_bytes), s.makespan_ms,
-        signed_percent(100 * (s.makespan_ms / s.store_all_makespan_ms - 1)),
-        format_bytes(chk->store_all_peak()));
-    std::fflush(stdout);
-  }
+        "ranks      {} ({} backend), each with this batch and budget; {} gradient bucket(s)\n",
+        group->size(), distributed::backend_name(backend), dp->bucket_bytes().size());
+  fmt::print("schedule   {} for {}: {}\n", args.algorithm, format_bytes(budget),
+             collapsed_string(s.sequence));
+  fmt::print("predicted  peak {}, {:.1f} ms per step ({} against store-all, whose peak is {})\n\n",
+             format_bytes(s.peak_bytes), s.makespan_ms,
+             signed_percent(100 * (s.makespan_ms / s.store_all_makespan_ms - 1)),
+             format_bytes(store_all));
+  if (dp)
+    fmt::print("{:>6} {:>12} {:>14} {:>12} {:>14} {:>8}\n", "step", "time", "peak", "loss",
+               "all-reduce", "hidden");
+  else
+    fmt::print("{:>6} {:>12} {:>14} {:>12}\n", "step", "time", "peak", "loss");
+  std::fflush(stdout);
+}
 
-  // The steps.
-  MemoryTracker& tracker = MemoryTracker::for_device(in.device);
-  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(args.lr).momentum(0.9));
-  if (speak) {
-    if (dp)
-      fmt::print("{:>6} {:>12} {:>14} {:>12} {:>14} {:>8}\n", "step", "time", "peak", "loss",
-                 "all-reduce", "hidden");
-    else
-      fmt::print("{:>6} {:>12} {:>14} {:>12}\n", "step", "time", "peak", "loss");
-  }
+// What the steps measured.
+struct StepLog {
   std::vector<double> times, all_reduce, hidden;
   std::int64_t worst_peak = 0;
+};
+
+// One step's line, and its data-parallel times into `log`.
+void log_step(int step, double ms, std::int64_t peak, double loss_value,
+              const distributed::DataParallel* dp, bool speak, StepLog& log) {
+  log.times.push_back(ms);
+  log.worst_peak = std::max(log.worst_peak, peak);
+  if (dp) {
+    const distributed::StepTimes& t = dp->last_step();
+    // Not measured on a GPU (NaN: distributed/data_parallel.h), where "exposed" is shown.
+    const bool known = !std::isnan(t.all_reduce_ms);
+    log.all_reduce.push_back(known ? t.all_reduce_ms : t.exposed_ms);
+    if (known)
+      log.hidden.push_back(t.all_reduce_ms > 0 ? 100 * t.hidden_ms / t.all_reduce_ms : 100);
+    if (speak && known)
+      fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f} {:>11.1f} ms {:>7.0f}%\n", step, ms,
+                 format_bytes(peak), loss_value, t.all_reduce_ms, log.hidden.back());
+    else if (speak)
+      fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f} {:>11.1f} ms exposed\n", step, ms,
+                 format_bytes(peak), loss_value, t.exposed_ms);
+  } else if (speak) {
+    fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f}\n", step, ms, format_bytes(peak), loss_value);
+  }
+  std::fflush(stdout);
+}
+
+// The training steps with the schedule, into `log`: kExitOk, or kExitOutOfMemory after saying
+// which step ran out.
+int run_steps(const TrainArgs& args, const ModelInput& in, torch::nn::Sequential& net,
+              Checkpointable& chk, const Solution& s, const torch::Tensor& target,
+              const std::optional<distributed::Environment>& env,
+              const std::shared_ptr<distributed::Group>& group, distributed::DataParallel* dp,
+              const std::unique_ptr<TokenFile>& token_file, const InjectedFault& fault,
+              bool speak, StepLog& log) {
+  MemoryTracker& tracker = MemoryTracker::for_device(in.device);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(args.lr).momentum(0.9));
   ProgressBar bar("train " + in.info->name, speak);
   for (int step = 0; step < args.steps; ++step) {
     bar.update(step, args.steps, "step " + std::to_string(step + 1));
@@ -420,78 +229,128 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     const std::int64_t peak = scope.peak_above_start();
     sgd.step();
-    times.push_back(ms);
-    worst_peak = std::max(worst_peak, peak);
     bar.clear();
-    if (dp) {
-      const distributed::StepTimes& t = dp->last_step();
-      // Not measured on a GPU (NaN: distributed/data_parallel.h), where "exposed" is shown.
-      const bool known = !std::isnan(t.all_reduce_ms);
-      all_reduce.push_back(known ? t.all_reduce_ms : t.exposed_ms);
-      if (known) hidden.push_back(t.all_reduce_ms > 0 ? 100 * t.hidden_ms / t.all_reduce_ms : 100);
-      if (speak && known)
-        fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f} {:>11.1f} ms {:>7.0f}%\n", step + 1, ms,
-                   format_bytes(peak), loss_value, t.all_reduce_ms, hidden.back());
-      else if (speak)
-        fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f} {:>11.1f} ms exposed\n", step + 1, ms,
-                   format_bytes(peak), loss_value, t.exposed_ms);
-    } else if (speak) {
-      fmt::print("{:>6} {:>9.1f} ms {:>14} {:>12.5f}\n", step + 1, ms, format_bytes(peak),
-                 loss_value);
-    }
-    std::fflush(stdout);
+    log_step(step + 1, ms, peak, loss_value, dp, speak, log);
   }
   bar.finish(args.steps, "steps");
-  if (speak) {
-    fmt::print("\n{:<12} {:>14} {:>16}\n", "", "peak", "step time");
-    fmt::print("{:<12} {:>14} {:>13.1f} ms  (median of {}{})\n", "measured",
-               format_bytes(worst_peak), median(times), times.size(), group ? ", rank 0" : "");
-    fmt::print("{:<12} {:>14} {:>13.1f} ms\n", "predicted", format_bytes(s.peak_bytes),
-               s.makespan_ms);
-    fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
-    if (!args.trace_file.empty()) {
-      const TraceSummary t = summarize_trace(chk->last_trace());
-      write_text_file(args.trace_file,
-                      chrome_trace(chk->last_trace(), s, in.label(args.batch) + ", " +
-                                                             args.algorithm + " for " +
-                                                             format_bytes(budget)),
-                      "the trace");
-      fmt::print(
-          "traced       step {} into {}, measured (predicted) ms: forwards {:.1f} ({:.1f}), {} "
-          "recomputation(s) {:.1f} ({:.1f}), backwards {:.1f} ({:.1f}), between operations "
-          "{:.2f}\n",
-          args.steps, args.trace_file, t.forward.measured_ms, t.forward.predicted_ms,
-          t.recompute.operations, t.recompute.measured_ms, t.recompute.predicted_ms,
-          t.backward.measured_ms, t.backward.predicted_ms, t.between_ms);
-    }
-    if (dp && hidden.empty())
-      fmt::print(
-          "all-reduce   {:.1f} ms per step (median) after the backward's end; on a GPU its own "
-          "time and the part the backward hid are not measured\n",
-          median(all_reduce));
-    else if (dp)
-      fmt::print("all-reduce   {:.1f} ms per step (median), {:.0f}% of it hidden by the backward\n",
-                 median(all_reduce), median(hidden));
+  return kExitOk;
+}
+
+// Measured against predicted, the traced step written and summed up, the all-reduce's times.
+void print_summary(const TrainArgs& args, const ModelInput& in, Checkpointable& chk,
+                   const Solution& s, std::int64_t budget, const StepLog& log, bool data_parallel) {
+  fmt::print("\n{:<12} {:>14} {:>16}\n", "", "peak", "step time");
+  fmt::print("{:<12} {:>14} {:>13.1f} ms  (median of {}{})\n", "measured",
+             format_bytes(log.worst_peak), median(log.times), log.times.size(),
+             data_parallel ? ", rank 0" : "");
+  fmt::print("{:<12} {:>14} {:>13.1f} ms\n", "predicted", format_bytes(s.peak_bytes),
+             s.makespan_ms);
+  fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
+  if (!args.trace_file.empty()) {
+    const TraceSummary t = summarize_trace(chk->last_trace());
+    write_text_file(args.trace_file,
+                    chrome_trace(chk->last_trace(), s,
+                                 in.label(args.batch) + ", " + args.algorithm + " for " +
+                                     format_bytes(budget)),
+                    "the trace");
+    fmt::print(
+        "traced       step {} into {}, measured (predicted) ms: forwards {:.1f} ({:.1f}), {} "
+        "recomputation(s) {:.1f} ({:.1f}), backwards {:.1f} ({:.1f}), between operations "
+        "{:.2f}\n",
+        args.steps, printable(args.trace_file), t.forward.measured_ms, t.forward.predicted_ms,
+        t.recompute.operations, t.recompute.measured_ms, t.recompute.predicted_ms,
+        t.backward.measured_ms, t.backward.predicted_ms, t.between_ms);
   }
-  if (worst_peak > budget) {
-    const std::string who = env ? fmt::format("rank {}: ", env->rank) : "";
-    // The others stop at their barrier, naming this rank, rather than wait out the timeout.
-    if (group)
-      group->report_failure(fmt::format("its measured peak {} exceeded the budget {}",
-                                        format_bytes(worst_peak), format_bytes(budget)));
-    if (!args.chain_file.empty()) {
-      // The schedule is only as good as the sizes it was computed from.
+  if (data_parallel && log.hidden.empty())
+    fmt::print(
+        "all-reduce   {:.1f} ms per step (median) after the backward's end; on a GPU its own "
+        "time and the part the backward hid are not measured\n",
+        median(log.all_reduce));
+  else if (data_parallel)
+    fmt::print("all-reduce   {:.1f} ms per step (median), {:.0f}% of it hidden by the backward\n",
+               median(log.all_reduce), median(log.hidden));
+}
+
+// A measured peak above the budget: with a chain file, the file's fault (exit 2); else
+// remat's (exit 1).
+int peak_over_budget(const TrainArgs& args, const ModelInput& in, std::int64_t worst_peak,
+                     std::int64_t budget, const std::optional<distributed::Environment>& env,
+                     const std::shared_ptr<distributed::Group>& group) {
+  const std::string who = env ? fmt::format("rank {}: ", env->rank) : "";
+  // The others stop at their barrier, naming this rank, rather than wait out the timeout.
+  if (group)
+    group->report_failure(fmt::format("its measured peak {} exceeded the budget {}",
+                                      format_bytes(worst_peak), format_bytes(budget)));
+  if (!args.chain_file.empty()) {
+    // The schedule is only as good as the sizes it was computed from.
+    fmt::print(stderr,
+               "remat: {}the measured peak {} exceeded the budget {}: the chain {} understates "
+               "what {} needs here (profiled with another LibTorch, device or model, or "
+               "edited); profile it again (remat profile --model {} --batch {} ...)\n",
+               who, format_bytes(worst_peak), format_bytes(budget), printable(args.chain_file),
+               in.label(args.batch), in.info->name, args.batch);
+    return kExitBadInput;
+  }
+  print_peak_over_budget(who, worst_peak, budget);
+  return kExitInternal;
+}
+
+// The steps of train(), once the job (if any) has started.
+int train_steps(const TrainArgs& args, Algorithm algorithm,
+                const std::optional<distributed::Environment>& env, const ModelInput& in,
+                const std::shared_ptr<distributed::Group>& group, distributed::BackendKind backend,
+                const std::unique_ptr<TokenFile>& token_file) {
+  const bool speak = !env || env->rank == 0;  // rank 0 prints for the job
+  if (group)
+    group->check_same("the training configuration",
+                      training_settings(args, algorithm, in, token_file));
+  const InjectedFault fault = InjectedFault::from_env();
+  torch::manual_seed(0);
+  torch::nn::Sequential net = build_model(in, args.classes);
+  net->to(in.device);
+  net->train();
+  // Gradients exist before the first step, as after any step: they are not activations.
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  // Each rank trains on its own data (rank 0 on what a single process would).
+  if (env && env->rank > 0) torch::manual_seed(static_cast<std::uint64_t>(1000003) * env->rank);
+  const torch::Tensor sample = random_input(in, args.batch);
+  const torch::Tensor target = random_target(in, args.batch, args.classes);
+
+  const Chain chain = job_chain(args, in, net, sample, target, group, speak);
+  Checkpointable chk(net);
+  chk->set_chain(chain);  // refuses a chain of another length
+  check_chain_input(args, in, chain, sample);
+
+  // The schedule. Percentages are of the store-all peak as the runtime needs it; a budget is
+  // per rank.
+  SolveOptions solve_options(0);
+  solve_options.algorithm(algorithm);
+  if (args.segments > 0) solve_options.segments(args.segments);
+  const std::int64_t budget = parse_budget(args.budget, chk->store_all_peak(),
+                                           [&] { return chk->min_budget(solve_options); });
+  solve_options.budget_bytes(budget);
+  const Solution& s = group ? distributed::solve(*chk, *group, solve_options)
+                            : chk->compute_sequence(solve_options);
+  if (!s.ok()) {
+    if (speak)
       fmt::print(stderr,
-                 "remat: {}the measured peak {} exceeded the budget {}: the chain {} understates "
-                 "what {} needs here (profiled with another LibTorch, device or model, or "
-                 "edited); profile it again (remat profile --model {} --batch {} ...)\n",
-                 who, format_bytes(worst_peak), format_bytes(budget), printable(args.chain_file),
-                 in.label(args.batch), in.info->name, args.batch);
-      return kExitBadInput;
-    }
-    print_peak_over_budget(who, worst_peak, budget);
-    return kExitInternal;
+                 "remat: infeasible: {} cannot train {} in {}; it needs at least {} ({} bytes)\n",
+                 args.algorithm, in.label(args.batch), format_bytes(budget),
+                 format_bytes(s.min_feasible_budget_bytes), s.min_feasible_budget_bytes);
+    return kExitInfeasible;
   }
+  std::unique_ptr<distributed::DataParallel> dp;
+  if (group) dp = std::make_unique<distributed::DataParallel>(chk.ptr(), group);
+  if (speak)
+    print_plan(args, in, chain, s, budget, chk->store_all_peak(), group.get(), backend, dp.get());
+
+  StepLog log;
+  const int code = run_steps(args, in, net, chk, s, target, env, group, dp.get(), token_file,
+                             fault, speak, log);
+  if (code != kExitOk) return code;
+  if (speak) print_summary(args, in, chk, s, budget, log, dp != nullptr);
+  if (log.worst_peak > budget)
+    return peak_over_budget(args, in, log.worst_peak, budget, env, group);
   if (group) group->barrier();  // rank 0 hosts the rendezvous: it stays until all are done
   return kExitOk;
 }
@@ -678,7 +537,7 @@ Action add_train_command(CLI::App& app) {
       const TrainSetup setup = prepare(*args);
       if (!args->chain_file.empty())
         check_chain_model(load_chain(args->chain_file), setup.in, args->chain_file);
-      return launch_ranks(*args);
+      return launch_ranks(args->nproc, args->master, args->timeout_s);
     }
     try {
       return train(*args, env);
