@@ -256,7 +256,7 @@ TORCH_MUTATIONS = [
     # (per_layer_test.cpp, tuple_stages_test.cpp) whose measured peaks drop below the prediction.
 
     ("prof-saved-output-twice", "profiler/src/profiler.cpp",
-     "        state_bytes -= stage.outputs[o].bytes;\n",
+     "        state_bytes -= stage_.outputs[o].bytes;\n",
      "",
      "an output member that the stage's graph saves is counted in state_bytes as well as in the "
      "output's bytes (twice)"),
@@ -268,7 +268,7 @@ TORCH_MUTATIONS = [
     # The loop keeps its push_back: nothing becomes unused.
 
     ("prof-loss-output-kept", "profiler/src/profiler.cpp",
-     "        if (!options.output_held()) outputs.clear();\n",
+     "        if (!options.output_held()) values.clear();\n",
      "",
      "the loss of a step that lets the output go (output_held false) is measured with x_L still "
      "held: loss_tmp_bytes counts the logits the step frees"),

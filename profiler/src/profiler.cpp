@@ -687,14 +687,14 @@ Member new_member(const torch::Tensor& t, bool grad) {
   return member;
 }
 
-Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
-                const Tensors& context, const ProfileOptions& options) {
-  using detail::stage_input;
-  using detail::StageInput;
-  const auto started = Clock::now();
-  const detail::ProfilingScope profiling;
+namespace {
+
+// What profile() is given, checked before any work: counts that would only be refused after
+// the work, or never end, tensors it cannot measure, stages without a module or on another
+// device, context no stage takes. Returns the step's device.
+c10::Device check_profile_arguments(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                                    const Tensors& context, const ProfileOptions& options) {
   if (stages.empty()) throw ProfileError("the chain has no stages: nothing to profile");
-  // Counts that would only be refused after the work, or never end, are refused first.
   if (stages.size() > static_cast<std::size_t>(kMaxStages))
     throw ProfileError(std::to_string(stages.size()) + " stages, more than remat handles (" +
                        std::to_string(kMaxStages) + "): group layers into fewer stages");
@@ -716,11 +716,6 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                          " was made in inference mode, and autograd cannot use it: make the "
                          "sample outside torch.inference_mode()");
   }
-  // The chain is the training step's, whatever the caller's mode: measuring under
-  // torch.no_grad() or inference mode (a first step in a validation loop) runs forwards with
-  // autograd and backwards all the same.
-  c10::InferenceMode not_inference(false);
-  torch::AutoGradMode with_autograd(true);
   const c10::Device device = inputs.front().device();
   for (const auto* list : {&inputs, &context}) {
     for (std::size_t k = 0; k < list->size(); ++k) {
@@ -753,6 +748,350 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
                        " context tensor(s) given, but no stage takes the context: they would be "
                        "counted and never used (make the stages that need them with "
                        "takes_context = true)");
+  return device;
+}
+
+// "3 stages, input [2, 3, 32, 32] Float cpu": the chain's name when the options give none.
+std::string default_chain_name(int length, const Tensors& inputs, c10::Device device) {
+  std::ostringstream name;
+  name << counted(static_cast<std::int64_t>(length), "stage") << ", input ";
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    name << (k ? " + " : "") << inputs[k].sizes() << " " << inputs[k].scalar_type();
+  name << " " << device;
+  return name.str();
+}
+
+// The memory of stage i, measured in four phases, one method each, called in this order:
+// the forward without autograd (x_{i+1} for the next stage), the forward with autograd (the
+// output members, what the graph keeps, the temporary), the state the graph keeps, and the
+// backward. Its members hold what one phase hands to the next.
+class StageMeasurement {
+ public:
+  StageMeasurement(const NamedStage& named, int i, const Tensors& context, const Chain& chain,
+                   c10::Device device, MemoryTracker& tracker, bool warm_up)
+      : named_(named),
+        i_(i),
+        run_{named, i, context},
+        chain_(chain),
+        in_members_(chain.members(i)),
+        device_(device),
+        tracker_(tracker),
+        warm_up_(warm_up) {
+    for (const Member& m : in_members_) wants_grad_ = wants_grad_ || m.grad;
+    stage_.name = named.name;
+  }
+
+  const Runner& runner() const { return run_; }
+  const std::vector<Member>& in_members() const { return in_members_; }
+
+  // Forward without autograd first: x_{i+1} for the next stage, and a check that the stage
+  // leaves its input alone (with autograd, an in-place change of the input is refused).
+  // A tensor the stage before returned as several members (`return h, h`) is handed as
+  // distinct tensors on its storage, as with autograd below: which of them an output
+  // passes on is then the member it names, the same in both forwards.
+  Tensors forward_without_autograd(Tensors& x) {
+    synchronize(device_);
+    Tensors next;
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t k = 0; k < x.size(); ++k)
+        for (std::size_t j = 0; j < k; ++j)
+          if (x[k].is_same(x[j])) {
+            x[k] = x[k].detach();
+            break;
+          }
+      if (warm_up_) {
+        (void)run_(x);
+        synchronize(device_);
+      }
+      PeakScope scope(tracker_);
+      next = run_(x);
+      synchronize(device_);
+      stage_.fwd_nograd_tmp_bytes =
+          std::max<std::int64_t>(0, scope.peak_above_start() - scope.live_above_start());
+    }
+    carried_ = carried_members(named_, i_, x, next);
+    if (warm_up_) warm_up_stage(run_, named_, i_, x, in_members_, device_);
+    return next;
+  }
+
+  // Forward with autograd, on copies of the input members (their own storages, made before
+  // the measurement) handed over as the runtime hands them (stage_input.h). Then our handles
+  // on the inputs and the outputs go: what stays alive is what the stage's graph keeps.
+  void forward_with_autograd(const Tensors& x, std::size_t n_out, const ModelState& state) {
+    const std::size_t n_in = x.size();
+    Tensors handed;
+    for (std::size_t k = 0; k < n_in; ++k) {
+      detail::StageInput input = detail::stage_input(x[k].clone(), in_members_[k].grad);
+      in_bytes_.push_back(storage_bytes({input.tensor}));
+      in_storage_.push_back(input.tensor.storage().getWeakStorageImpl());
+      handed.push_back(std::move(input.tensor));
+      sinks_.push_back(std::move(input.sink));
+    }
+    edges_.assign(n_out, torch::autograd::Edge());
+    out_storage_.assign(n_out, std::nullopt);
+    out_options_.assign(n_out, torch::TensorOptions());
+    out_shapes_.assign(n_out, {});
+    PeakScope scope(tracker_);
+    Tensors out = run_(handed);
+    synchronize(device_);
+    stage_.fwd_tmp_bytes =
+        std::max<std::int64_t>(0, scope.peak_above_start() - scope.live_above_start());
+    if (out.size() != n_out || carried_members(named_, i_, handed, out) != carried_)
+      throw ProfileError(describe(i_, named_.name) +
+                         " returns a different list of tensors with autograd than without");
+    bool any_grad = false;
+    for (std::size_t o = 0; o < n_out; ++o) {
+      out_shapes_[o] = out[o].sizes().vec();
+      out_options_[o] = out[o].options();
+      if (carried_[o] >= 0) {
+        const Member& source = in_members_[static_cast<std::size_t>(carried_[o])];
+        Member member = source;
+        member.carried_from = carried_[o];
+        stage_.outputs.push_back(member);
+        any_grad = any_grad || source.grad;
+        continue;
+      }
+      // A view of an input member, or a storage shared by several outputs, counts its whole
+      // storage as new bytes: an overstatement while the input or the other outputs are live,
+      // and what it keeps alive once they are gone. (Its own elements, where it is a slice,
+      // were below that: a slice carried on past its base held the whole storage, above the
+      // prediction and the budget.)
+      bool view_of_input = false;
+      for (const torch::Tensor& t : handed)
+        view_of_input = view_of_input || shares_storage(out[o], t);
+      stage_.outputs.push_back(new_member(out[o], out[o].requires_grad()));
+      any_grad = any_grad || out[o].requires_grad();
+      if (!view_of_input) out_storage_[o] = out[o].storage().getWeakStorageImpl();
+      if (out[o].requires_grad()) edges_[o] = torch::autograd::impl::gradient_edge(out[o]);
+    }
+    if (!any_grad && (wants_grad_ || has_trainable_parameters(named_)))
+      throw ProfileError(describe(i_, named_.name) +
+                         " returned no tensor that requires grad: its backward cannot reach its "
+                         "input or parameters (is its output detached?)");
+    check_declared_leaves(edges_, state, i_, named_);
+    out.clear();
+    handed.clear();
+    kept_ = scope.live_above_start();
+  }
+
+  // kept = (kept outputs) + state - (the inputs the graph let go).
+  void account_state() {
+    std::int64_t state_bytes = kept_;
+    for (std::size_t k = 0; k < in_storage_.size(); ++k) {
+      if (in_storage_[k].use_count() > 0)
+        stage_.saved_inputs.push_back(static_cast<int>(k));
+      else
+        state_bytes += in_bytes_[k];
+    }
+    for (std::size_t o = 0; o < out_storage_.size(); ++o) {
+      if (out_storage_[o] && out_storage_[o]->use_count() > 0) {
+        stage_.saved_outputs.push_back(static_cast<int>(o));
+        state_bytes -= stage_.outputs[o].bytes;
+      }
+    }
+    stage_.state_bytes = std::max<std::int64_t>(0, state_bytes);
+  }
+
+  // Backward, from the graph edges of the new output members, with gradients of ones that
+  // the engine alone holds (freed once used, as inside a chain), and from the sinks of the
+  // carried members: the engine adds what each also gets from inside the stage to its passed
+  // gradient as it arrives (in place where it can), which counts as temporary.
+  void backward() {
+    std::vector<torch::autograd::Edge> roots;
+    Tensors root_grads;
+    for (std::size_t o = 0; o < edges_.size(); ++o) {
+      // A carried member's passed gradient enters first at the sink of the input it carries,
+      // as the runtime's backward has it (executor.cpp), live before the backward as in the
+      // chain.
+      if (carried_[o] >= 0) {
+        const auto k = static_cast<std::size_t>(carried_[o]);
+        if (stage_.outputs[o].grad && sinks_[k]) {
+          roots.emplace_back(sinks_[k], 0);
+          root_grads.push_back(torch::ones(out_shapes_[o], out_options_[o].requires_grad(false)));
+        }
+        continue;
+      }
+      if (!edges_[o].is_valid()) continue;
+      roots.push_back(std::move(edges_[o]));
+      root_grads.push_back(torch::ones(out_shapes_[o], out_options_[o].requires_grad(false)));
+    }
+    const auto saved_held = held_through_backward();
+    if (!roots.empty()) {
+      synchronize(device_);
+      PeakScope scope(tracker_);
+      stage_backward(named_, i_, std::move(roots), std::move(root_grads));
+      // As the runtime does, member by member, each in its own storage: a carried member's
+      // (the passed one with what the stage added) then goes; another member's is kept.
+      std::int64_t input_grad_bytes = 0;
+      for (std::size_t k = 0; k < sinks_.size(); ++k) {
+        if (!sinks_[k]) continue;
+        torch::Tensor& gradient = sinks_[k]->gradient;
+        gradient = detail::compact_gradient(std::move(gradient));  // as the runtime keeps it
+        if (std::find(carried_.begin(), carried_.end(), static_cast<int>(k)) != carried_.end())
+          gradient = torch::Tensor();
+        else
+          input_grad_bytes += storage_bytes({gradient});
+      }
+      synchronize(device_);
+      stage_.bwd_tmp_bytes =
+          std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
+    }
+    sinks_.clear();
+  }
+
+  Stage& stage() { return stage_; }
+  const std::vector<std::vector<std::int64_t>>& output_shapes() const { return out_shapes_; }
+
+ private:
+  // A saved input member that is a storage of x_0 (x_0's own, or carried on from it), one that
+  // is carried into or out of this stage, or one that the stage before keeps as its output,
+  // stays allocated through the measurement: the stage's graph may let it go before the
+  // backward's peak (a mask, or an activation, that the stage's last operation reads), while
+  // in the chain another holder keeps it: the caller's x_0, another stage that keeps the
+  // carried storage for its own backward, or the stage before, taped. A peak measured without
+  // it would be that much too low. Where nothing else holds it, the prediction is that much
+  // above the measured peak, never below (docs/cost-model.md).
+  std::vector<c10::intrusive_ptr<c10::StorageImpl>> held_through_backward() const {
+    std::vector<c10::intrusive_ptr<c10::StorageImpl>> saved_held;
+    for (const int k : stage_.saved_inputs) {
+      const bool carried_in = in_members_[static_cast<std::size_t>(k)].carried();
+      const bool carried_on = std::find(carried_.begin(), carried_.end(), k) != carried_.end();
+      bool kept_before = false;
+      if (i_ > 0) {
+        const std::vector<int>& before =
+            chain_.stages[static_cast<std::size_t>(i_) - 1].saved_outputs;
+        kept_before = std::find(before.begin(), before.end(), k) != before.end();
+      }
+      if (carried_in || carried_on || kept_before || is_input_storage(chain_, i_, k))
+        if (auto held = in_storage_[static_cast<std::size_t>(k)].lock()) saved_held.push_back(held);
+    }
+    return saved_held;
+  }
+
+  const NamedStage& named_;
+  const int i_;
+  const Runner run_;
+  const Chain& chain_;  // the stages before this one, measured
+  const std::vector<Member> in_members_;
+  const c10::Device device_;
+  MemoryTracker& tracker_;
+  const bool warm_up_;
+  bool wants_grad_ = false;
+  Stage stage_;
+  std::vector<int> carried_;  // carried_members(): the input member each output passes on
+  // The forward with autograd's input members: each storage's bytes, a weak handle on it
+  // (alive after the forward: the graph saved it), and the sink of its gradient.
+  std::vector<std::int64_t> in_bytes_;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> in_storage_;
+  std::vector<detail::NodePtr<detail::GradientSink>> sinks_;
+  // Its outputs: the graph edge of each new member, a weak handle on its storage (none for a
+  // view of an input), its options and shape (for the gradient of ones), what the graph kept.
+  std::vector<torch::autograd::Edge> edges_;
+  std::vector<std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>>> out_storage_;
+  std::vector<torch::TensorOptions> out_options_;
+  std::vector<std::vector<std::int64_t>> out_shapes_;
+  std::int64_t kept_ = 0;
+};
+
+// The loss's temporary memory: its forward and backward on x_L (`outputs`), handed over as
+// the runtime's forward returns it (not a leaf, so that the loss's graph keeps it only if the
+// loss saved it: a leaf would be held by its gradient accumulator), less what the loss's
+// backward passed to x_L. Run once unmeasured first where the stages were warmed up.
+std::int64_t measure_loss(const std::vector<NamedStage>& stages, const Chain& chain,
+                          Tensors outputs, const ProfileOptions& options, c10::Device device,
+                          MemoryTracker& tracker, bool warm_up) {
+  const std::vector<Member>& members = chain.members(chain.length());
+  const auto run_loss = [&](Tensors values, bool measure) {
+    std::vector<detail::NodePtr<detail::GradientSink>> sinks;
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      detail::StageInput output = detail::stage_input(values[k], members[k].grad);
+      values[k] = std::move(output.tensor);
+      if (output.sink) sinks.push_back(std::move(output.sink));
+    }
+    synchronize(device);
+    std::optional<PeakScope> measured;
+    if (measure) measured.emplace(tracker);
+    try {
+      torch::Tensor value = options.loss()(values);
+      if (!value.defined() || value.numel() != 1)
+        throw ProfileError("the loss function returned " +
+                           (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
+                                            : std::string("an undefined tensor")) +
+                           ", not one value");
+      // A step written `loss(model(x)).backward()` lets the output go once the loss has its
+      // value; one that keeps `out = model(x)` holds it through the backward.
+      if (!options.output_held()) values.clear();
+      torch::autograd::backward({value});
+    } catch (const c10::OutOfMemoryError&) {
+      throw;
+    } catch (const ProfileError&) {
+      throw;
+    } catch (const std::exception& error) {
+      // The loss is the caller's code, in the language of the stages.
+      if (stages.back().module->interrupts(std::current_exception())) throw;
+      std::throw_with_nested(ProfileError(
+          std::string("the loss function failed on the chain's output: ") + message_of(error)));
+    }
+    synchronize(device);
+    std::int64_t gradient_bytes = 0;
+    for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
+    return measured ? std::max<std::int64_t>(0, measured->peak_above_start() - gradient_bytes)
+                    : std::int64_t{0};
+  };
+  if (warm_up) {
+    Tensors copies;
+    for (const torch::Tensor& t : outputs) copies.push_back(t.clone());
+    (void)run_loss(std::move(copies), false);
+  }
+  return run_loss(std::move(outputs), true);
+}
+
+// Timing::kPasses, once every stage's memory is measured: the times within whole passes.
+// Automatic on a GPU only where the passes' store-all memory fits with room to spare beside
+// what is allocated; else, or out of memory, each stage alone. Returns the timing used.
+Timing time_after_measuring(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                            const Tensors& context, const ProfileOptions& options,
+                            const ProfileOptions& stage_timing, c10::Device device,
+                            Clock::time_point started, Chain& chain) {
+  bool fits = true;
+  if (options.timing() == Timing::kAuto && device.is_cuda())
+    fits = static_cast<double>(store_all_peak(chain)) <=
+           0.8 * static_cast<double>(
+                     detail::cuda_free_bytes(device.has_index() ? device.index() : -1));
+  else if (options.timing() == Timing::kAuto)  // bounded, on the CPU
+    fits = static_cast<double>(store_all_peak(chain)) <=
+           0.5 * static_cast<double>(available_memory_bytes());
+  if (fits && time_in_passes(stages, inputs, context, options, device, started, chain))
+    return Timing::kPasses;
+  Tensors y;
+  for (const torch::Tensor& input : inputs) y.push_back(input.detach());
+  for (int i = 0; i < chain.length(); ++i) {
+    const Runner run{stages[static_cast<std::size_t>(i)], i, context};
+    Tensors next;
+    {
+      torch::NoGradGuard no_grad;
+      next = run(y);
+    }
+    time_stage(run, y, next, chain.members(i), stage_timing, device,
+               chain.stages[static_cast<std::size_t>(i)]);
+    y = std::move(next);
+  }
+  return Timing::kStages;
+}
+
+}  // namespace
+
+Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                const Tensors& context, const ProfileOptions& options) {
+  const auto started = Clock::now();
+  const detail::ProfilingScope profiling;
+  const c10::Device device = check_profile_arguments(stages, inputs, context, options);
+  // The chain is the training step's, whatever the caller's mode: measuring under
+  // torch.no_grad() or inference mode (a first step in a validation loop) runs forwards with
+  // autograd and backwards all the same.
+  c10::InferenceMode not_inference(false);
+  torch::AutoGradMode with_autograd(true);
   MemoryTracker& tracker = MemoryTracker::for_device(device);
   const int length = static_cast<int>(stages.size());
   // Work and allocations without an explicit device go to the sample's GPU.
@@ -769,14 +1108,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
 
   Profile result;
   result.chain.name = options.name();
-  if (result.chain.name.empty()) {
-    std::ostringstream name;
-    name << counted(static_cast<std::int64_t>(length), "stage") << ", input ";
-    for (std::size_t k = 0; k < inputs.size(); ++k)
-      name << (k ? " + " : "") << inputs[k].sizes() << " " << inputs[k].scalar_type();
-    name << " " << device;
-    result.chain.name = name.str();
-  }
+  if (result.chain.name.empty()) result.chain.name = default_chain_name(length, inputs, device);
   // A member of the chain's input has a gradient if the sample's wants one (plain autograd
   // computes none for a batch of images, and neither does the runtime).
   Tensors x;
@@ -806,269 +1138,27 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
     if (options.progress()) options.progress()(i, length, named.name);
-    const Runner run{named, i, context};
-    const std::vector<Member> in_members = result.chain.members(i);
-    bool wants_grad = false;
-    for (const Member& m : in_members) wants_grad = wants_grad || m.grad;
-    Stage stage;
-    stage.name = named.name;
-    synchronize(device);
-
-    // Forward without autograd first: x_{i+1} for the next stage, and a check that the stage
-    // leaves its input alone (with autograd, an in-place change of the input is refused).
-    // A tensor the stage before returned as several members (`return h, h`) is handed as
-    // distinct tensors on its storage, as with autograd below: which of them an output
-    // passes on is then the member it names, the same in both forwards.
-    Tensors next;
-    std::int64_t nograd_tmp = 0;
-    {
-      torch::NoGradGuard no_grad;
-      for (std::size_t k = 0; k < x.size(); ++k)
-        for (std::size_t j = 0; j < k; ++j)
-          if (x[k].is_same(x[j])) {
-            x[k] = x[k].detach();
-            break;
-          }
-      if (warm_up) {
-        (void)run(x);
-        synchronize(device);
-      }
-      PeakScope scope(tracker);
-      next = run(x);
-      synchronize(device);
-      nograd_tmp = scope.peak_above_start() - scope.live_above_start();
-    }
-    const std::vector<int> carried = carried_members(named, i, x, next);
-
-    if (warm_up) warm_up_stage(run, named, i, x, in_members, device);
-
-    // Forward with autograd, on copies of the input members (their own storages, made before
-    // the measurement) handed over as the runtime hands them (stage_input.h). Then our handles
-    // on the inputs and the outputs go: what stays alive is what the stage's graph keeps.
-    const std::size_t n_in = x.size(), n_out = next.size();
-    Tensors handed;
-    std::vector<detail::NodePtr<detail::GradientSink>> sinks;
-    std::vector<std::int64_t> in_bytes;
-    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> in_storage;
-    for (std::size_t k = 0; k < n_in; ++k) {
-      StageInput input = stage_input(x[k].clone(), in_members[k].grad);
-      in_bytes.push_back(storage_bytes({input.tensor}));
-      in_storage.push_back(input.tensor.storage().getWeakStorageImpl());
-      handed.push_back(std::move(input.tensor));
-      sinks.push_back(std::move(input.sink));
-    }
-    std::vector<torch::autograd::Edge> edges(n_out);
-    std::vector<std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>>> out_storage(n_out);
-    std::vector<torch::TensorOptions> out_options(n_out);
-    std::vector<std::vector<std::int64_t>> out_shapes(n_out);
-    std::int64_t kept = 0, fwd_tmp = 0;
-    {
-      PeakScope scope(tracker);
-      Tensors out = run(handed);
-      synchronize(device);
-      fwd_tmp = scope.peak_above_start() - scope.live_above_start();
-      if (out.size() != n_out || carried_members(named, i, handed, out) != carried)
-        throw ProfileError(describe(i, named.name) +
-                           " returns a different list of tensors with autograd than without");
-      bool any_grad = false;
-      for (std::size_t o = 0; o < n_out; ++o) {
-        out_shapes[o] = out[o].sizes().vec();
-        out_options[o] = out[o].options();
-        if (carried[o] >= 0) {
-          const Member& source = in_members[static_cast<std::size_t>(carried[o])];
-          Member member = source;
-          member.carried_from = carried[o];
-          stage.outputs.push_back(member);
-          any_grad = any_grad || source.grad;
-          continue;
-        }
-        // A view of an input member, or a storage shared by several outputs, counts its whole
-        // storage as new bytes: an overstatement while the input or the other outputs are live,
-        // and what it keeps alive once they are gone. (Its own elements, where it is a slice,
-        // were below that: a slice carried on past its base held the whole storage, above the
-        // prediction and the budget.)
-        bool view_of_input = false;
-        for (const torch::Tensor& t : handed)
-          view_of_input = view_of_input || shares_storage(out[o], t);
-        stage.outputs.push_back(new_member(out[o], out[o].requires_grad()));
-        any_grad = any_grad || out[o].requires_grad();
-        if (!view_of_input) out_storage[o] = out[o].storage().getWeakStorageImpl();
-        if (out[o].requires_grad()) edges[o] = torch::autograd::impl::gradient_edge(out[o]);
-      }
-      if (!any_grad && (wants_grad || has_trainable_parameters(named)))
-        throw ProfileError(describe(i, named.name) +
-                           " returned no tensor that requires grad: its backward cannot reach its "
-                           "input or parameters (is its output detached?)");
-      check_declared_leaves(edges, state, i, named);
-      out.clear();
-      handed.clear();
-      kept = scope.live_above_start();
-    }
-    // kept = (kept outputs) + state - (the inputs the graph let go).
-    std::int64_t state_bytes = kept;
-    for (std::size_t k = 0; k < n_in; ++k) {
-      if (in_storage[k].use_count() > 0)
-        stage.saved_inputs.push_back(static_cast<int>(k));
-      else
-        state_bytes += in_bytes[k];
-    }
-    for (std::size_t o = 0; o < n_out; ++o) {
-      if (out_storage[o] && out_storage[o]->use_count() > 0) {
-        stage.saved_outputs.push_back(static_cast<int>(o));
-        state_bytes -= stage.outputs[o].bytes;
-      }
-    }
-    stage.state_bytes = std::max<std::int64_t>(0, state_bytes);
-    stage.fwd_tmp_bytes = std::max<std::int64_t>(0, fwd_tmp);
-    stage.fwd_nograd_tmp_bytes = std::max<std::int64_t>(0, nograd_tmp);
-    result.output_shapes.push_back(out_shapes);
-
-    // Backward, from the graph edges of the new output members, with gradients of ones that
-    // the engine alone holds (freed once used, as inside a chain), and from the sinks of the
-    // carried members: the engine adds what each also gets from inside the stage to its passed
-    // gradient as it arrives (in place where it can), which counts as temporary.
-    std::vector<torch::autograd::Edge> roots;
-    Tensors root_grads;
-    for (std::size_t o = 0; o < n_out; ++o) {
-      // A carried member's passed gradient enters first at the sink of the input it carries, as
-      // the runtime's backward has it (executor.cpp), live before the backward as in the chain.
-      if (carried[o] >= 0) {
-        const auto k = static_cast<std::size_t>(carried[o]);
-        if (stage.outputs[o].grad && sinks[k]) {
-          roots.emplace_back(sinks[k], 0);
-          root_grads.push_back(torch::ones(out_shapes[o], out_options[o].requires_grad(false)));
-        }
-        continue;
-      }
-      if (!edges[o].is_valid()) continue;
-      roots.push_back(std::move(edges[o]));
-      root_grads.push_back(torch::ones(out_shapes[o], out_options[o].requires_grad(false)));
-    }
-    // A saved input member that is a storage of x_0 (x_0's own, or carried on from it), one
-    // that is carried into or out of this stage, or one that the stage before keeps as its
-    // output, stays allocated through the measurement: the stage's graph may let it go before
-    // the backward's peak (a mask, or an activation, that the stage's last operation reads),
-    // while in the chain another holder keeps it: the caller's x_0, another stage that keeps
-    // the carried storage for its own backward, or the stage before, taped. A peak measured
-    // without it would be that much too low. Where nothing else holds it, the prediction is
-    // that much above the measured peak, never below (docs/cost-model.md).
-    std::vector<c10::intrusive_ptr<c10::StorageImpl>> saved_held;
-    for (const int k : stage.saved_inputs) {
-      const bool carried_in = in_members[static_cast<std::size_t>(k)].carried();
-      const bool carried_on = std::find(carried.begin(), carried.end(), k) != carried.end();
-      bool kept_before = false;
-      if (i > 0) {
-        const std::vector<int>& before =
-            result.chain.stages[static_cast<std::size_t>(i) - 1].saved_outputs;
-        kept_before = std::find(before.begin(), before.end(), k) != before.end();
-      }
-      if (carried_in || carried_on || kept_before || is_input_storage(result.chain, i, k))
-        if (auto held = in_storage[static_cast<std::size_t>(k)].lock()) saved_held.push_back(held);
-    }
-    if (!roots.empty()) {
-      synchronize(device);
-      PeakScope scope(tracker);
-      stage_backward(named, i, std::move(roots), std::move(root_grads));
-      // As the runtime does, member by member, each in its own storage: a carried member's
-      // (the passed one with what the stage added) then goes; another member's is kept.
-      std::int64_t input_grad_bytes = 0;
-      for (std::size_t k = 0; k < n_in; ++k) {
-        if (!sinks[k]) continue;
-        torch::Tensor& gradient = sinks[k]->gradient;
-        gradient = detail::compact_gradient(std::move(gradient));  // as the runtime keeps it
-        if (std::find(carried.begin(), carried.end(), static_cast<int>(k)) != carried.end())
-          gradient = torch::Tensor();
-        else
-          input_grad_bytes += storage_bytes({gradient});
-      }
-      synchronize(device);
-      stage.bwd_tmp_bytes = std::max<std::int64_t>(0, scope.peak_above_start() - input_grad_bytes);
-    }
-    saved_held.clear();
-    sinks.clear();
-    if (per_stage_times) time_stage(run, x, next, in_members, stage_timing, device, stage);
-    result.chain.stages.push_back(stage);
+    StageMeasurement measure(named, i, context, result.chain, device, tracker, warm_up);
+    Tensors next = measure.forward_without_autograd(x);
+    measure.forward_with_autograd(x, next.size(), state);
+    measure.account_state();
+    result.output_shapes.push_back(measure.output_shapes());
+    measure.backward();
+    if (per_stage_times)
+      time_stage(measure.runner(), x, next, measure.in_members(), stage_timing, device,
+                 measure.stage());
+    result.chain.stages.push_back(measure.stage());
     x = std::move(next);
   }
   if (options.loss()) {
-    const std::vector<Member>& members = result.chain.members(length);
-    // The loss's forward and backward on x_L, handed over as the runtime's forward returns it:
-    // not a leaf, so that the loss's graph keeps it only if the loss saved it (a leaf would be
-    // held by its gradient accumulator). Returns what the loss's backward passed to x_L.
-    const auto run_loss = [&](Tensors outputs, bool measure) {
-      std::vector<detail::NodePtr<detail::GradientSink>> sinks;
-      for (std::size_t k = 0; k < outputs.size(); ++k) {
-        StageInput output = stage_input(outputs[k], members[k].grad);
-        outputs[k] = std::move(output.tensor);
-        if (output.sink) sinks.push_back(std::move(output.sink));
-      }
-      synchronize(device);
-      std::optional<PeakScope> measured;
-      if (measure) measured.emplace(tracker);
-      try {
-        torch::Tensor value = options.loss()(outputs);
-        if (!value.defined() || value.numel() != 1)
-          throw ProfileError("the loss function returned " +
-                             (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
-                                              : std::string("an undefined tensor")) +
-                             ", not one value");
-        // A step written `loss(model(x)).backward()` lets the output go once the loss has its
-        // value; one that keeps `out = model(x)` holds it through the backward.
-        if (!options.output_held()) outputs.clear();
-        torch::autograd::backward({value});
-      } catch (const c10::OutOfMemoryError&) {
-        throw;
-      } catch (const ProfileError&) {
-        throw;
-      } catch (const std::exception& error) {
-        // The loss is the caller's code, in the language of the stages.
-        if (stages.back().module->interrupts(std::current_exception())) throw;
-        std::throw_with_nested(ProfileError(
-            std::string("the loss function failed on the chain's output: ") + message_of(error)));
-      }
-      synchronize(device);
-      std::int64_t gradient_bytes = 0;
-      for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
-      return measured ? std::max<std::int64_t>(0, measured->peak_above_start() - gradient_bytes)
-                      : std::int64_t{0};
-    };
-    if (warm_up) {
-      Tensors copies;
-      for (const torch::Tensor& t : x) copies.push_back(t.clone());
-      (void)run_loss(std::move(copies), false);
-    }
     Tensors outputs = std::move(x);
     x.clear();
-    result.chain.loss_tmp_bytes = run_loss(std::move(outputs), true);
+    result.chain.loss_tmp_bytes =
+        measure_loss(stages, result.chain, std::move(outputs), options, device, tracker, warm_up);
   }
-  if (timing == Timing::kPasses) {
-    // Automatic on a GPU only where the passes' store-all memory fits with room to spare
-    // beside what is allocated; else, or out of memory, each stage alone.
-    bool fits = true;
-    if (options.timing() == Timing::kAuto && device.is_cuda())
-      fits = static_cast<double>(store_all_peak(result.chain)) <=
-             0.8 * static_cast<double>(detail::cuda_free_bytes(device.has_index() ? device.index() : -1));
-    else if (options.timing() == Timing::kAuto)  // bounded, on the CPU
-      fits = static_cast<double>(store_all_peak(result.chain)) <=
-             0.5 * static_cast<double>(available_memory_bytes());
-    if (fits && time_in_passes(stages, inputs, context, options, device, started, result.chain)) {
-      result.timing = Timing::kPasses;
-    } else {
-      Tensors y;
-      for (const torch::Tensor& input : inputs) y.push_back(input.detach());
-      for (int i = 0; i < length; ++i) {
-        const Runner run{stages[static_cast<std::size_t>(i)], i, context};
-        Tensors next;
-        {
-          torch::NoGradGuard no_grad;
-          next = run(y);
-        }
-        time_stage(run, y, next, result.chain.members(i), stage_timing, device,
-                   result.chain.stages[static_cast<std::size_t>(i)]);
-        y = std::move(next);
-      }
-    }
-  }
+  if (timing == Timing::kPasses)
+    result.timing = time_after_measuring(stages, inputs, context, options, stage_timing, device,
+                                         started, result.chain);
   result.chain.output_held = options.output_held();
   if (options.progress()) options.progress()(length, length, "");
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
