@@ -115,7 +115,7 @@ MUTATIONS = [
      "return grad[i + 1] + grad[i] - passed[i];", "return grad[i + 1] + grad[i] + 0 * passed[i];",
      "the storage-exact table counts a gradient passed on in place twice during the backward"),
     ("storage-tail", "solver/src/storage_dp.cpp",
-     "after_loss ? Model::join(kept, c.x[static_cast<std::size_t>(length)]) : kept", "kept",
+     "Model::join(kept, c.x[static_cast<std::size_t>(length)])", "kept",
      "the storage-exact table forgets the caller's x_L during a backward after the loss"),
     ("storage-right-held", "solver/src/storage_dp.cpp",
      "part.right_z = state(j, Model::meet(xi, c.x[static_cast<std::size_t>(j)]));",

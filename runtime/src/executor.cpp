@@ -161,7 +161,8 @@ void Executor::check_recomputed_outputs(int i, const Tensors& out) {
   std::vector<OutputShape>& first = first_outputs_[ui];
   if (!ran_[ui]) {
     first.clear();
-    for (const torch::Tensor& t : out) first.push_back({t.sizes().vec(), t.scalar_type(), t.device()});
+    for (const torch::Tensor& t : out)
+      first.push_back({t.sizes().vec(), t.scalar_type(), t.device()});
     return;
   }
   for (std::size_t o = 0; o < out.size(); ++o) {

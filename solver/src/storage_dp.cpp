@@ -222,25 +222,22 @@ StorageDp::Frame StorageDp::frame(int i, int l, int z) const {
     f.step.need = units(c.minus(c.x[ui], held)) + units(c.grad[ui]) + units(c.bt[ui]);
     return f;
   }
+  // From here on the segment ends at the loss with x_L held (after_loss): the caller's x_L
+  // joins what the start holds.
   const std::int64_t own = units(c.minus(xi, held));
   const std::int64_t gradient = units(c.grad[static_cast<std::size_t>(l) + 1]);
   if (i < l) {
     f.own = own;
     f.leaf_base = own + gradient;
-    const std::vector<int> left_held =
-        after_loss ? Model::join(held, Model::meet(xi, c.x[static_cast<std::size_t>(length)]))
-                   : held;
-    f.left_z = state(i, left_held);
-    f.left_shift =
-        after_loss ? units(c.minus(c.x[static_cast<std::size_t>(length)], held)) : 0;
+    f.left_z = state(i, Model::join(held, Model::meet(xi, c.x[static_cast<std::size_t>(length)])));
+    f.left_shift = units(c.minus(c.x[static_cast<std::size_t>(length)], held));
   }
   const std::vector<int>& kept = c.kept[ui];
   const std::int64_t state_units = units(c.state[ui]);
   const std::int64_t forward =
       own + gradient + units(c.minus(c.x[ui + 1], xi)) + state_units + units(c.ft[ui]);
   const std::int64_t backward =
-      units(c.minus(after_loss ? Model::join(kept, c.x[static_cast<std::size_t>(length)]) : kept,
-                    held)) +
+      units(c.minus(Model::join(kept, c.x[static_cast<std::size_t>(length)]), held)) +
       state_units + units(c.backward_gradients(ui)) + units(c.bt[ui]);
   f.step.need = std::max(forward, backward);
   f.step.time = c.fw[ui] + c.bw[ui];
