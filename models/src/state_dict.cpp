@@ -48,6 +48,17 @@ void check_bool_bytes(const std::string& path, const std::string& what, const ui
   }
 }
 
+// torch.save refuses to write one storage as two element types ("Cannot save multiple tensors
+// or storages that view the same data as different types"); a file that does would let a
+// storage checked as one type be read as another (float bytes as bool).
+void check_same_dtype(const std::string& path, const std::string& what, at::ScalarType before,
+                      at::ScalarType now) {
+  if (now != before) {
+    fail(path, what + " is read as " + c10::toString(now) + " here and as " +
+                   c10::toString(before) + " before; one storage has one element type");
+  }
+}
+
 // The unsigned integer of `width` bytes at `bytes`, little-endian unless said otherwise: pickle
 // arguments and zip headers alike.
 uint64_t decode_uint(const char* bytes, int width, bool big_endian = false) {
@@ -957,10 +968,13 @@ std::vector<StateDictEntry> read_zip(std::istream& file, uint64_t file_size,
   const auto [pickle, pickle_size] = record("data.pkl");
   // Read where LibTorch put it, not copied again.
   Input in(static_cast<const char*>(pickle.get()), pickle_size, path + ": data.pkl");
-  std::unordered_map<std::string, at::Storage> storages;
+  std::unordered_map<std::string, std::pair<at::Storage, at::ScalarType>> storages;
   // Storages shared by several tensors (views) are read once.
   const auto load_storage = [&](const StorageId& id) {
-    if (const auto it = storages.find(id.key); it != storages.end()) return it->second;
+    if (const auto it = storages.find(id.key); it != storages.end()) {
+      check_same_dtype(path, "record data/" + id.key, it->second.second, id.dtype);
+      return it->second.first;
+    }
     auto [data, size] = record("data/" + id.key);
     uint64_t needed = 0;
     if (__builtin_mul_overflow(static_cast<uint64_t>(id.numel), c10::elementSize(id.dtype),
@@ -975,7 +989,7 @@ std::vector<StateDictEntry> read_zip(std::istream& file, uint64_t file_size,
                        needed);
     const at::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(size),
                               std::move(data), /*allocator=*/nullptr, /*resizable=*/false);
-    return storages.emplace(id.key, storage).first->second;
+    return storages.emplace(id.key, std::make_pair(storage, id.dtype)).first->second.first;
   };
   Unpickler unpickler(in, load_storage, max_values_for(zip.at("data.pkl").compressed));
   const Value top = unpickler.load();
@@ -1002,6 +1016,8 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
   const auto allocate_storage = [&](const StorageId& id) {
     if (in_header) fail(path, "storage '" + id.key + "' in a header pickle of the legacy format");
     auto it = pending.find(id.key);
+    if (it != pending.end())
+      check_same_dtype(path, "storage '" + id.key + "'", it->second.dtype, id.dtype);
     if (it == pending.end()) {
       const auto element_size = static_cast<int64_t>(c10::elementSize(id.dtype));
       // All the storages named so far must fit in what is left of the file: so together they

@@ -8,6 +8,7 @@ import datetime
 import os
 import pickle
 import random
+import re
 import struct
 import sys
 import zipfile
@@ -184,6 +185,28 @@ flags = torch.tensor([True, False, True])
 flags.view(torch.uint8)[1] = 2
 save_zip({"w": torch.ones(2), "flags": flags}, "bool_byte_2_zip.pth")
 save_legacy({"w": torch.ones(2), "flags": flags}, "bool_byte_2_legacy.pth")
+
+# One storage read as two element types: the bool tensor named the float tensor's storage (its
+# bytes 0x3f800000 hold bytes other than 0 and 1). torch.save refuses to write that; the pickle
+# is edited so that the bool storage's key is the float storage's.
+flags = torch.tensor([True, False, True])
+save_zip({"w": torch.ones(2), "flags": flags}, "two_dtypes_source.pth")
+with zipfile.ZipFile(path("two_dtypes_source.pth")) as z:
+    pickled = z.read(z.namelist()[0].split("/")[0] + "/data.pkl")
+pickled, edits = re.subn(rb"(BoolStorage\n.{1,5}X\x01\x00\x00\x00)1", rb"\g<1>0", pickled,
+                         flags=re.S)
+assert edits == 1
+rewrite_zip("two_dtypes_source.pth", "two_dtypes_zip.pth", add={"data.pkl": pickled})
+os.remove(path("two_dtypes_source.pth"))
+save_legacy({"w": torch.ones(2), "flags": flags}, "two_dtypes_legacy.pth")
+data = open(path("two_dtypes_legacy.pth"), "rb").read()
+float_key = re.search(rb"FloatStorage\n.{1,5}X(....)", data, re.S)
+bool_key = re.search(rb"BoolStorage\n.{1,5}X(....)", data, re.S)
+size = struct.unpack("<I", float_key.group(1))[0]
+assert size == struct.unpack("<I", bool_key.group(1))[0]
+key = data[float_key.end():float_key.end() + size]
+data = data[:bool_key.end()] + key + data[bool_key.end() + size:]
+open(path("two_dtypes_legacy.pth"), "wb").write(data)
 
 zip_bytes = open(path("mixed_zip.pth"), "rb").read()
 legacy_bytes = open(path("mixed_legacy.pth"), "rb").read()

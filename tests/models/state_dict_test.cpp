@@ -218,6 +218,11 @@ TEST_CASE("read_state_dict names the file and the problem", "[models]") {
       // Read as bool, a byte other than 0 and 1 would be undefined behaviour.
       {"bool_byte_2_zip.pth", "record data/1 (bool) holds 2 at its byte 1; a bool byte is 0 or 1"},
       {"bool_byte_2_legacy.pth", "(bool) holds 2 at its byte 1; a bool byte is 0 or 1"},
+      // One storage as two element types: checked as float, it would be read as bool.
+      {"two_dtypes_zip.pth",
+       "record data/0 is read as Bool here and as Float before; one storage has one element "
+       "type"},
+      {"two_dtypes_legacy.pth", "' is read as Bool here and as Float before"},
   };
   for (const auto& [file, message] : cases) {
     const std::string path = data_path(file);
