@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "remat/core/cuda_device.h"
 #include "remat/core/cuda_intervals.h"
 
 namespace remat {
@@ -37,12 +38,7 @@ struct CudaIntervals::Impl {
 };
 
 CudaIntervals::CudaIntervals(int device_index) : impl_(std::make_unique<Impl>()) {
-  TORCH_CHECK(c10::cuda::device_count() > 0,
-              "remat: CUDA timing was asked for, but no GPU is visible");
-  const int index = device_index < 0 ? c10::cuda::current_device() : device_index;
-  TORCH_CHECK_VALUE(index < c10::cuda::device_count(), "remat: no CUDA device ", index, " (",
-                    static_cast<int>(c10::cuda::device_count()), " visible)");
-  impl_->index = static_cast<c10::DeviceIndex>(index);
+  impl_->index = static_cast<c10::DeviceIndex>(checked_cuda_device(device_index, "timing"));
 }
 
 CudaIntervals::~CudaIntervals() {

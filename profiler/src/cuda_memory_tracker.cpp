@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "detail.h"
+#include "remat/core/cuda_device.h"
 
 namespace remat {
 namespace detail {
@@ -84,11 +85,7 @@ class CudaMemoryTracker final : public MemoryTracker {
 // tensor of no elements starts it on every LibTorch version (lazyInitCUDA was renamed
 // lazyInitDevice in 2.x) and allocates nothing.
 int device_or_current(int device_index) {
-  TORCH_CHECK(c10::cuda::device_count() > 0,
-              "remat: CUDA memory was asked for, but no GPU is visible");
-  const int index = device_index < 0 ? c10::cuda::current_device() : device_index;
-  TORCH_CHECK_VALUE(index < c10::cuda::device_count(), "remat: no CUDA device ", index, " (",
-                    static_cast<int>(c10::cuda::device_count()), " visible)");
+  const int index = checked_cuda_device(device_index, "memory");
   static std::once_flag started;
   std::call_once(started, [] {
     (void)at::empty({0}, at::TensorOptions().device(c10::kCUDA, c10::cuda::current_device()));
