@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional, Tuple, Union
 import torch
 
 from . import _C
+from ._stages import _stage_specs
 
 Budget = Union[int, str]
 
@@ -470,8 +471,6 @@ def profile(module: Any, sample: Any, *, context: Any = None, loss: Optional[Cal
     ``measure_steps``: measuring takes about that many training steps at most (3 unless
     ``repeat`` is given, which then times each quantity that many times; docs/python.md, "What
     measuring costs")."""
-    from ._checkpointable import _stage_specs
-
     specs, _ = _stage_specs(module, takes_context=context is not None)
     inputs = _as_list(sample)
     repeat, max_steps = _measuring(repeat, measure_steps)
