@@ -195,6 +195,125 @@ Chain parse_v2(const json& doc, const std::string& source) {
   return chain;
 }
 
+// What Chain::validate checks of each value, with the place it names in an error, and the sum of
+// all the chain's sizes so far.
+class ChainChecker {
+ public:
+  explicit ChainChecker(const std::string& source) : source_(source) {}
+
+  void bytes(std::int64_t bytes, const std::string& where) const {
+    if (bytes < 0) fail(source_, where, str_cat("(", bytes, ") must not be negative"));
+    if (bytes > kMaxChainBytes)
+      fail(source_, where, str_cat("(", bytes, ") exceeds the largest size, 2^50 bytes"));
+  }
+
+  void ms(double ms, const std::string& where) const {
+    if (!std::isfinite(ms)) fail(source_, where, "must be finite");
+    if (ms < 0) fail(source_, where, str_cat("(", ms, ") must not be negative"));
+    if (ms > kMaxStageMs)
+      fail(source_, where,
+           str_cat("(", ms,
+                   ") exceeds the largest time, 1e15 ms (about 31,700 years): check its "
+                   "unit; sums of such times could overflow"));
+  }
+
+  // The sum that kMaxChainTotalBytes bounds. Each addend has been checked to be at most
+  // kMaxChainBytes and the sum is checked after each one, so the sum itself cannot overflow.
+  void add_to_total(std::int64_t bytes, const std::string& where) {
+    total_ += bytes;
+    if (total_ > kMaxChainTotalBytes)
+      fail(source_, where,
+           "brings the chain's sizes past 2^60 bytes in all (each activation counted twice, "
+           "for its gradient, with every state and temporary): remat's sums of sizes could "
+           "overflow; check the units of the sizes");
+  }
+
+  void grad_bytes(const Member& member, const std::string& at) const {
+    if (!member.grad_bytes) return;
+    if (!member.grad)
+      fail(source_, at + ".grad_bytes", "is given for a tensor without a gradient (grad false)");
+    bytes(*member.grad_bytes, at + ".grad_bytes");
+  }
+
+  // One stage, whose input is `input`: its times and sizes, its outputs, what it saves.
+  void stage(const Stage& stage, const std::vector<Member>& input, const std::string& where) {
+    ms(stage.fwd_ms, where + ".fwd_ms");
+    ms(stage.bwd_ms, where + ".bwd_ms");
+    if (stage.fwd_nograd_ms) ms(*stage.fwd_nograd_ms, where + ".fwd_nograd_ms");
+    bytes(stage.state_bytes, where + ".state_bytes");
+    bytes(stage.fwd_tmp_bytes, where + ".fwd_tmp_bytes");
+    bytes(stage.bwd_tmp_bytes, where + ".bwd_tmp_bytes");
+    if (stage.fwd_nograd_tmp_bytes)
+      bytes(*stage.fwd_nograd_tmp_bytes, where + ".fwd_nograd_tmp_bytes");
+    if (stage.outputs.empty())
+      fail(source_, where + ".outputs", "is empty: a stage's output needs at least one tensor");
+    outputs(stage.outputs, input, where);
+    indices(stage.saved_inputs, input.size(), where + ".saved_inputs", "the input");
+    indices(stage.saved_outputs, stage.outputs.size(), where + ".saved_outputs", "the output");
+    for (std::size_t k = 0; k < stage.saved_outputs.size(); ++k)
+      if (stage.outputs[static_cast<std::size_t>(stage.saved_outputs[k])].carried())
+        fail(source_, str_cat(where, ".saved_outputs[", k, "]"),
+             str_cat("(", stage.saved_outputs[k],
+                     ") is a carried member: it is the input's tensor, list it in saved_inputs"));
+    for (const Member& member : stage.outputs) {
+      add_to_total(member.bytes, where);
+      add_to_total(member.gradient_size(), where);
+    }
+    add_to_total(stage.state_bytes, where);
+    add_to_total(stage.fwd_tmp_bytes, where);
+    add_to_total(stage.nograd_tmp_bytes(), where);
+    add_to_total(stage.bwd_tmp_bytes, where);
+  }
+
+ private:
+  // A stage's output members; a carried one is one of the input's, each at most once, alike.
+  void outputs(const std::vector<Member>& outputs, const std::vector<Member>& input,
+               const std::string& where) const {
+    std::vector<bool> carried(input.size(), false);
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      const Member& member = outputs[k];
+      const std::string at = str_cat(where, ".outputs[", k, "]");
+      bytes(member.bytes, at + ".bytes");
+      grad_bytes(member, at);
+      if (!member.carried()) continue;
+      const auto from = static_cast<std::size_t>(member.carried_from);
+      if (from >= input.size())
+        fail(source_, at + ".carry",
+             str_cat("(", member.carried_from, ") is not a member of the stage's input, which has ",
+                     input.size(), input.size() == 1 ? " member" : " members"));
+      if (carried[from])
+        fail(source_, at + ".carry",
+             str_cat("(", member.carried_from, ") is carried twice: one tensor, one member"));
+      carried[from] = true;
+      if (member.bytes != input[from].bytes || member.grad != input[from].grad ||
+          member.gradient_size() != input[from].gradient_size())
+        fail(source_, at,
+             str_cat("is carried from input member ", from,
+                     " but its bytes, grad or grad_bytes differ"));
+    }
+  }
+
+  // Each index once, within 0..size-1.
+  void indices(const std::vector<int>& indices, std::size_t size, const std::string& where,
+               const char* of) const {
+    std::vector<bool> seen(size, false);
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      const int index = indices[k];
+      const std::string at = str_cat(where, "[", k, "]");
+      if (index < 0 || static_cast<std::size_t>(index) >= size)
+        fail(source_, at,
+             str_cat("(", index, ") is not a member of ", of, ", which has ", size,
+                     size == 1 ? " member" : " members"));
+      if (seen[static_cast<std::size_t>(index)])
+        fail(source_, at, str_cat("(", index, ") is listed twice"));
+      seen[static_cast<std::size_t>(index)] = true;
+    }
+  }
+
+  const std::string& source_;
+  std::int64_t total_ = 0;
+};
+
 }  // namespace
 
 std::int64_t Stage::out_bytes() const {
@@ -261,57 +380,11 @@ std::int64_t Chain::carried_bytes() const {
 }
 
 void Chain::validate(const std::string& source) const {
-  auto check_bytes = [&](std::int64_t bytes, const std::string& where) {
-    if (bytes < 0) fail(source, where, str_cat("(", bytes, ") must not be negative"));
-    if (bytes > kMaxChainBytes)
-      fail(source, where, str_cat("(", bytes, ") exceeds the largest size, 2^50 bytes"));
-  };
-  auto check_ms = [&](double ms, const std::string& where) {
-    if (!std::isfinite(ms)) fail(source, where, "must be finite");
-    if (ms < 0) fail(source, where, str_cat("(", ms, ") must not be negative"));
-    if (ms > kMaxStageMs)
-      fail(source, where,
-           str_cat("(", ms,
-                   ") exceeds the largest time, 1e15 ms (about 31,700 years): check its "
-                   "unit; sums of such times could overflow"));
-  };
-  // The sum that kMaxChainTotalBytes bounds. Each addend has been checked to be at most
-  // kMaxChainBytes and the sum is checked after each one, so the sum itself cannot overflow.
-  std::int64_t total = 0;
-  auto add_to_total = [&](std::int64_t bytes, const std::string& where) {
-    total += bytes;
-    if (total > kMaxChainTotalBytes)
-      fail(source, where,
-           "brings the chain's sizes past 2^60 bytes in all (each activation counted twice, "
-           "for its gradient, with every state and temporary): remat's sums of sizes could "
-           "overflow; check the units of the sizes");
-  };
-  // Each index once, within 0..size-1.
-  auto check_indices = [&](const std::vector<int>& indices, std::size_t size,
-                           const std::string& where, const char* of) {
-    std::vector<bool> seen(size, false);
-    for (std::size_t k = 0; k < indices.size(); ++k) {
-      const int index = indices[k];
-      const std::string at = str_cat(where, "[", k, "]");
-      if (index < 0 || static_cast<std::size_t>(index) >= size)
-        fail(source, at,
-             str_cat("(", index, ") is not a member of ", of, ", which has ", size,
-                     size == 1 ? " member" : " members"));
-      if (seen[static_cast<std::size_t>(index)])
-        fail(source, at, str_cat("(", index, ") is listed twice"));
-      seen[static_cast<std::size_t>(index)] = true;
-    }
-  };
-  auto check_grad_bytes = [&](const Member& member, const std::string& at) {
-    if (!member.grad_bytes) return;
-    if (!member.grad)
-      fail(source, at + ".grad_bytes", "is given for a tensor without a gradient (grad false)");
-    check_bytes(*member.grad_bytes, at + ".grad_bytes");
-  };
+  ChainChecker check{source};
   if (inputs.empty()) fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    check_bytes(inputs[k].bytes, str_cat("inputs[", k, "].bytes"));
-    check_grad_bytes(inputs[k], str_cat("inputs[", k, "]"));
+    check.bytes(inputs[k].bytes, str_cat("inputs[", k, "].bytes"));
+    check.grad_bytes(inputs[k], str_cat("inputs[", k, "]"));
     if (inputs[k].carried())
       fail(source, str_cat("inputs[", k, "]"), "cannot be carried: x_0 has no stage before it");
   }
@@ -321,68 +394,17 @@ void Chain::validate(const std::string& source) const {
          str_cat("has ", stages.size(), " stages, more than remat handles (", kMaxStages,
                  "): the optimal solver's tables grow as the square of the number of stages; "
                  "group layers into fewer stages"));
-  check_bytes(context_bytes, "context_bytes");
-  check_bytes(loss_tmp_bytes, "loss_tmp_bytes");
-  check_ms(restart_ms, "restart_ms");
+  check.bytes(context_bytes, "context_bytes");
+  check.bytes(loss_tmp_bytes, "loss_tmp_bytes");
+  check.ms(restart_ms, "restart_ms");
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    add_to_total(inputs[k].bytes, str_cat("inputs[", k, "]"));
-    add_to_total(inputs[k].gradient_size(), str_cat("inputs[", k, "]"));
+    check.add_to_total(inputs[k].bytes, str_cat("inputs[", k, "]"));
+    check.add_to_total(inputs[k].gradient_size(), str_cat("inputs[", k, "]"));
   }
-  add_to_total(context_bytes, "context_bytes");
-  add_to_total(loss_tmp_bytes, "loss_tmp_bytes");
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    const Stage& stage = stages[i];
-    const std::string where = stage_where(i);
-    const std::vector<Member>& input = members(static_cast<int>(i));
-    check_ms(stage.fwd_ms, where + ".fwd_ms");
-    check_ms(stage.bwd_ms, where + ".bwd_ms");
-    if (stage.fwd_nograd_ms) check_ms(*stage.fwd_nograd_ms, where + ".fwd_nograd_ms");
-    check_bytes(stage.state_bytes, where + ".state_bytes");
-    check_bytes(stage.fwd_tmp_bytes, where + ".fwd_tmp_bytes");
-    check_bytes(stage.bwd_tmp_bytes, where + ".bwd_tmp_bytes");
-    if (stage.fwd_nograd_tmp_bytes)
-      check_bytes(*stage.fwd_nograd_tmp_bytes, where + ".fwd_nograd_tmp_bytes");
-    if (stage.outputs.empty())
-      fail(source, where + ".outputs", "is empty: a stage's output needs at least one tensor");
-    std::vector<bool> carried(input.size(), false);
-    for (std::size_t k = 0; k < stage.outputs.size(); ++k) {
-      const Member& member = stage.outputs[k];
-      const std::string at = str_cat(where, ".outputs[", k, "]");
-      check_bytes(member.bytes, at + ".bytes");
-      check_grad_bytes(member, at);
-      if (!member.carried()) continue;
-      const auto from = static_cast<std::size_t>(member.carried_from);
-      if (from >= input.size())
-        fail(source, at + ".carry",
-             str_cat("(", member.carried_from, ") is not a member of the stage's input, which has ",
-                     input.size(), input.size() == 1 ? " member" : " members"));
-      if (carried[from])
-        fail(source, at + ".carry",
-             str_cat("(", member.carried_from, ") is carried twice: one tensor, one member"));
-      carried[from] = true;
-      if (member.bytes != input[from].bytes || member.grad != input[from].grad ||
-          member.gradient_size() != input[from].gradient_size())
-        fail(source, at,
-             str_cat("is carried from input member ", from,
-                     " but its bytes, grad or grad_bytes differ"));
-    }
-    check_indices(stage.saved_inputs, input.size(), where + ".saved_inputs", "the input");
-    check_indices(stage.saved_outputs, stage.outputs.size(), where + ".saved_outputs",
-                  "the output");
-    for (std::size_t k = 0; k < stage.saved_outputs.size(); ++k)
-      if (stage.outputs[static_cast<std::size_t>(stage.saved_outputs[k])].carried())
-        fail(source, str_cat(where, ".saved_outputs[", k, "]"),
-             str_cat("(", stage.saved_outputs[k],
-                     ") is a carried member: it is the input's tensor, list it in saved_inputs"));
-    for (const Member& member : stage.outputs) {
-      add_to_total(member.bytes, where);
-      add_to_total(member.gradient_size(), where);
-    }
-    add_to_total(stage.state_bytes, where);
-    add_to_total(stage.fwd_tmp_bytes, where);
-    add_to_total(stage.nograd_tmp_bytes(), where);
-    add_to_total(stage.bwd_tmp_bytes, where);
-  }
+  check.add_to_total(context_bytes, "context_bytes");
+  check.add_to_total(loss_tmp_bytes, "loss_tmp_bytes");
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    check.stage(stages[i], members(static_cast<int>(i)), stage_where(i));
   bool any_gradient = false;
   for (const Member& member : stages.back().outputs) any_gradient = any_gradient || member.grad;
   if (!any_gradient)
