@@ -62,6 +62,193 @@ class Memory {
   MemoryBreakdown live_;
 };
 
+// What a step holds while simulate() replays a sequence, as storages in Memory: the values x_k,
+// the stages' autograd states, the gradients y_k. run() checks that an operation can run and
+// runs it; release_after() frees what it no longer needs.
+class Step {
+ public:
+  Step(const Chain& chain, TimeModel time)
+      : chain_(chain),
+        length_(chain.length()),
+        time_(time),
+        value_(static_cast<std::size_t>(length_) + 1),
+        graph_(static_cast<std::size_t>(length_)),
+        gradient_(static_cast<std::size_t>(length_) + 1),
+        backpropagated_(static_cast<std::size_t>(length_), false) {
+    memory_.add_fixed(chain.context_bytes);
+    for (const Member& member : chain.inputs) {
+      value_[0].push_back(memory_.make(member.bytes));
+      memory_.hold(value_[0].back(), Memory::kValue);
+    }
+  }
+
+  const MemoryBreakdown& live() const { return memory_.live(); }
+  // The temporary memory of the operation run last, on top of live() while it runs.
+  std::int64_t temporary() const { return temporary_; }
+
+  // Runs `op`, the operation at `index` of the sequence: its time, in ms. Throws
+  // InvalidSequenceError when what it needs is not held or it has already run.
+  double run(const Op& op, std::size_t index) {
+    op_ = &op;
+    index_ = index;
+    const int i = op.stage;
+    if (op.kind != OpKind::kLoss && (i < 0 || i >= length_))
+      reject(detail::str_cat("stage ", i, " is outside the chain's stages 0..", length_ - 1));
+    const auto ui = static_cast<std::size_t>(i);
+    if (op.is_forward()) {
+      if (!value_held(ui)) reject(detail::str_cat("its input x_", i, " is not in memory"));
+      if (backpropagated_[ui]) reject(detail::str_cat("stage ", i, " was already backpropagated"));
+    }
+    switch (op.kind) {
+      case OpKind::kForwardGrad:
+        return forward_grad(i);
+      case OpKind::kForwardNoGrad:
+      case OpKind::kForwardCheckpoint:
+        return forward_nograd(i);
+      case OpKind::kLoss:
+        return loss();
+      case OpKind::kBackward:
+        return backward(i);
+    }
+    REMAT_INTERNAL_ASSERT(false, "operation kind ", static_cast<int>(op.kind));
+  }
+
+  // What `op` frees once it is done: the values no later operation reads (keep_input and
+  // keep_output from value_lifetimes), and for B_i the stage's autograd state and y_{i+1}.
+  void release_after(const Op& op, bool keep_input, bool keep_output) {
+    const int i = op.stage;
+    const auto ui = static_cast<std::size_t>(i);
+    if (op.kind == OpKind::kLoss) {
+      if (!keep_input) drop_value(length_);
+    } else if (op.is_forward()) {
+      if (!keep_input) drop_value(i);
+      if (!keep_output) drop_value(i + 1);
+    } else {
+      for (const int id : graph_[ui]) memory_.release(id, Memory::kGraph);
+      graph_[ui].clear();
+      for (const int id : gradient_[ui + 1])
+        if (id >= 0) memory_.release(id, Memory::kGradient);
+      gradient_[ui + 1].clear();
+      backpropagated_[ui] = true;
+    }
+  }
+
+ private:
+  [[noreturn]] void reject(const std::string& reason) const {
+    throw InvalidSequenceError(index_, op_->str(), reason);
+  }
+
+  // The caller's input x_0 is held for the whole step.
+  bool value_held(std::size_t k) const { return k == 0 || !value_[k].empty(); }
+
+  void drop_value(int k) {
+    const auto uk = static_cast<std::size_t>(k);
+    if (k == 0) return;
+    for (const int id : value_[uk]) memory_.release(id, Memory::kValue);
+    value_[uk].clear();
+  }
+
+  // x_{i+1} from x_i: new storages for new members, x_i's for carried ones.
+  void produce(int i) {
+    const Stage& stage = chain_.stages[static_cast<std::size_t>(i)];
+    std::vector<int> ids;
+    for (const Member& member : stage.outputs) {
+      const int id =
+          member.carried()
+              ? value_[static_cast<std::size_t>(i)][static_cast<std::size_t>(member.carried_from)]
+              : memory_.make(member.bytes);
+      memory_.hold(id, Memory::kValue);
+      ids.push_back(id);
+    }
+    value_[static_cast<std::size_t>(i) + 1] = std::move(ids);
+  }
+
+  // Fe_i: x_{i+1}, and the autograd state (the stage's own state and what it saves).
+  double forward_grad(int i) {
+    const auto ui = static_cast<std::size_t>(i);
+    const Stage* stage = &chain_.stages[ui];
+    if (!graph_[ui].empty())
+      reject(detail::str_cat("stage ", i, " already holds its autograd state"));
+    produce(i);
+    std::vector<int>& held = graph_[ui];
+    held.push_back(memory_.make(stage->state_bytes));
+    for (const int k : stage->saved_inputs)
+      held.push_back(value_[ui][static_cast<std::size_t>(k)]);
+    for (const int k : stage->saved_outputs)
+      held.push_back(value_[ui + 1][static_cast<std::size_t>(k)]);
+    for (const int id : held) memory_.hold(id, Memory::kGraph);
+    temporary_ = stage->fwd_tmp_bytes;
+    return stage->fwd_ms;
+  }
+
+  // Fn_i and CF_i: x_{i+1} alone.
+  double forward_nograd(int i) {
+    const Stage* stage = &chain_.stages[static_cast<std::size_t>(i)];
+    produce(i);
+    temporary_ = stage->nograd_tmp_bytes();
+    return time_.use_nograd_time ? stage->nograd_ms() : stage->fwd_ms;
+  }
+
+  // The loss: y_L from x_L, in no time of its own (its time is the last stage's).
+  double loss() {
+    const auto ul = static_cast<std::size_t>(length_);
+    if (!value_held(ul)) reject(detail::str_cat("the output x_", length_, " is not in memory"));
+    if (!gradient_[ul].empty() || backpropagated_[ul - 1]) reject("the loss was already computed");
+    for (const Member& member : chain_.members(length_)) {
+      gradient_[ul].push_back(member.grad ? memory_.make(member.gradient_size()) : -1);
+      if (member.grad) memory_.hold(gradient_[ul].back(), Memory::kGradient);
+    }
+    temporary_ = chain_.loss_tmp_bytes;
+    // The caller keeps the x_L it was handed until the step ends (Chain::output_held):
+    // its storages stay, whatever the runtime drops, and a recomputed x_L is another copy.
+    if (chain_.output_held)
+      for (const int id : value_[ul]) memory_.hold(id, Memory::kValue);
+    return 0;
+  }
+
+  // B_i: y_i from y_{i+1} and the stage's autograd state.
+  double backward(int i) {
+    const auto ui = static_cast<std::size_t>(i);
+    const Stage* stage = &chain_.stages[ui];
+    if (backpropagated_[ui]) reject(detail::str_cat("gradient y_", i, " computed twice"));
+    if (gradient_[ui + 1].empty())
+      reject(detail::str_cat("gradient y_", i + 1, " is not in memory"));
+    if (graph_[ui].empty())
+      reject(detail::str_cat("stage ", i, " holds no autograd state (run Fe_", i, " first)"));
+    // y_i: a carried member's gradient is the one y_{i+1} holds for it, passed on (the
+    // stage adds its own contribution into it, in place); the others are new.
+    const std::vector<Member>& input = chain_.members(i);
+    std::vector<int> ids(input.size(), -1);
+    for (std::size_t o = 0; o < stage->outputs.size(); ++o) {
+      const Member& member = stage->outputs[o];
+      if (member.carried() && member.grad)
+        ids[static_cast<std::size_t>(member.carried_from)] = gradient_[ui + 1][o];
+    }
+    for (std::size_t k = 0; k < input.size(); ++k) {
+      if (!input[k].grad) continue;
+      if (ids[k] < 0) ids[k] = memory_.make(input[k].gradient_size());
+      memory_.hold(ids[k], Memory::kGradient);
+    }
+    gradient_[ui] = std::move(ids);
+    temporary_ = stage->bwd_tmp_bytes;
+    return stage->bwd_ms;
+  }
+
+  const Chain& chain_;
+  const int length_;
+  const TimeModel time_;
+  Memory memory_;
+  // value_[k]: the storages of the held x_k, one per member (empty: not held).
+  // graph_[i]: the storages stage i's autograd state holds (its state first; empty: none).
+  // gradient_[k]: the storages of y_k, one per member, -1 for members without a gradient
+  // (empty: y_k not held).
+  std::vector<std::vector<int>> value_, graph_, gradient_;
+  std::vector<bool> backpropagated_;
+  std::int64_t temporary_ = 0;
+  const Op* op_ = nullptr;
+  std::size_t index_ = 0;
+};
+
 constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
 
 }  // namespace
@@ -92,153 +279,26 @@ ValueLifetimes value_lifetimes(const Sequence& sequence, int length) {
 }
 
 Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time) {
-  const int length = chain.length();
-  REMAT_CHECK(length > 0, "cannot simulate an empty chain");
-  const auto boundaries = static_cast<std::size_t>(length) + 1;
-  Memory memory;
-  memory.add_fixed(chain.context_bytes);
-  // value[k]: the storages of the held x_k, one per member (empty: not held).
-  // graph[i]: the storages stage i's autograd state holds (its state first; empty: no state).
-  // gradient[k]: the storages of y_k, one per member, -1 for members without a gradient
-  // (empty: y_k not held).
-  std::vector<std::vector<int>> value(boundaries), graph(boundaries - 1), gradient(boundaries);
-  std::vector<bool> backpropagated(boundaries - 1, false);
-  for (const Member& member : chain.inputs) {
-    value[0].push_back(memory.make(member.bytes));
-    memory.hold(value[0].back(), Memory::kValue);
-  }
-  // The caller's input x_0 is held for the whole step.
-  auto value_held = [&](std::size_t k) { return k == 0 || !value[k].empty(); };
-  auto drop_value = [&](int k) {
-    const auto uk = static_cast<std::size_t>(k);
-    if (k == 0) return;
-    for (const int id : value[uk]) memory.release(id, Memory::kValue);
-    value[uk].clear();
-  };
-  // x_{i+1} from x_i: new storages for new members, x_i's for carried ones.
-  auto produce = [&](int i) {
-    const Stage& stage = chain.stages[static_cast<std::size_t>(i)];
-    std::vector<int> ids;
-    for (const Member& member : stage.outputs) {
-      const int id =
-          member.carried()
-              ? value[static_cast<std::size_t>(i)][static_cast<std::size_t>(member.carried_from)]
-              : memory.make(member.bytes);
-      memory.hold(id, Memory::kValue);
-      ids.push_back(id);
-    }
-    value[static_cast<std::size_t>(i) + 1] = std::move(ids);
-  };
-
-  const ValueLifetimes live_after = value_lifetimes(sequence, length);
+  REMAT_CHECK(chain.length() > 0, "cannot simulate an empty chain");
+  Step step(chain, time);
+  const ValueLifetimes live_after = value_lifetimes(sequence, chain.length());
   Simulation sim;
-  sim.peak_bytes = memory.live().total();
+  sim.peak_bytes = step.live().total();
   sim.trace.reserve(sequence.size());
   double now = 0;
-
   for (std::size_t index = 0; index < sequence.size(); ++index) {
     const Op& op = sequence[index];
-    auto reject = [&](const std::string& reason) {
-      throw InvalidSequenceError(index, op.str(), reason);
-    };
-    if (index > 0 && sequence[index - 1] == bwd(0)) reject("operations after B_0");
-    const int i = op.stage;
-    if (op.kind != OpKind::kLoss && (i < 0 || i >= length))
-      reject(detail::str_cat("stage ", i, " is outside the chain's stages 0..", length - 1));
-    const auto ui = static_cast<std::size_t>(i);
-    if (op.is_forward()) {
-      if (!value_held(ui)) reject(detail::str_cat("its input x_", i, " is not in memory"));
-      if (backpropagated[ui]) reject(detail::str_cat("stage ", i, " was already backpropagated"));
-    }
-
+    if (index > 0 && sequence[index - 1] == bwd(0))
+      throw InvalidSequenceError(index, op.str(), "operations after B_0");
     OpRecord record;
     record.op = op;
-    double cost = 0;
-    std::int64_t temporary = 0;
-    const Stage* stage = op.kind == OpKind::kLoss ? nullptr : &chain.stages[ui];
-    switch (op.kind) {
-      case OpKind::kForwardGrad: {
-        if (!graph[ui].empty())
-          reject(detail::str_cat("stage ", i, " already holds its autograd state"));
-        produce(i);
-        std::vector<int>& held = graph[ui];
-        held.push_back(memory.make(stage->state_bytes));
-        for (const int k : stage->saved_inputs)
-          held.push_back(value[ui][static_cast<std::size_t>(k)]);
-        for (const int k : stage->saved_outputs)
-          held.push_back(value[ui + 1][static_cast<std::size_t>(k)]);
-        for (const int id : held) memory.hold(id, Memory::kGraph);
-        cost = stage->fwd_ms;
-        temporary = stage->fwd_tmp_bytes;
-        ++sim.grad_forwards;
-        break;
-      }
-      case OpKind::kForwardNoGrad:
-      case OpKind::kForwardCheckpoint:
-        produce(i);
-        cost = time.use_nograd_time ? stage->nograd_ms() : stage->fwd_ms;
-        temporary = stage->nograd_tmp_bytes();
-        ++sim.nograd_forwards;
-        break;
-      case OpKind::kLoss: {
-        const auto ul = static_cast<std::size_t>(length);
-        if (!value_held(ul)) reject(detail::str_cat("the output x_", length, " is not in memory"));
-        if (!gradient[ul].empty() || backpropagated[ul - 1])
-          reject("the loss was already computed");
-        for (const Member& member : chain.members(length)) {
-          gradient[ul].push_back(member.grad ? memory.make(member.gradient_size()) : -1);
-          if (member.grad) memory.hold(gradient[ul].back(), Memory::kGradient);
-        }
-        temporary = chain.loss_tmp_bytes;
-        // The caller keeps the x_L it was handed until the step ends (Chain::output_held):
-        // its storages stay, whatever the runtime drops, and a recomputed x_L is another copy.
-        if (chain.output_held)
-          for (const int id : value[ul]) memory.hold(id, Memory::kValue);
-        break;
-      }
-      case OpKind::kBackward: {
-        if (backpropagated[ui]) reject(detail::str_cat("gradient y_", i, " computed twice"));
-        if (gradient[ui + 1].empty())
-          reject(detail::str_cat("gradient y_", i + 1, " is not in memory"));
-        if (graph[ui].empty())
-          reject(detail::str_cat("stage ", i, " holds no autograd state (run Fe_", i, " first)"));
-        // y_i: a carried member's gradient is the one y_{i+1} holds for it, passed on (the
-        // stage adds its own contribution into it, in place); the others are new.
-        const std::vector<Member>& input = chain.members(i);
-        std::vector<int> ids(input.size(), -1);
-        for (std::size_t o = 0; o < stage->outputs.size(); ++o) {
-          const Member& member = stage->outputs[o];
-          if (member.carried() && member.grad)
-            ids[static_cast<std::size_t>(member.carried_from)] = gradient[ui + 1][o];
-        }
-        for (std::size_t k = 0; k < input.size(); ++k) {
-          if (!input[k].grad) continue;
-          if (ids[k] < 0) ids[k] = memory.make(input[k].gradient_size());
-          memory.hold(ids[k], Memory::kGradient);
-        }
-        gradient[ui] = std::move(ids);
-        cost = stage->bwd_ms;
-        temporary = stage->bwd_tmp_bytes;
-        break;
-      }
-    }
-    record.during = memory.live();
-    record.during.temporary_bytes = temporary;
-    // What the operation frees once it is done: values no later operation reads, and for B_i
-    // the stage's autograd state and y_{i+1}.
-    if (op.kind == OpKind::kLoss) {
-      if (!live_after.keep_input[index]) drop_value(length);
-    } else if (op.is_forward()) {
-      if (!live_after.keep_input[index]) drop_value(i);
-      if (!live_after.keep_output[index]) drop_value(i + 1);
-    } else {
-      for (const int id : graph[ui]) memory.release(id, Memory::kGraph);
-      graph[ui].clear();
-      for (const int id : gradient[ui + 1])
-        if (id >= 0) memory.release(id, Memory::kGradient);
-      gradient[ui + 1].clear();
-      backpropagated[ui] = true;
-    }
+    double cost = step.run(op, index);
+    record.during = step.live();
+    record.during.temporary_bytes = step.temporary();
+    step.release_after(op, live_after.keep_input[index], live_after.keep_output[index]);
+    if (op.kind == OpKind::kForwardGrad) ++sim.grad_forwards;
+    if (op.kind == OpKind::kForwardNoGrad || op.kind == OpKind::kForwardCheckpoint)
+      ++sim.nograd_forwards;
     if (op.is_forward() && index > 0 && sequence[index - 1].kind == OpKind::kBackward) {
       cost += chain.restart_ms;  // a restart (docs/cost-model.md, "The time model")
       ++sim.restarts;
@@ -246,7 +306,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
     record.start_ms = now;
     now += cost;
     record.end_ms = now;
-    record.live_after_bytes = memory.live().total();
+    record.live_after_bytes = step.live().total();
     if (record.during.total() > sim.peak_bytes) {
       sim.peak_bytes = record.during.total();
       sim.peak_op = static_cast<std::ptrdiff_t>(index);
