@@ -24,96 +24,118 @@ bool has_carried(const Chain& chain, int k) {
   return false;
 }
 
-// Stages first .. end-1 of `chain` as one stage. Storages are numbered: the members of x_first
-// 0 .. n-1 ("inputs"), then every new member of x_{first+1} .. x_end in order.
-Stage merge_run(const Chain& chain, int first, int end) {
-  const int inputs = static_cast<int>(chain.members(first).size());
+// A run of stages first .. end-1, its storages numbered: the members of x_first 0 .. inputs-1,
+// then every new member of x_{first+1} .. x_end in order.
+struct Run {
+  int first = 0, end = 0;
+  int inputs = 0;
   // storage[id]: the member that made each storage (its size, gradient and gradient's size).
-  std::vector<Member> storage = chain.members(first);
+  std::vector<Member> storage;
   // ids[k - first]: the storage of each member of x_k.
-  std::vector<std::vector<int>> ids(static_cast<std::size_t>(end - first) + 1);
-  for (int m = 0; m < inputs; ++m) ids[0].push_back(m);
+  std::vector<std::vector<int>> ids;
   // saved[k - first]: the storages stage k's autograd state holds.
-  std::vector<std::vector<int>> saved(static_cast<std::size_t>(end - first));
-  Stage out;
-  out.fwd_nograd_ms = 0.0;
+  std::vector<std::vector<int>> saved;
+  // The storages of x_end.
+  std::set<int> output_ids;
+
+  bool is_input(int id) const { return id < inputs; }
+};
+
+Run number_storages(const Chain& chain, int first, int end) {
+  Run run;
+  run.first = first;
+  run.end = end;
+  run.inputs = static_cast<int>(chain.members(first).size());
+  run.storage = chain.members(first);
+  run.ids.resize(static_cast<std::size_t>(end - first) + 1);
+  run.saved.resize(static_cast<std::size_t>(end - first));
+  for (int m = 0; m < run.inputs; ++m) run.ids[0].push_back(m);
   for (int k = first; k < end; ++k) {
     const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
     const auto local = static_cast<std::size_t>(k - first);
-    out.name += (k == first ? "" : "+") + stage.name;
-    out.fwd_ms += stage.fwd_ms;
-    out.bwd_ms += stage.bwd_ms;
-    *out.fwd_nograd_ms += stage.nograd_ms();
-    out.state_bytes += stage.state_bytes;
-    std::vector<int>& next = ids[local + 1];
+    std::vector<int>& next = run.ids[local + 1];
     for (const Member& member : stage.outputs) {
       if (member.carried()) {
-        next.push_back(ids[local][static_cast<std::size_t>(member.carried_from)]);
+        next.push_back(run.ids[local][static_cast<std::size_t>(member.carried_from)]);
       } else {
-        next.push_back(static_cast<int>(storage.size()));
-        storage.push_back(member);
+        next.push_back(static_cast<int>(run.storage.size()));
+        run.storage.push_back(member);
       }
     }
     for (const int s : stage.saved_inputs)
-      saved[local].push_back(ids[local][static_cast<std::size_t>(s)]);
+      run.saved[local].push_back(run.ids[local][static_cast<std::size_t>(s)]);
     for (const int s : stage.saved_outputs)
-      saved[local].push_back(next[static_cast<std::size_t>(s)]);
+      run.saved[local].push_back(next[static_cast<std::size_t>(s)]);
   }
-  const auto is_input = [&](int id) { return id < inputs; };
-  const std::vector<int>& last = ids.back();
-  const std::set<int> output_ids(last.begin(), last.end());
+  run.output_ids = std::set<int>(run.ids.back().begin(), run.ids.back().end());
+  return run;
+}
 
-  // The output x_end: a member of x_first carried all the way, else a new tensor.
+// The merged stage's output x_end (a member of x_first carried all the way, else a new
+// tensor) and what its autograd state keeps: members of x_first (saved_inputs), new members
+// of x_end (saved_outputs), and intermediate storages, which join state_bytes. The bytes of
+// x_end's new members.
+std::int64_t merge_outputs(const Run& run, Stage& out) {
+  const std::vector<int>& last = run.ids.back();
   std::int64_t new_output_bytes = 0;
   for (const int id : last) {
-    Member member = storage[static_cast<std::size_t>(id)];
-    member.carried_from = is_input(id) ? id : -1;
-    if (!is_input(id)) new_output_bytes += member.bytes;
+    Member member = run.storage[static_cast<std::size_t>(id)];
+    member.carried_from = run.is_input(id) ? id : -1;
+    if (!run.is_input(id)) new_output_bytes += member.bytes;
     out.outputs.push_back(member);
   }
-  // What the run's autograd states keep: members of x_first (saved_inputs), new members of
-  // x_end (saved_outputs), and intermediate storages, which join state_bytes.
   std::set<int> kept;
-  for (const auto& ids_saved : saved) kept.insert(ids_saved.begin(), ids_saved.end());
+  for (const auto& ids_saved : run.saved) kept.insert(ids_saved.begin(), ids_saved.end());
   std::set<int> kept_outputs;
   for (const int id : kept) {
-    if (is_input(id))
+    if (run.is_input(id))
       out.saved_inputs.push_back(id);
-    else if (output_ids.count(id) != 0)
+    else if (run.output_ids.count(id) != 0)
       kept_outputs.insert(id);
     else
-      out.state_bytes += storage[static_cast<std::size_t>(id)].bytes;
+      out.state_bytes += run.storage[static_cast<std::size_t>(id)].bytes;
   }
   for (std::size_t m = 0; m < last.size(); ++m)
     if (kept_outputs.count(last[m]) != 0) out.saved_outputs.push_back(static_cast<int>(m));
+  return new_output_bytes;
+}
 
-  // Temporaries: the most the run's own storages take during any of its operations, less what
-  // the merged operation already counts. x_first's storages are the merged stage's input, held
-  // by its forwards, and kept by its backward as long as any of the run keeps them; in the
-  // backward, x_end's new storages are kept as long (saved outputs) and y_end's too.
-  // Linear in the run's members (a run can be a whole chain of 10,000 stages, where a mask is
-  // carried through every stage): flags and counts by storage, not sets per stage.
+// The most the run's own storages take during any operation, by kind. x_first's storages are
+// the merged stage's input, held by its forwards, and kept by its backward as long as any of
+// the run keeps them; in the backward, x_end's new storages are kept as long (saved outputs)
+// and y_end's too. Linear in the run's members (a run can be a whole chain of 10,000 stages,
+// where a mask is carried through every stage): flags and counts by storage, not sets per
+// stage.
+struct RunPeaks {
+  std::int64_t fwd = 0, nograd = 0, bwd = 0;
+  std::int64_t input_gradients = 0;  // y_first's new members, in the merged stage
+};
+
+// The forwards' peaks: each stage's states, what the autograd states so far hold, its values
+// x_k (read) and x_{k+1} (made; a carried storage once) and its temporary.
+void forward_peaks(const Chain& chain, const Run& run, RunPeaks& peaks) {
+  const std::vector<Member>& storage = run.storage;
   const std::size_t storages = storage.size();
-  std::int64_t fwd_peak = 0, nograd_peak = 0, bwd_peak = 0;
+  std::int64_t& fwd_peak = peaks.fwd;
+  std::int64_t& nograd_peak = peaks.nograd;
   std::int64_t states = 0, held_bytes = 0;
   std::vector<char> held(storages, 0);
   std::vector<int> seen(storages, -1);  // the forward that last counted the storage as a value
-  for (int k = first; k < end; ++k) {
+  for (int k = run.first; k < run.end; ++k) {
     const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
-    const auto local = static_cast<std::size_t>(k - first);
+    const auto local = static_cast<std::size_t>(k - run.first);
     states += stage.state_bytes;
-    for (const int id : saved[local]) {
+    for (const int id : run.saved[local]) {
       const auto u = static_cast<std::size_t>(id);
-      if (is_input(id) || held[u]) continue;
+      if (run.is_input(id) || held[u]) continue;
       held[u] = 1;
       held_bytes += storage[u].bytes;
     }
-    // The values: x_k, read, and x_{k+1}, made (a carried storage once).
     std::int64_t values = 0, unheld_values = 0;
     for (const std::size_t a : {local, local + 1})
-      for (const int id : ids[a]) {
+      for (const int id : run.ids[a]) {
         const auto u = static_cast<std::size_t>(id);
-        if (is_input(id) || seen[u] == k) continue;
+        if (run.is_input(id) || seen[u] == k) continue;
         seen[u] = k;
         values += storage[u].bytes;
         if (!held[u]) unheld_values += storage[u].bytes;
@@ -121,25 +143,30 @@ Stage merge_run(const Chain& chain, int first, int end) {
     fwd_peak = std::max(fwd_peak, states + held_bytes + unheld_values + stage.fwd_tmp_bytes);
     nograd_peak = std::max(nograd_peak, values + stage.nograd_tmp_bytes());
   }
-  // Backward: B_{end-1} .. B_first. The gradient of a storage (not one of y_end's) is made by
-  // the backward of the last activation it is in, and freed after the backward of the stage
-  // before the first (a member of x_first's stays: it is y_first's): live during the backwards
-  // of stages max(first, first_in - 1) .. min(last_in, end - 1), summed by a difference array.
+}
+
+// Backward: B_{end-1} .. B_first. The gradient of a storage (not one of y_end's) is made by
+// the backward of the last activation it is in, and freed after the backward of the stage
+// before the first (a member of x_first's stays: it is y_first's): live during the backwards
+// of stages max(first, first_in - 1) .. min(last_in, end - 1), summed by a difference array.
+void backward_peak(const Chain& chain, const Run& run, RunPeaks& peaks) {
+  const std::vector<Member>& storage = run.storage;
+  const std::size_t storages = storage.size();
+  const int first = run.first, end = run.end;
   std::vector<int> first_in(storages, -1), last_in(storages, -1);
   for (int k = first; k <= end; ++k)
-    for (const int id : ids[static_cast<std::size_t>(k - first)]) {
+    for (const int id : run.ids[static_cast<std::size_t>(k - first)]) {
       if (first_in[static_cast<std::size_t>(id)] < 0) first_in[static_cast<std::size_t>(id)] = k;
       last_in[static_cast<std::size_t>(id)] = k;
     }
   const auto span = static_cast<std::size_t>(end - first);
   std::vector<std::int64_t> gradient_change(span + 1, 0);  // by k - first
-  std::int64_t input_gradients = 0;  // y_first's new members, in the merged stage
   for (std::size_t u = 0; u < storages; ++u) {
     const int id = static_cast<int>(u);
-    if (!storage[u].grad || output_ids.count(id) != 0) continue;
+    if (!storage[u].grad || run.output_ids.count(id) != 0) continue;
     const std::int64_t size = storage[u].gradient_size();
-    if (is_input(id)) input_gradients += size;
-    const int lo = is_input(id) ? first : std::max(first, first_in[u] - 1);
+    if (run.is_input(id)) peaks.input_gradients += size;
+    const int lo = run.is_input(id) ? first : std::max(first, first_in[u] - 1);
     const int hi = std::min(last_in[u], end - 1);
     if (lo > hi) continue;
     gradient_change[static_cast<std::size_t>(lo - first)] += size;
@@ -150,28 +177,51 @@ Stage merge_run(const Chain& chain, int first, int end) {
   for (std::size_t k = 0; k < span; ++k) gradients[k] = running += gradient_change[k];
   // What the autograd states of stages first .. k keep, run's own storages: counts by storage,
   // all stages' at first, each backward releasing its stage's.
+  std::int64_t states = 0;
+  for (int k = first; k < end; ++k) states += chain.stages[static_cast<std::size_t>(k)].state_bytes;
   std::vector<int> keepers(storages, 0);
   std::int64_t kept_bytes = 0;
-  for (const auto& ids_saved : saved)
+  for (const auto& ids_saved : run.saved)
     for (const int id : ids_saved) {
       const auto u = static_cast<std::size_t>(id);
-      if (is_input(id) || output_ids.count(id) != 0) continue;
+      if (run.is_input(id) || run.output_ids.count(id) != 0) continue;
       if (keepers[u]++ == 0) kept_bytes += storage[u].bytes;
     }
   for (int k = end - 1; k >= first; --k) {
     const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
     const auto local = static_cast<std::size_t>(k - first);
-    bwd_peak = std::max(bwd_peak, states + kept_bytes + gradients[local] + stage.bwd_tmp_bytes);
+    peaks.bwd = std::max(peaks.bwd, states + kept_bytes + gradients[local] + stage.bwd_tmp_bytes);
     states -= stage.state_bytes;
-    for (const int id : saved[local]) {
+    for (const int id : run.saved[local]) {
       const auto u = static_cast<std::size_t>(id);
-      if (is_input(id) || output_ids.count(id) != 0) continue;
+      if (run.is_input(id) || run.output_ids.count(id) != 0) continue;
       if (--keepers[u] == 0) kept_bytes -= storage[u].bytes;
     }
   }
-  out.fwd_tmp_bytes = std::max<std::int64_t>(0, fwd_peak - new_output_bytes - out.state_bytes);
-  out.fwd_nograd_tmp_bytes = std::max<std::int64_t>(0, nograd_peak - new_output_bytes);
-  out.bwd_tmp_bytes = std::max<std::int64_t>(0, bwd_peak - out.state_bytes - input_gradients);
+}
+
+// Stages first .. end-1 of `chain` as one stage: its times and state the sums of theirs, its
+// temporaries the peaks of the run's own storages less what the merged operation counts.
+Stage merge_run(const Chain& chain, int first, int end) {
+  const Run run = number_storages(chain, first, end);
+  Stage out;
+  out.fwd_nograd_ms = 0.0;
+  for (int k = first; k < end; ++k) {
+    const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
+    out.name += (k == first ? "" : "+") + stage.name;
+    out.fwd_ms += stage.fwd_ms;
+    out.bwd_ms += stage.bwd_ms;
+    *out.fwd_nograd_ms += stage.nograd_ms();
+    out.state_bytes += stage.state_bytes;
+  }
+  const std::int64_t new_output_bytes = merge_outputs(run, out);
+  RunPeaks peaks;
+  forward_peaks(chain, run, peaks);
+  backward_peak(chain, run, peaks);
+  out.fwd_tmp_bytes = std::max<std::int64_t>(0, peaks.fwd - new_output_bytes - out.state_bytes);
+  out.fwd_nograd_tmp_bytes = std::max<std::int64_t>(0, peaks.nograd - new_output_bytes);
+  out.bwd_tmp_bytes =
+      std::max<std::int64_t>(0, peaks.bwd - out.state_bytes - peaks.input_gradients);
   return out;
 }
 
