@@ -2,25 +2,29 @@
 # Builds the libFuzzer targets of fuzz/ with clang and runs each for a bounded time.
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]   random seed, SECONDS each (default 60), every
 #                                                target unless named; e.g. 3600 state_dict
-#   bash scripts/fuzz.sh --ci                    what CI runs (scripts/run.sh test): about a
-#                                                minute each, the same inputs every run
+#   bash scripts/fuzz.sh --ci                    what CI runs (scripts/run.sh test): every
+#                                                committed input once, nothing new tried
+#   bash scripts/fuzz.sh --merge [TARGET...]     adds to fuzz/corpus/<target>/ the inputs kept
+#                                                by earlier runs that reach new code
 # With SECONDS, new inputs that reach new code are kept in build-fuzz/corpus/<target>/ (the
-# committed seeds in fuzz/corpus/<target>/ are only read). --ci starts from the seeds alone,
-# with a fixed random seed and a fixed number of runs per target, so that it tries the same
-# inputs on every machine: CI cannot fail by chance, and a run that passes here passes there.
+# committed inputs in fuzz/corpus/<target>/ are only read); --merge then copies to
+# fuzz/corpus/<target>/ those that reach code the committed ones do not (libFuzzer's -merge=1),
+# to be committed. --ci replays the committed inputs alone: a search for new inputs is not the
+# same from one run to the next, even from the same random seed (the values the code compares,
+# heap addresses among them, steer the mutations), so a CI that searched could fail by chance;
+# replaying the same files cannot.
 # A finding is written to build-fuzz/findings/<target>/ and fails the script; reproduce it
 # with build-fuzz/fuzz_<target> <file>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci=0
-if [ "${1:-}" = --ci ]; then ci=1; shift; seconds=600; else seconds=${1:-60}; shift || true; fi
+merge=0
+if [ "${1:-}" = --ci ]; then ci=1; shift; seconds=600
+elif [ "${1:-}" = --merge ]; then merge=1; shift; seconds=600
+else seconds=${1:-60}; shift || true; fi
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(chain_parser solver state_dict safetensors)
-case "$seconds" in ''|*[!0-9]*) echo "usage: $0 [SECONDS | --ci] [TARGET...]" >&2; exit 2 ;; esac
-# --ci: runs that take about a minute each on the 2-core development machine, two at a time;
-# the time limit (600 s) only stops a hung run: a run cut short by it would have tried fewer
-# inputs than on another machine.
-declare -A ci_runs=([chain_parser]=500000 [solver]=100000 [state_dict]=60000 [safetensors]=400000)
+case "$seconds" in ''|*[!0-9]*) echo "usage: $0 [SECONDS | --ci | --merge] [TARGET...]" >&2; exit 2 ;; esac
 command -v clang++ >/dev/null || { echo "remat: the fuzz targets need clang++ (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 
 source scripts/ccache.sh
@@ -39,9 +43,15 @@ run_target() {  # run_target <target>: writes $build/fuzz_<target>.log and .stat
   corpus=$build/corpus/$target
   limits=(-max_total_time="$seconds")
   if [ $ci = 1 ]; then
+    # The committed inputs, each run once (-runs=0: no new input is made).
     corpus=$build/ci-corpus/$target
     rm -rf "$corpus" && mkdir -p "$corpus"
-    limits+=(-seed=1 -runs="${ci_runs[$target]}")
+    limits+=(-runs=0)
+  elif [ $merge = 1 ]; then
+    "$build/fuzz_$target" -merge=1 "fuzz/corpus/$target" "$build/corpus/$target" \
+        -rss_limit_mb=2048 -timeout=10 > "$build/fuzz_$target.log" 2>&1 || code=$?
+    echo "$code" > "$build/fuzz_$target.status"
+    return
   fi
   # -rss_limit_mb: an input that makes the reader take 2 GB is a finding; -timeout: so is one
   # that takes 10 s.
@@ -58,7 +68,9 @@ for target in "${targets[@]}"; do
   mkdir -p "$build/corpus/$target" "$build/findings/$target"
   rm -f "$build/fuzz_$target.status"
   if [ $ci = 1 ]; then
-    echo "== fuzz_$target: ${ci_runs[$target]} runs from the committed seeds (seed 1, at most ${seconds} s)"
+    echo "== fuzz_$target: the $(ls "fuzz/corpus/$target" | wc -l) committed inputs, once each"
+  elif [ $merge = 1 ]; then
+    echo "== fuzz_$target: merging $build/corpus/$target into fuzz/corpus/$target"
   else
     echo "== fuzz_$target for ${seconds} s"
   fi
@@ -74,7 +86,13 @@ for target in "${targets[@]}"; do
     grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$build/fuzz_$target.log" | head -n 10
     status=1
   fi
-  grep -E "^stat::(number_of_executed_units|new_units_added|peak_rss_mb)" "$build/fuzz_$target.log" | tr '\n' ' '
-  echo
+  if [ $merge = 1 ]; then
+    grep -E "MERGE-OUTER: [0-9]+ new files" "$build/fuzz_$target.log" || echo
+  else
+    # The code reached (cov: its edges), and what ran.
+    grep -oE "(INITED|DONE) +cov: [0-9]+" "$build/fuzz_$target.log" | tail -n 1 | tr -s ' ' | tr '\n' ' '
+    grep -E "^stat::(number_of_executed_units|new_units_added|peak_rss_mb)" "$build/fuzz_$target.log" | tr '\n' ' '
+    echo
+  fi
 done
 exit $status

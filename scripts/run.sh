@@ -12,7 +12,7 @@
 # against Debian's LibTorch 1.13 (build-debian/), the Python package against the newest
 # and the oldest PyTorch it admits too (scripts/torch-newest- and torch-oldest-requirements.txt,
 # each in its own environment, through scripts/torch-check.sh), the solver under ASan+UBSan
-# (build-asan/), runs the fuzz targets for about a minute each (scripts/fuzz.sh --ci), the
+# (build-asan/), runs the fuzz targets on their committed inputs (scripts/fuzz.sh --ci), the
 # mutation check (tools/mutate.py) and the GPU check's CPU mode (scripts/gpu-check.sh --cpu,
 # through scripts/gpu-session.sh). It first checks that the disk has room for what it will make.
 set -euo pipefail
@@ -42,7 +42,7 @@ if [ "$mode" = test ]; then
 fi
 
 # Checks whose outcome committed files decide alone, the same inputs on every run (the fuzz
-# targets' fixed seeds and run counts; the mutation check's `git archive HEAD`), are not run
+# targets' committed inputs, each run once; the mutation check's `git archive HEAD`), are not run
 # again where those files passed them on this machine with the same compilers: CI, after a
 # session that ran them (docs/building.md, "How long `test` takes"). The fuzz targets' files:
 # fuzz/, the solver, the two weight readers and what they include; the mutation check's: the
@@ -249,11 +249,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
 # 7. The libFuzzer targets (fuzz/: the chain parser, the solver on extreme chains, the
-# state-dict reader), built with clang, about a minute each from the committed seeds, the same
-# inputs on every run.
+# state-dict and safetensors readers), built with clang, each input committed in fuzz/corpus/
+# run once: the same inputs on every run.
 fuzz_key=$(passed_key fuzz solver models/src/state_dict.cpp models/src/safetensors.cpp models/include \
                       core/include scripts/fuzz.sh scripts/ccache.sh)
-unless_passed fuzzing "$fuzz_key" "fuzzing, about a minute a target (scripts/fuzz.sh --ci, into build-fuzz/)" \
+unless_passed fuzzing "$fuzz_key" "fuzzing, the committed inputs (scripts/fuzz.sh --ci, into build-fuzz/)" \
   bash scripts/fuzz.sh --ci
 
 # 8. The mutation check of the solver, simulator and report tests (tools/mutate.py,
