@@ -61,27 +61,28 @@ std::string title_or(const PlotOptions& options, const std::string& fallback) {
   return options.title().empty() ? fallback : options.title();
 }
 
-}  // namespace
-
-std::string schedule_svg(const Chain& chain, const Solution& solution, const PlotOptions& options) {
-  if (!solution.ok() || solution.simulation.trace.empty())
-    throw std::invalid_argument("schedule plot: the solution is infeasible; nothing to draw");
-  const Simulation& sim = solution.simulation;
-  const double width = std::max(600, options.width());
-  const double plot_w = width - kLeft - kRight;
+// Where the schedule picture's parts go: the timeline's band, the memory plot's, and the time
+// axis they share.
+struct ScheduleLayout {
+  explicit ScheduleLayout(const PlotOptions& options, double makespan_ms)
+      : width(std::max(600, options.width())),
+        plot_w(width - kLeft - kRight),
+        makespan(std::max(makespan_ms, 1e-9)),
+        x{0, makespan, kLeft, kLeft + plot_w} {}
+  const double width;
+  const double plot_w;
   const double timeline_top = 82, timeline_h = 34;
   const double memory_top = timeline_top + timeline_h + 44, memory_h = 330;
   const double height = memory_top + memory_h + 64;
-  const double makespan = std::max(sim.makespan_ms, 1e-9);
-  const Scale x{0, makespan, kLeft, kLeft + plot_w};
+  const double makespan;
+  const Scale x;
+};
 
-  Svg svg(width, height);
-  svg.root_attribute("data-kind", "schedule");
-  svg.root_attribute("data-ops", std::to_string(solution.sequence.size()));
-  svg.root_attribute("data-makespan-ms", num(sim.makespan_ms));
-  svg.root_attribute("data-peak-bytes", std::to_string(sim.peak_bytes));
-  svg.root_attribute("data-budget-bytes", std::to_string(solution.budget_bytes));
-  svg.text(kLeft, 24, title_or(options, fit(chain_label(chain), width)),
+// The title, the line that sums up the schedule, and the operations' legend.
+void schedule_header(Svg& svg, const Chain& chain, const Solution& solution,
+                     const PlotOptions& options, const ScheduleLayout& layout) {
+  const Simulation& sim = solution.simulation;
+  svg.text(kLeft, 24, title_or(options, fit(chain_label(chain), layout.width)),
            "start", 15, "font-weight=\"bold\"");
   svg.text(kLeft, 44,
            std::string(algorithm_name(solution.algorithm)) + " schedule of " +
@@ -96,14 +97,18 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
           {op_color(OpKind::kForwardCheckpoint), "CF checkpointing forward"},
           {op_color(OpKind::kBackward), "B backward"},
           {op_color(OpKind::kLoss), "L loss"}});
+}
 
-  // Timeline: one mark per operation, or per run of same-kind operations when there are
-  // more than max_op_marks.
-  const auto& trace = sim.trace;
+// Timeline: one mark per operation, or per run of same-kind operations when there are more
+// than max_op_marks. The number of marks drawn.
+std::size_t schedule_timeline(Svg& svg, const std::vector<OpRecord>& trace, int max_op_marks,
+                              const ScheduleLayout& layout) {
+  const Scale& x = layout.x;
+  const double timeline_top = layout.timeline_top, timeline_h = layout.timeline_h;
   const std::size_t n = trace.size();
   const std::size_t group = std::max<std::size_t>(
-      1, (n + static_cast<std::size_t>(std::max(1, options.max_op_marks())) - 1) /
-             static_cast<std::size_t>(std::max(1, options.max_op_marks())));
+      1, (n + static_cast<std::size_t>(std::max(1, max_op_marks)) - 1) /
+             static_cast<std::size_t>(std::max(1, max_op_marks)));
   svg.open_group("class=\"timeline\"");
   std::size_t marks = 0;
   for (std::size_t k = 0; k < n;) {
@@ -128,11 +133,19 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
     k = end;
   }
   svg.close_group();
-  svg.root_attribute("data-op-marks", std::to_string(marks));
   svg.text(kLeft - 8, timeline_top + timeline_h / 2 + 4, "ops", "end", 12, "fill=\"#333\"");
+  return marks;
+}
 
-  // Memory: for each pixel column the operation with the largest memory in it, drawn as
-  // stacked areas; consecutive columns of one operation merge into one rectangle.
+// Memory: for each pixel column the operation with the largest memory in it, drawn as stacked
+// areas; consecutive columns of one operation merge into one rectangle. With its axes; the
+// bytes' scale.
+Scale schedule_memory(Svg& svg, const Solution& solution, const ScheduleLayout& layout) {
+  const Simulation& sim = solution.simulation;
+  const std::vector<OpRecord>& trace = sim.trace;
+  const std::size_t n = trace.size();
+  const Scale& x = layout.x;
+  const double plot_w = layout.plot_w, memory_top = layout.memory_top, memory_h = layout.memory_h;
   const double top_bytes = std::max<double>(
       {static_cast<double>(sim.peak_bytes), static_cast<double>(solution.budget_bytes), 1.0});
   const ByteAxis bytes_axis(top_bytes);
@@ -152,7 +165,7 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
         o = static_cast<std::ptrdiff_t>(k);
     }
   }
-  const std::vector<double> xticks = detail::nice_ticks(0, makespan, 10);
+  const std::vector<double> xticks = detail::nice_ticks(0, layout.makespan, 10);
   detail::x_axis(svg, x, memory_top + memory_h, memory_top, xticks, ms_label, "predicted time");
   svg.open_group("class=\"memory\"");
   for (int c = 0; c < columns;) {
@@ -174,15 +187,23 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
     c = end;
   }
   svg.close_group();
+  return y;
+}
 
-  // Budget line and peak.
+// The budget's line, the peak's point and label, and the memory legend.
+void schedule_budget_and_peak(Svg& svg, const Solution& solution, const ScheduleLayout& layout,
+                              const Scale& y) {
+  const Simulation& sim = solution.simulation;
+  const Scale& x = layout.x;
+  const double plot_w = layout.plot_w;
   const double budget_y = y(static_cast<double>(solution.budget_bytes));
   svg.line(kLeft, budget_y, kLeft + plot_w, budget_y, "#d62728", 1.5,
            "class=\"budget\" stroke-dasharray=\"6 4\" data-bytes=\"" +
                std::to_string(solution.budget_bytes) + "\"");
   svg.text(kLeft + plot_w - 4, budget_y - 5, "budget " + format_bytes(solution.budget_bytes), "end",
            11, "fill=\"#d62728\"");
-  const OpRecord& peak_op = trace[static_cast<std::size_t>(std::max<std::ptrdiff_t>(0, sim.peak_op))];
+  const OpRecord& peak_op =
+      sim.trace[static_cast<std::size_t>(std::max<std::ptrdiff_t>(0, sim.peak_op))];
   const double peak_x = (x(peak_op.start_ms) + std::max(x(peak_op.end_ms), x(peak_op.start_ms) + 1)) / 2;
   const double peak_y = y(static_cast<double>(sim.peak_bytes));
   svg.circle(peak_x, peak_y, 4.5, "black",
@@ -192,12 +213,32 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
   svg.text(peak_x + (right_half ? -8 : 8), peak_y - 8,
            "peak " + format_bytes(sim.peak_bytes) + " at " + peak_op.op.str(),
            right_half ? "end" : "start", 11, "font-weight=\"bold\"");
-  legend(svg, kLeft, height - 14,
+  legend(svg, kLeft, layout.height - 14,
          {{kCheckpointColor, "checkpoints (x)"},
           {kSavedColor, "saved for backward"},
           {kGradientColor, "gradients (y)"},
           {kTemporaryColor, "temporaries"},
           {"#d62728", "budget", LegendEntry::kDashed}});
+}
+
+}  // namespace
+
+std::string schedule_svg(const Chain& chain, const Solution& solution, const PlotOptions& options) {
+  if (!solution.ok() || solution.simulation.trace.empty())
+    throw std::invalid_argument("schedule plot: the solution is infeasible; nothing to draw");
+  const Simulation& sim = solution.simulation;
+  const ScheduleLayout layout(options, sim.makespan_ms);
+  Svg svg(layout.width, layout.height);
+  svg.root_attribute("data-kind", "schedule");
+  svg.root_attribute("data-ops", std::to_string(solution.sequence.size()));
+  svg.root_attribute("data-makespan-ms", num(sim.makespan_ms));
+  svg.root_attribute("data-peak-bytes", std::to_string(sim.peak_bytes));
+  svg.root_attribute("data-budget-bytes", std::to_string(solution.budget_bytes));
+  schedule_header(svg, chain, solution, options, layout);
+  const std::size_t marks = schedule_timeline(svg, sim.trace, options.max_op_marks(), layout);
+  svg.root_attribute("data-op-marks", std::to_string(marks));
+  const Scale y = schedule_memory(svg, solution, layout);
+  schedule_budget_and_peak(svg, solution, layout, y);
   return svg.str();
 }
 
