@@ -113,10 +113,33 @@ std::int64_t reference_slots(const Chain& chain, const SolveOptions& options,
   return slots;
 }
 
+// Whether the slots are remat's automatic ones with its own recurrence: the optimal solve
+// that is exact in bytes, and the only one the refinements below apply to.
+bool automatic_slots(const SolveOptions& options) {
+  return options.slots() == 0 && !options.reference_recurrence();
+}
+
+// What refines an optimal solve's table, each where its option is on, the slots are automatic
+// and the chain has what it needs (docs/algorithms.md, "Carried members"). solve() runs them
+// and min_feasible_budget() takes their least budgets, from this one list.
+struct Refinements {
+  bool search_above_budget = false;  // larger capacities whose exact peak fits (carried members)
+  bool merged_runs = false;          // the chain with its carried runs merged (carried members)
+  bool storage_exact = false;        // the storage-exact table (where storage_dp_applies)
+};
+
+Refinements refinements(const Chain& chain, const SolveOptions& options) {
+  const bool automatic = automatic_slots(options);
+  const bool carried = chain.carried_bytes() > 0;
+  return {automatic && options.search_above_budget() && carried,
+          automatic && options.merge_carried_runs() && carried,
+          automatic && options.exact_storages() && detail::storage_dp_applies(chain)};
+}
+
 void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& out) {
   const std::int64_t budget = options.budget_bytes();
   out.solved_budget_bytes = budget;
-  const bool automatic = options.slots() == 0 && !options.reference_recurrence();
+  const bool automatic = automatic_slots(options);
   // The memory the solve will need is estimated before anything is allocated.
   const detail::MemoryLimit limit = detail::memory_limit(options.memory_limit_bytes());
   const detail::TableMemory memory(chain, options.threads());
@@ -437,15 +460,14 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
   out.budget_bytes = options.budget_bytes();
   out.store_all_makespan_ms = chain.store_all_ms();
   switch (options.algorithm()) {
-    case Algorithm::kOptimal:
+    case Algorithm::kOptimal: {
       solve_optimal(chain, options, out);
-      if (options.search_above_budget() && options.slots() == 0 && !options.reference_recurrence())
-        search_optimal_above_budget(chain, options, out);
-      if (options.merge_carried_runs() && options.slots() == 0 && !options.reference_recurrence())
-        solve_merged_runs(chain, options, out);
-      if (options.exact_storages() && options.slots() == 0 && !options.reference_recurrence())
-        solve_storage_exact(chain, options, out);
+      const Refinements refine = refinements(chain, options);
+      if (refine.search_above_budget) search_optimal_above_budget(chain, options, out);
+      if (refine.merged_runs) solve_merged_runs(chain, options, out);
+      if (refine.storage_exact) solve_storage_exact(chain, options, out);
       break;
+    }
     case Algorithm::kStoreAll: {
       finish_heuristic(chain, options, detail::store_all_sequence(length), -1, out);
       break;
@@ -490,16 +512,13 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
       slots = detail::slots_within_memory(memory, limit, std::numeric_limits<std::int64_t>::max(),
                                           slots, false, ignored);
     std::int64_t least = detail::min_feasible_budget_for_slots(chain, options, slots);
-    // The merged chain's least budget, where solve() would try it.
-    if (options.merge_carried_runs() && options.slots() == 0 && !options.reference_recurrence() &&
-        chain.carried_bytes() > 0) {
+    // The least budgets of the refinements solve() would run (the search above the budget
+    // starts from a feasible solve: it has no least budget of its own).
+    const Refinements refine = refinements(chain, options);
+    if (refine.merged_runs)
       if (const auto merged = detail::merge_carried_runs(chain))
         least = std::min(least, min_feasible_budget(merged->chain, options));
-    }
-    // The storage-exact table's, exact in bytes, where solve() would solve it.
-    if (options.exact_storages() && options.slots() == 0 && !options.reference_recurrence() &&
-        detail::storage_dp_applies(chain))
-      least = std::min(least, detail::StorageDp::least_bytes(chain));
+    if (refine.storage_exact) least = std::min(least, detail::StorageDp::least_bytes(chain));
     return least;
   }
   SolveOptions copy = options;
