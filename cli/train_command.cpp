@@ -429,86 +429,96 @@ int train(const TrainArgs& args_in, const std::optional<distributed::Environment
   }
 }
 
+void add_train_options(CLI::App* cmd, TrainArgs& args) {
+  cmd->add_option("--model", args.model, "Built-in model (see `remat models`)")->required();
+  cmd->add_option("--batch", args.batch, "Batch size (per rank)")->required();
+  cmd->add_option("--image", args.image, "Input height, or HxW (default: the model's)");
+  cmd->add_option(
+         "--budget", args.budget,
+         "Activation memory (per rank): SIZE (700MiB, 2.5GiB), a % of the store-all peak, min "
+         "(the least any schedule fits), or either followed by + (50%+: at least the least)")
+      ->required();
+  cmd->add_option("--steps", args.steps, "Training steps")->capture_default_str();
+  cmd->add_option("--algorithm", args.algorithm,
+                  "optimal, store-all, recompute-all, periodic or revolve")
+      ->capture_default_str();
+  cmd->add_option("--segments", args.segments, "Segments for periodic (default: sqrt(L))");
+  cmd->add_option("--device", args.device, "cpu or cuda (cuda:N)")->capture_default_str();
+  cmd->add_option("--chain", args.chain_file,
+                  "Use this chain file (from `remat profile` of the same model, batch, image and "
+                  "device) instead of profiling");
+  cmd->add_option("--classes", args.classes, "Number of classes")->capture_default_str();
+  cmd->add_option("--seq", args.sequence,
+                  "Sequence length of a language model (default: its longest)");
+  cmd->add_option(
+      "--granularity", args.granularity,
+      "Transformers: block (one stage per block, the default) or half (attention; MLP)");
+  cmd->add_option("--tokens", args.tokens_file,
+                  "Language models: train on this file of token ids (little-endian uint16, as "
+                  "nanoGPT's train.bin) instead of random ones");
+  cmd->add_option("--lr", args.lr, "SGD learning rate")->capture_default_str();
+  cmd->add_option("--repeat", args.repeat, "Profiler repetitions per quantity")->capture_default_str();
+  cmd->add_option("--threads", args.threads, "CPU threads for LibTorch (default: its own)");
+  cmd->add_option("--nproc", args.nproc,
+                  "Data-parallel: the job's number of ranks; without --rank, started here as "
+                  "local processes");
+  cmd->add_option("--rank", args.rank,
+                  "Data-parallel across machines: this process's rank, of --nproc, meeting the "
+                  "others at --master");
+  cmd->add_option("--master", args.master,
+                  "Data-parallel: HOST:PORT of rank 0's rendezvous (default: 127.0.0.1 and a free "
+                  "port for local ranks, port 29500 with --rank)");
+  cmd->add_option("--backend", args.backend,
+                  "Data-parallel: auto (gloo on the CPU, nccl on CUDA), gloo or nccl")
+      ->capture_default_str();
+  cmd->add_option("--timeout", args.timeout_s,
+                  "Data-parallel: seconds a rank waits for the others before it stops, naming "
+                  "the rank that failed")
+      ->capture_default_str();
+  cmd->add_option("--trace", args.trace_file,
+                  "Time each operation of the last step, measured against predicted, into FILE "
+                  "(Chrome's trace format: chrome://tracing, Perfetto; rank 0's in a job)");
+}
+
+// The options' values checked before any work, in the order given here: an option that would
+// change nothing is refused rather than ignored.
+void check_train_args(const CLI::App& cmd, TrainArgs& args) {
+  args.classes_given = cmd.count("--classes") > 0;
+  if (!args.trace_file.empty()) check_output_path(args.trace_file, "the trace");
+  REMAT_CHECK(args.batch >= 1, "--batch must be at least 1");
+  // An option that would change nothing is refused rather than ignored.
+  check_segments_option(cmd, parse_algorithm(args.algorithm), args.segments);
+  REMAT_CHECK(cmd.count("--repeat") == 0 || args.chain_file.empty(),
+              "--repeat applies to profiling, which --chain replaces");
+  REMAT_CHECK(args.steps >= 1, "--steps must be at least 1");
+  REMAT_CHECK(args.classes >= 1, "--classes must be at least 1");
+  REMAT_CHECK(args.repeat >= 1 && args.repeat <= kMaxProfileRepeat,
+              "--repeat must be from 1 to ", kMaxProfileRepeat);
+  // SGD works in the parameters' float32: a larger rate overflows there.
+  REMAT_CHECK(args.lr > 0 && args.lr <= std::numeric_limits<float>::max(), "--lr (", args.lr,
+              ") must be positive and at most ", std::numeric_limits<float>::max(),
+              " (float32's largest)");
+  check_torch_threads(args.threads);
+  REMAT_CHECK(cmd.count("--rank") == 0 || args.rank >= 0, "--rank (", args.rank,
+              ") must be at least 0");
+  REMAT_CHECK(cmd.count("--nproc") == 0 || args.nproc >= 1, "--nproc (", args.nproc,
+              ") must be at least 1");
+  REMAT_CHECK(args.nproc <= distributed::kMaxRanks, "--nproc (", args.nproc,
+              ") must be at most ", distributed::kMaxRanks);
+  REMAT_CHECK(args.timeout_s >= 0.2 && args.timeout_s <= 1e6,
+              "--timeout must be a number of seconds from 0.2 to 1e6 (ranks beat every 50 ms "
+              "at least)");
+  distributed::parse_backend(args.backend);  // a bad name before any work
+}
+
 }  // namespace
 
 Action add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = add_torch_subcommand(app, "train");
-  cmd->add_option("--model", args->model, "Built-in model (see `remat models`)")->required();
-  cmd->add_option("--batch", args->batch, "Batch size (per rank)")->required();
-  cmd->add_option("--image", args->image, "Input height, or HxW (default: the model's)");
-  cmd->add_option(
-         "--budget", args->budget,
-         "Activation memory (per rank): SIZE (700MiB, 2.5GiB), a % of the store-all peak, min "
-         "(the least any schedule fits), or either followed by + (50%+: at least the least)")
-      ->required();
-  cmd->add_option("--steps", args->steps, "Training steps")->capture_default_str();
-  cmd->add_option("--algorithm", args->algorithm,
-                  "optimal, store-all, recompute-all, periodic or revolve")
-      ->capture_default_str();
-  cmd->add_option("--segments", args->segments, "Segments for periodic (default: sqrt(L))");
-  cmd->add_option("--device", args->device, "cpu or cuda (cuda:N)")->capture_default_str();
-  cmd->add_option("--chain", args->chain_file,
-                  "Use this chain file (from `remat profile` of the same model, batch, image and "
-                  "device) instead of profiling");
-  cmd->add_option("--classes", args->classes, "Number of classes")->capture_default_str();
-  cmd->add_option("--seq", args->sequence,
-                  "Sequence length of a language model (default: its longest)");
-  cmd->add_option(
-      "--granularity", args->granularity,
-      "Transformers: block (one stage per block, the default) or half (attention; MLP)");
-  cmd->add_option("--tokens", args->tokens_file,
-                  "Language models: train on this file of token ids (little-endian uint16, as "
-                  "nanoGPT's train.bin) instead of random ones");
-  cmd->add_option("--lr", args->lr, "SGD learning rate")->capture_default_str();
-  cmd->add_option("--repeat", args->repeat, "Profiler repetitions per quantity")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "CPU threads for LibTorch (default: its own)");
-  cmd->add_option("--nproc", args->nproc,
-                  "Data-parallel: the job's number of ranks; without --rank, started here as "
-                  "local processes");
-  cmd->add_option("--rank", args->rank,
-                  "Data-parallel across machines: this process's rank, of --nproc, meeting the "
-                  "others at --master");
-  cmd->add_option("--master", args->master,
-                  "Data-parallel: HOST:PORT of rank 0's rendezvous (default: 127.0.0.1 and a free "
-                  "port for local ranks, port 29500 with --rank)");
-  cmd->add_option("--backend", args->backend,
-                  "Data-parallel: auto (gloo on the CPU, nccl on CUDA), gloo or nccl")
-      ->capture_default_str();
-  cmd->add_option("--timeout", args->timeout_s,
-                  "Data-parallel: seconds a rank waits for the others before it stops, naming "
-                  "the rank that failed")
-      ->capture_default_str();
-  cmd->add_option("--trace", args->trace_file,
-                  "Time each operation of the last step, measured against predicted, into FILE "
-                  "(Chrome's trace format: chrome://tracing, Perfetto; rank 0's in a job)");
+  add_train_options(cmd, *args);
   return [args, cmd]() -> int {
-    args->classes_given = cmd->count("--classes") > 0;
-    if (!args->trace_file.empty()) check_output_path(args->trace_file, "the trace");
-    REMAT_CHECK(args->batch >= 1, "--batch must be at least 1");
-    // An option that would change nothing is refused rather than ignored.
-    check_segments_option(*cmd, parse_algorithm(args->algorithm), args->segments);
-    REMAT_CHECK(cmd->count("--repeat") == 0 || args->chain_file.empty(),
-                "--repeat applies to profiling, which --chain replaces");
-    REMAT_CHECK(args->steps >= 1, "--steps must be at least 1");
-    REMAT_CHECK(args->classes >= 1, "--classes must be at least 1");
-    REMAT_CHECK(args->repeat >= 1 && args->repeat <= kMaxProfileRepeat,
-                "--repeat must be from 1 to ", kMaxProfileRepeat);
-    // SGD works in the parameters' float32: a larger rate overflows there.
-    REMAT_CHECK(args->lr > 0 && args->lr <= std::numeric_limits<float>::max(), "--lr (", args->lr,
-                ") must be positive and at most ", std::numeric_limits<float>::max(),
-                " (float32's largest)");
-    check_torch_threads(args->threads);
-    REMAT_CHECK(cmd->count("--rank") == 0 || args->rank >= 0, "--rank (", args->rank,
-                ") must be at least 0");
-    REMAT_CHECK(cmd->count("--nproc") == 0 || args->nproc >= 1, "--nproc (", args->nproc,
-                ") must be at least 1");
-    REMAT_CHECK(args->nproc <= distributed::kMaxRanks, "--nproc (", args->nproc,
-                ") must be at most ", distributed::kMaxRanks);
-    REMAT_CHECK(args->timeout_s >= 0.2 && args->timeout_s <= 1e6,
-                "--timeout must be a number of seconds from 0.2 to 1e6 (ranks beat every 50 ms "
-                "at least)");
-    distributed::parse_backend(args->backend);  // a bad name before any work
+    check_train_args(*cmd, *args);
     // Which part of a job this process is: torchrun's variables, --rank, or the launcher.
     std::optional<distributed::Environment> env;
     if (distributed::Environment::in_env()) {
