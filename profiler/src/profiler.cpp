@@ -495,153 +495,206 @@ class Marks {
 // With ProfileOptions::max_steps, the passes end once another would take the time spent
 // measuring since `started` beyond max_steps of the passes' steps (at least one timed pass); on
 // the CPU the memory's measurement, which ran every stage, is the warm-up.
+class PassTimer {
+ public:
+  PassTimer(const std::vector<NamedStage>& stages, const Tensors& inputs, const Tensors& context,
+            const ProfileOptions& options, c10::Device device, Chain& chain)
+      : inputs_(inputs),
+        options_(options),
+        device_(device),
+        chain_(chain),
+        length_(stages.size()),
+        // The restart (Chain::restart_ms): the first forward without autograd, stage 0's, comes
+        // right after the backward's last engine call; stage 0 runs once more after the last
+        // stage, within the pass. On a GPU the engine call returns with the backward's kernels
+        // queued, and the GPU then waits for the forward's first launches; on the CPU the
+        // backward ran on this thread.
+        restart_(device.is_cuda() || options.measure_restart_on_cpu()),
+        fwd_(length_),
+        bwd_(length_),
+        nograd_(length_) {
+    // Made once, outside the timed passes: host work there would count as the stages'.
+    for (std::size_t i = 0; i < length_; ++i) {
+      runs_.push_back(Runner{stages[i], static_cast<int>(i), context});
+      members_.push_back(chain.members(static_cast<int>(i)));
+    }
+  }
+
+  // The warm-up and timed passes; false out of memory (the chain's times unchanged).
+  bool run(Clock::time_point started) {
+    const bool bounded = options_.max_steps() > 0;
+    const int warmup = bounded && !device_.is_cuda() ? 0 : std::max(1, options_.warmup());
+    const int repeat = std::max(1, options_.repeat());
+    // Marks: start, L forwards, L backwards, start, L forwards without autograd[, Fn_0].
+    const std::size_t per_pass = 3 * length_ + 2 + (restart_ ? 1 : 0);
+    double step_ms = 0;  // the timed passes' forward and backward, summed over the stages
+    try {
+      for (int pass = 0; pass < warmup + repeat; ++pass) {
+        const auto pass_started = Clock::now();
+        Marks marks(device_, per_pass);
+        std::vector<Tensors> outs(length_);
+        std::vector<std::vector<detail::NodePtr<detail::GradientSink>>> sinks(length_);
+        marks.mark();
+        forward_pass(marks, outs, sinks);
+        backward_pass(marks, outs, sinks);
+        nograd_pass(marks);
+        // The warm-up passes are queued and waited for like the timed ones; their marks go.
+        const std::vector<double> gaps = marks.gaps_ms();
+        if (pass < warmup) continue;
+        record(gaps);
+        if (bounded) {
+          for (std::size_t i = 0; i < length_; ++i) step_ms += fwd_[i].back() + bwd_[i].back();
+          const int timed = pass + 1 - warmup;
+          const auto now = Clock::now();
+          const double spent_ms = std::chrono::duration<double, std::milli>(now - started).count();
+          const double pass_ms =
+              std::chrono::duration<double, std::milli>(now - pass_started).count();
+          if (spent_ms + pass_ms > options_.max_steps() * step_ms / timed) break;
+        }
+      }
+    } catch (const c10::OutOfMemoryError&) {
+      return false;
+    }
+    write_times();
+    return true;
+  }
+
+ private:
+  // Gradients of ones, one per shape and type, made in the first pass.
+  torch::Tensor ones_like(const torch::Tensor& t) {
+    for (const torch::Tensor& g : ones_)
+      if (g.sizes() == t.sizes() && g.dtype() == t.dtype()) return g;
+    ones_.push_back(torch::ones(t.sizes(), t.options().requires_grad(false)));
+    return ones_.back();
+  }
+
+  // The forward with autograd through every stage, keeping each one's outputs and input sinks.
+  void forward_pass(Marks& marks, std::vector<Tensors>& outs,
+                    std::vector<std::vector<detail::NodePtr<detail::GradientSink>>>& sinks) {
+    Tensors x = inputs_;
+    for (std::size_t i = 0; i < length_; ++i) {
+      Tensors handed;
+      for (std::size_t k = 0; k < x.size(); ++k) {
+        detail::StageInput input = detail::stage_input(x[k], members_[i][k].grad);
+        handed.push_back(std::move(input.tensor));
+        sinks[i].push_back(std::move(input.sink));
+      }
+      outs[i] = runs_[i](handed);
+      marks.mark();
+      x = outs[i];
+    }
+  }
+
+  // The backward as the runtime runs it (docs/runtime.md, "How a step runs"): consecutive
+  // stages in one engine call, each stage's input sinks passing the gradient on to the stage
+  // below, cut where a member of x_k is carried through with a gradient (the runtime sums those
+  // itself); gradients of ones at the top of each call. A stage's backward ends when the first
+  // of its input sinks receives its gradient (stage j, the last of a call: when the call
+  // returns), and so do the marks: each made once, in the order of the stages, those of stages
+  // no gradient reached when their call returns.
+  void backward_pass(Marks& marks, std::vector<Tensors>& outs,
+                     std::vector<std::vector<detail::NodePtr<detail::GradientSink>>>& sinks) {
+    std::vector<bool> marked(length_, false);
+    const auto mark_stage = [&](std::size_t k) {
+      if (marked[k]) return;
+      marked[k] = true;
+      marks.mark();
+    };
+    for (std::size_t top = length_; top-- > 0;) {
+      std::size_t bottom = top;
+      while (bottom > 0 && !chain_.carries_gradient(static_cast<int>(bottom))) --bottom;
+      std::vector<torch::autograd::Edge> roots;
+      Tensors grads;
+      for (std::size_t o = 0; o < outs[top].size(); ++o) {
+        const Member& member = chain_.stages[top].outputs[o];
+        if (member.carried() || !member.grad || !outs[top][o].requires_grad()) continue;
+        roots.push_back(torch::autograd::impl::gradient_edge(outs[top][o]));
+        grads.push_back(ones_like(outs[top][o]));
+      }
+      for (std::size_t k = top; k > bottom; --k) {
+        for (std::size_t m = 0; m < sinks[k].size(); ++m) {
+          if (!sinks[k][m]) continue;
+          const torch::Tensor& below = outs[k - 1][m];
+          sinks[k][m]->pass_to(below.requires_grad() ? torch::autograd::impl::gradient_edge(below)
+                                                     : torch::autograd::Edge());
+          sinks[k][m]->on_gradient = [&mark_stage, k] { mark_stage(k); };
+        }
+      }
+      for (std::size_t k = bottom; k <= top; ++k) outs[k].clear();
+      detail::run_backward(std::move(roots), std::move(grads));
+      for (std::size_t k = top + 1; k-- > bottom;) {
+        mark_stage(k);
+        sinks[k].clear();
+      }
+      top = bottom;
+    }
+  }
+
+  // The forward without autograd, and stage 0 once more for the restart.
+  void nograd_pass(Marks& marks) {
+    torch::NoGradGuard no_grad;
+    marks.mark();
+    Tensors x = inputs_;
+    for (std::size_t i = 0; i < length_; ++i) {
+      Tensors detached;
+      for (const torch::Tensor& t : x) detached.push_back(t.detach());
+      x = runs_[i](detached);
+      marks.mark();
+    }
+    if (restart_) {
+      Tensors detached;
+      for (const torch::Tensor& t : inputs_) detached.push_back(t.detach());
+      (void)runs_[0](detached);
+      marks.mark();
+    }
+  }
+
+  // One timed pass's times, from the gaps between its marks.
+  void record(const std::vector<double>& gaps) {
+    for (std::size_t i = 0; i < length_; ++i) {
+      fwd_[i].push_back(gaps[i]);
+      bwd_[length_ - 1 - i].push_back(gaps[length_ + i]);
+      nograd_[i].push_back(gaps[2 * length_ + 1 + i]);
+    }
+    if (restart_) {
+      // From the backward's end to Fn_0's end (the host's work in between included), less
+      // Fn_0 within the pass, which is stage 0's time without autograd.
+      const double within = gaps[3 * length_ + 1];
+      restarts_.push_back(gaps[2 * length_] + gaps[2 * length_ + 1] - within);
+      nograd_[0].back() = within;
+    }
+  }
+
+  // The medians into the chain.
+  void write_times() {
+    for (std::size_t i = 0; i < length_; ++i) {
+      Stage& stage = chain_.stages[i];
+      stage.fwd_ms = median(fwd_[i]);
+      stage.fwd_nograd_ms = median(nograd_[i]);
+      bool graded = false;
+      for (const Member& m : stage.outputs) graded = graded || (!m.carried() && m.grad);
+      stage.bwd_ms = graded ? median(bwd_[i]) : 0.0;
+    }
+    chain_.restart_ms = restart_ ? std::max(0.0, median(restarts_)) : 0.0;
+  }
+
+  const Tensors& inputs_;
+  const ProfileOptions& options_;
+  const c10::Device device_;
+  Chain& chain_;
+  const std::size_t length_;
+  const bool restart_;
+  std::vector<Runner> runs_;
+  std::vector<std::vector<Member>> members_;
+  Tensors ones_;
+  std::vector<std::vector<double>> fwd_, bwd_, nograd_;
+  std::vector<double> restarts_;
+};
+
 bool time_in_passes(const std::vector<NamedStage>& stages, const Tensors& inputs,
                     const Tensors& context, const ProfileOptions& options, c10::Device device,
                     Clock::time_point started, Chain& chain) {
-  const std::size_t length = stages.size();
-  const bool bounded = options.max_steps() > 0;
-  const int warmup = bounded && !device.is_cuda() ? 0 : std::max(1, options.warmup());
-  const int repeat = std::max(1, options.repeat());
-  double step_ms = 0;  // the timed passes' forward and backward, summed over the stages
-  // The restart (Chain::restart_ms): the first forward without autograd, stage 0's, comes right
-  // after the backward's last engine call; stage 0 runs once more after the last stage, within
-  // the pass. On a GPU the engine call returns with the backward's kernels queued, and the GPU
-  // then waits for the forward's first launches; on the CPU the backward ran on this thread.
-  const bool restart = device.is_cuda() || options.measure_restart_on_cpu();
-  const std::size_t per_pass = 3 * length + 2 + (restart ? 1 : 0);  // marks: start, L forwards,
-                                      // L backwards, start, L forwards without autograd[, Fn_0]
-  // Made once, outside the timed passes: host work there would count as the stages'.
-  std::vector<Runner> runs;
-  std::vector<std::vector<Member>> members;
-  for (std::size_t i = 0; i < length; ++i) {
-    runs.push_back(Runner{stages[i], static_cast<int>(i), context});
-    members.push_back(chain.members(static_cast<int>(i)));
-  }
-  std::vector<std::vector<double>> fwd(length), bwd(length), nograd(length);
-  std::vector<double> restarts;
-  try {
-    Tensors ones;  // gradients of ones, one per shape and type, made in the first pass
-    const auto ones_like = [&](const torch::Tensor& t) {
-      for (const torch::Tensor& g : ones)
-        if (g.sizes() == t.sizes() && g.dtype() == t.dtype()) return g;
-      ones.push_back(torch::ones(t.sizes(), t.options().requires_grad(false)));
-      return ones.back();
-    };
-    for (int pass = 0; pass < warmup + repeat; ++pass) {
-      const auto pass_started = Clock::now();
-      Marks marks(device, per_pass);
-      std::vector<Tensors> outs(length);
-      std::vector<std::vector<detail::NodePtr<detail::GradientSink>>> sinks(length);
-      marks.mark();
-      {
-        Tensors x = inputs;
-        for (std::size_t i = 0; i < length; ++i) {
-          Tensors handed;
-          for (std::size_t k = 0; k < x.size(); ++k) {
-            detail::StageInput input = detail::stage_input(x[k], members[i][k].grad);
-            handed.push_back(std::move(input.tensor));
-            sinks[i].push_back(std::move(input.sink));
-          }
-          outs[i] = runs[i](handed);
-          marks.mark();
-          x = outs[i];
-        }
-      }
-      // The backward as the runtime runs it (docs/runtime.md, "How a step runs"): consecutive
-      // stages in one engine call, each stage's input sinks passing the gradient on to the
-      // stage below, cut where a member of x_k is carried through with a gradient (the runtime
-      // sums those itself); gradients of ones at the top of each call. A stage's backward ends
-      // when the first of its input sinks receives its gradient (stage j, the last of a call:
-      // when the call returns), and so do the marks: each made once, in the order of the
-      // stages, those of stages no gradient reached when their call returns.
-      std::vector<bool> marked(length, false);
-      const auto mark_stage = [&](std::size_t k) {
-        if (marked[k]) return;
-        marked[k] = true;
-        marks.mark();
-      };
-      for (std::size_t top = length; top-- > 0;) {
-        std::size_t bottom = top;
-        while (bottom > 0 && !chain.carries_gradient(static_cast<int>(bottom))) --bottom;
-        std::vector<torch::autograd::Edge> roots;
-        Tensors grads;
-        for (std::size_t o = 0; o < outs[top].size(); ++o) {
-          const Member& member = chain.stages[top].outputs[o];
-          if (member.carried() || !member.grad || !outs[top][o].requires_grad()) continue;
-          roots.push_back(torch::autograd::impl::gradient_edge(outs[top][o]));
-          grads.push_back(ones_like(outs[top][o]));
-        }
-        for (std::size_t k = top; k > bottom; --k) {
-          for (std::size_t m = 0; m < sinks[k].size(); ++m) {
-            if (!sinks[k][m]) continue;
-            const torch::Tensor& below = outs[k - 1][m];
-            sinks[k][m]->pass_to(below.requires_grad() ? torch::autograd::impl::gradient_edge(below)
-                                                       : torch::autograd::Edge());
-            sinks[k][m]->on_gradient = [&mark_stage, k] { mark_stage(k); };
-          }
-        }
-        for (std::size_t k = bottom; k <= top; ++k) outs[k].clear();
-        detail::run_backward(std::move(roots), std::move(grads));
-        for (std::size_t k = top + 1; k-- > bottom;) {
-          mark_stage(k);
-          sinks[k].clear();
-        }
-        top = bottom;
-      }
-      {
-        torch::NoGradGuard no_grad;
-        marks.mark();
-        Tensors x = inputs;
-        for (std::size_t i = 0; i < length; ++i) {
-          Tensors detached;
-          for (const torch::Tensor& t : x) detached.push_back(t.detach());
-          x = runs[i](detached);
-          marks.mark();
-        }
-        if (restart) {
-          Tensors detached;
-          for (const torch::Tensor& t : inputs) detached.push_back(t.detach());
-          (void)runs[0](detached);
-          marks.mark();
-        }
-      }
-      // The warm-up passes are queued and waited for like the timed ones; their marks go.
-      const std::vector<double> gaps = marks.gaps_ms();
-      if (pass < warmup) continue;
-      for (std::size_t i = 0; i < length; ++i) {
-        fwd[i].push_back(gaps[i]);
-        bwd[length - 1 - i].push_back(gaps[length + i]);
-        nograd[i].push_back(gaps[2 * length + 1 + i]);
-      }
-      if (restart) {
-        // From the backward's end to Fn_0's end (the host's work in between included), less
-        // Fn_0 within the pass, which is stage 0's time without autograd.
-        const double within = gaps[3 * length + 1];
-        restarts.push_back(gaps[2 * length] + gaps[2 * length + 1] - within);
-        nograd[0].back() = within;
-      }
-      if (bounded) {
-        for (std::size_t i = 0; i < length; ++i) step_ms += fwd[i].back() + bwd[i].back();
-        const int timed = pass + 1 - warmup;
-        const auto now = Clock::now();
-        const double spent_ms = std::chrono::duration<double, std::milli>(now - started).count();
-        const double pass_ms = std::chrono::duration<double, std::milli>(now - pass_started).count();
-        if (spent_ms + pass_ms > options.max_steps() * step_ms / timed) break;
-      }
-    }
-  } catch (const c10::OutOfMemoryError&) {
-    return false;
-  }
-  for (std::size_t i = 0; i < length; ++i) {
-    Stage& stage = chain.stages[i];
-    stage.fwd_ms = median(fwd[i]);
-    stage.fwd_nograd_ms = median(nograd[i]);
-    bool graded = false;
-    for (const Member& m : stage.outputs) graded = graded || (!m.carried() && m.grad);
-    stage.bwd_ms = graded ? median(bwd[i]) : 0.0;
-  }
-  chain.restart_ms = restart ? std::max(0.0, median(restarts)) : 0.0;
-  return true;
+  return PassTimer(stages, inputs, context, options, device, chain).run(started);
 }
 
 }  // namespace
