@@ -133,6 +133,7 @@ class Checkpointable(nn.Module):
                                      self._context_count if self._takes_context else 0),
                               self._takes_context))
         self._impl = _C.Checkpointable(fused)
+        self._impl.set_outside_bytes(self._extra_loss_bytes)
 
     def _fold_in_place_stages(self, sample: Sequence[torch.Tensor], context: Sequence[torch.Tensor]) -> None:
         """Runs each stage that changes its input in place within the stage before it (a lone
@@ -231,15 +232,22 @@ class Checkpointable(nn.Module):
         self._measured_grads = None  # the chain's own
 
     def store_all_peak(self) -> int:
-        """Store-all's peak, the runtime's reserve included: what ``"100%"`` means."""
+        """Store-all's peak, ``reserve_bytes()`` included: what ``"100%"`` means."""
         return self._impl.store_all_peak()
+
+    def reserve_bytes(self) -> int:
+        """What comes out of every budget before the schedule is solved for the rest: the
+        runtime's own tensors and ``loss_tmp_memory_usage``. Every figure of a solution
+        (``budget_bytes``, ``peak_bytes``, ``min_feasible_budget_bytes``), ``min_budget()`` and
+        ``store_all_peak()`` include it."""
+        self._check_stages()
+        return self._impl.reserve_bytes()
 
     def min_budget(self, algorithm: str = "optimal", *, slots: int = 0, segments: int = 0,
                    exact_storages: bool = True) -> int:
         """The least budget ``compute_sequence`` accepts with these options."""
         slots, segments, _ = _solver_arguments(slots, segments, 0)
-        least = self._impl.min_budget(algorithm, slots, segments, bool(exact_storages))
-        return least + self._extra_loss_bytes if least >= 0 else -1
+        return self._impl.min_budget(algorithm, slots, segments, bool(exact_storages))
 
     def compute_sequence(self, budget: Optional[Budget] = None, algorithm: str = "optimal", *,
                          slots: int = 0, segments: int = 0, threads: int = 0,
@@ -267,9 +275,9 @@ class Checkpointable(nn.Module):
             given if given is not None else self._default_budget(), self.store_all_peak(),
             lambda: self.min_budget(algorithm, slots=slots, segments=segments,
                                     exact_storages=exact_storages))
-        # rotor's loss_tmp_memory_usage: bytes of a loss remat cannot see, kept out of the budget.
-        solution = self._impl.compute_sequence(max(0, budget_bytes - self._extra_loss_bytes),
-                                               algorithm, slots, segments, threads,
+        # The runtime's reserve and rotor's loss_tmp_memory_usage come out of the budget in the
+        # C++ runtime (reserve_bytes()), and every figure of the solution includes them.
+        solution = self._impl.compute_sequence(budget_bytes, algorithm, slots, segments, threads,
                                                bool(exact_storages))
         if budget is not None:
             self.budget = budget

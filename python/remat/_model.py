@@ -151,6 +151,7 @@ class ModelCheckpointable(Checkpointable):
         else:
             captured = CapturedGraph(self.module, args, kwargs, self._max_stages)
             impl = _C.Checkpointable([(name, stage, False) for name, stage in captured.stages()])
+            impl.set_outside_bytes(self._extra_loss_bytes)
             self._captures[key] = (captured, impl)
             while len(self._captures) > 4:
                 self._captures.popitem(last=False)

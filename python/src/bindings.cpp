@@ -395,6 +395,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("solution",
                              [](const CheckpointableImpl& self) { return self.solution(); })
       .def("store_all_peak", &CheckpointableImpl::store_all_peak)
+      .def("set_outside_bytes", &CheckpointableImpl::set_outside_bytes, py::arg("bytes"))
+      .def("reserve_bytes", &CheckpointableImpl::reserve_bytes)
       .def(
           "min_budget",
           [](const CheckpointableImpl& self, const std::string& algorithm, std::int64_t slots,

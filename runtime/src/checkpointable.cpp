@@ -296,13 +296,13 @@ const Solution& CheckpointableImpl::compute_sequence(std::int64_t budget_bytes, 
 
 const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options) {
   const Chain& chain = this->chain();
-  // The runtime's own tensors (the scalar roots of its inner backward calls) and the caller's
-  // loss value come out of the budget: the schedule is computed for what is left, and the
+  // The runtime's own tensors (the scalar roots of its inner backward calls), the caller's
+  // loss value and the bytes outside the chain the caller named come out of the budget: the schedule is computed for what is left, and the
   // figures reported to the caller include them again.
   TORCH_CHECK_VALUE(options.budget_bytes() >= 0,
                     "Checkpointable::compute_sequence: a negative budget (", options.budget_bytes(),
                     " bytes)");
-  const std::int64_t reserve = runtime_reserve_bytes(device());
+  const std::int64_t reserve = reserve_bytes();
   SolveOptions reserved = options;
   reserved.budget_bytes(std::max<std::int64_t>(0, options.budget_bytes() - reserve));
   Solution solution = solver_call([&] { return solve(chain, reserved); });
@@ -313,13 +313,25 @@ const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options
   return *solution_;
 }
 
+void CheckpointableImpl::set_outside_bytes(std::int64_t bytes) {
+  TORCH_CHECK_VALUE(bytes >= 0 && bytes <= kMaxChainBytes,
+                    "Checkpointable::set_outside_bytes: ", bytes,
+                    " bytes (from 0 to 2^50, the largest size a chain holds)");
+  outside_bytes_ = bytes;
+  solution_.reset();  // solved for other bytes
+}
+
+std::int64_t CheckpointableImpl::reserve_bytes() const {
+  return runtime_reserve_bytes(device()) + outside_bytes_;
+}
+
 std::int64_t CheckpointableImpl::store_all_peak() const {
-  return remat::store_all_peak(chain()) + runtime_reserve_bytes(device());
+  return remat::store_all_peak(chain()) + reserve_bytes();
 }
 
 std::int64_t CheckpointableImpl::min_budget(const SolveOptions& options) const {
   const std::int64_t least = solver_call([&] { return min_feasible_budget(chain(), options); });
-  return least >= 0 ? least + runtime_reserve_bytes(device()) : -1;
+  return least >= 0 ? least + reserve_bytes() : -1;
 }
 
 c10::Device CheckpointableImpl::device() const {

@@ -826,3 +826,60 @@ def test_peak_during_is_the_peak_above_what_was_allocated_before():
     assert remat.peak_during(lambda: kept.clone(), torch.device("cpu")) == 8 << 20
     with pytest.raises(ValueError, match="on the CPU or CUDA, not meta"):
         remat.peak_during(lambda: None, "meta")
+
+
+def test_loss_tmp_memory_usage_is_in_every_figure_as_the_reserve_is():
+    """rotor's loss_tmp_memory_usage comes out of the budget with the runtime's reserve, and the
+    least budget, the store-all peak, the solution's budget and peak include both, alike."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 64, requires_grad=True)
+    extra = 3 << 20
+    plain = remat.Checkpointable(mlp(), x, progress=False)
+    outside = remat.Checkpointable(mlp(), loss_tmp_memory_usage=extra, progress=False)
+    outside.set_chain(plain.chain)
+    reserve = remat._C.runtime_reserve_bytes("cpu")
+    assert plain.reserve_bytes() == reserve
+    assert outside.reserve_bytes() == reserve + extra
+    assert outside.store_all_peak() == plain.store_all_peak() + extra
+    least = outside.min_budget()
+    assert least == plain.min_budget() + extra
+    for budget in (least, (least + outside.store_all_peak()) // 2, outside.store_all_peak()):
+        ours, theirs = outside.compute_sequence(budget), plain.compute_sequence(budget - extra)
+        assert ours.ok and theirs.ok
+        assert ours.budget_bytes == budget
+        assert ours.peak_bytes == theirs.peak_bytes + extra <= budget
+        assert ours.min_feasible_budget_bytes == least
+        assert ours.sequence == theirs.sequence
+    # "100%" is store-all, with the extra bytes as without them.
+    assert outside.compute_sequence("100%").peak_bytes == outside.store_all_peak()
+    below = outside.compute_sequence(least - 1)
+    assert not below.ok and below.min_feasible_budget_bytes == least
+    with pytest.raises(ValueError, match="set_outside_bytes"):
+        outside._impl.set_outside_bytes(-1)
+
+
+class _Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.c(torch.relu(self.b(h)) + h)
+
+
+def test_loss_tmp_memory_usage_of_a_whole_model_is_in_every_figure():
+    torch.manual_seed(0)
+    x = torch.randn(8, 32)
+    extra = 1 << 20
+    plain = remat.Checkpointable(_Residual(), x, progress=False)
+    outside = remat.Checkpointable(_Residual(), x, progress=False, loss_tmp_memory_usage=extra)
+    assert isinstance(outside, remat.ModelCheckpointable)
+    assert outside.reserve_bytes() == plain.reserve_bytes() + extra
+    outside.set_chain(plain.chain)
+    assert outside.store_all_peak() == plain.store_all_peak() + extra
+    least = outside.min_budget()
+    assert least == plain.min_budget() + extra
+    solution = outside.compute_sequence(least)
+    assert solution.ok and solution.budget_bytes == least
+    assert solution.peak_bytes == plain.compute_sequence(least - extra).peak_bytes + extra

@@ -1328,3 +1328,37 @@ TEST_CASE("a loss measured with the output let go gives the budget the logits ba
   }
   CHECK(store_all[true] - store_all[false] == logits);
 }
+
+TEST_CASE("bytes outside the chain come out of every budget with the reserve, and every figure "
+          "includes them",
+          "[runtime]") {
+  torch::manual_seed(3);
+  nn::Sequential net(nn::Linear(16, 64), nn::ReLU(), nn::Linear(64, 64), nn::ReLU(),
+                     nn::Linear(64, 4));
+  const remat::Chain chain = remat::profile(net, torch::randn({8, 16}).requires_grad_(true),
+                                            remat::ProfileOptions().measure_time(false))
+                                 .chain;
+  const std::int64_t extra = 3 << 20;
+  const std::int64_t reserve = remat::runtime_reserve_bytes(torch::kCPU);
+  remat::Checkpointable plain(net), outside(net);
+  plain->set_chain(chain);
+  outside->set_chain(chain);
+  outside->set_outside_bytes(extra);
+  CHECK(outside->outside_bytes() == extra);
+  CHECK(plain->reserve_bytes() == reserve);
+  CHECK(outside->reserve_bytes() == reserve + extra);
+  CHECK(outside->store_all_peak() == remat::store_all_peak(chain) + reserve + extra);
+  const std::int64_t least = outside->min_budget();
+  CHECK(least == plain->min_budget() + extra);
+  for (const std::int64_t budget : {least, outside->store_all_peak()}) {
+    const remat::Solution ours = outside->compute_sequence(budget);
+    const remat::Solution theirs = plain->compute_sequence(budget - extra);
+    REQUIRE(ours.ok());
+    CHECK(ours.budget_bytes == budget);
+    CHECK(ours.peak_bytes == theirs.peak_bytes + extra);
+    CHECK(ours.peak_bytes == ours.simulation.peak_bytes + reserve + extra);
+    CHECK(ours.min_feasible_budget_bytes == least);
+  }
+  CHECK_FALSE(outside->compute_sequence(least - 1).ok());
+  CHECK_THROWS_AS(outside->set_outside_bytes(-1), c10::ValueError);
+}

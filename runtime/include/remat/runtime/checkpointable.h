@@ -137,12 +137,21 @@ class CheckpointableImpl : public torch::nn::Module {
   /// Uses a chain measured earlier (e.g. loaded with remat::load_chain) instead of measuring;
   /// it must have one stage per element of the network.
   void set_chain(Chain chain);
+  /// Bytes the training step takes outside the chain, which remat does not measure (rotor's
+  /// loss_tmp_memory_usage: a loss given to no one): they come out of every budget with the
+  /// runtime's own tensors (reserve_bytes()). 0 unless set; ValueError if negative.
+  void set_outside_bytes(std::int64_t bytes);
+  std::int64_t outside_bytes() const { return outside_bytes_; }
+  /// What comes out of every budget before the schedule is solved for the rest, and what every
+  /// figure below includes again: runtime_reserve_bytes(device()) + outside_bytes().
+  std::int64_t reserve_bytes() const;
+
   /// Computes the schedule forward() runs within `budget_bytes` of activation memory on
-  /// device(), and returns it with its status. The runtime's own small tensors
-  /// (runtime_reserve_bytes) come out of the budget, and every figure of the returned Solution
-  /// includes them: `budget_bytes` is the budget given, `peak_bytes` the predicted peak, and
-  /// `min_feasible_budget_bytes` the least budget the algorithm accepts (so that store-all at
-  /// store_all_peak() runs); its `simulation` is the chain's own, without the reserve. A budget
+  /// device(), and returns it with its status. reserve_bytes() come out of the budget, and
+  /// every figure of the returned Solution includes them: `budget_bytes` is the budget given,
+  /// `peak_bytes` the predicted peak, and `min_feasible_budget_bytes` the least budget the
+  /// algorithm accepts (so that store-all at store_all_peak() runs); its `simulation` is the
+  /// chain's own, without them (its peak is `peak_bytes - reserve_bytes()`). A budget
   /// that cannot be met is not an exception: the status is
   /// `infeasible` (ok() is false), and forward() refuses to train until a budget that works is
   /// given. Throws c10::Error when no chain is known, c10::ValueError for bad options.
@@ -150,11 +159,11 @@ class CheckpointableImpl : public torch::nn::Module {
                                    Algorithm algorithm = Algorithm::kOptimal);
   /// Uses `options` as given (slots, segments, threads, ...); the budget as above.
   const Solution& compute_sequence(const SolveOptions& options);
-  /// The peak of store-all (every activation kept), reserve included: the least budget for
-  /// which compute_sequence returns store-all, and what percentages of a budget refer to.
+  /// The peak of store-all (every activation kept), reserve_bytes() included: the least budget
+  /// for which compute_sequence returns store-all, and what percentages of a budget refer to.
   std::int64_t store_all_peak() const;
   /// The least budget compute_sequence(options) accepts (the options' budget is ignored),
-  /// reserve included.
+  /// reserve_bytes() included.
   std::int64_t min_budget(const SolveOptions& options = SolveOptions(0)) const;
 
   /// The device the schedule runs on: the measured sample's, else the network's parameters'
@@ -225,6 +234,7 @@ class CheckpointableImpl : public torch::nn::Module {
   // measure()'s autocast for the sample's device type (none after set_chain, which cannot know).
   std::optional<c10::ScalarType> measured_autocast_;
   std::optional<Solution> solution_;
+  std::int64_t outside_bytes_ = 0;
   // trace_next_step(): the next step records into a new trace, which becomes last_trace_ when
   // its backward ends (the step's executor may outlive this module: shared).
   bool trace_next_ = false;
