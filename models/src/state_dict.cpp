@@ -1016,9 +1016,9 @@ std::vector<StateDictEntry> read_legacy(std::istream& file, uint64_t size,
   const auto allocate_storage = [&](const StorageId& id) {
     if (in_header) fail(path, "storage '" + id.key + "' in a header pickle of the legacy format");
     auto it = pending.find(id.key);
-    if (it != pending.end())
+    if (it != pending.end()) {
       check_same_dtype(path, "storage '" + id.key + "'", it->second.dtype, id.dtype);
-    if (it == pending.end()) {
+    } else {
       const auto element_size = static_cast<int64_t>(c10::elementSize(id.dtype));
       // All the storages named so far must fit in what is left of the file: so together they
       // never take more memory than the file's size.

@@ -297,8 +297,9 @@ const Solution& CheckpointableImpl::compute_sequence(std::int64_t budget_bytes, 
 const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options) {
   const Chain& chain = this->chain();
   // The runtime's own tensors (the scalar roots of its inner backward calls), the caller's
-  // loss value and the bytes outside the chain the caller named come out of the budget: the schedule is computed for what is left, and the
-  // figures reported to the caller include them again.
+  // loss value and the bytes outside the chain the caller named (reserve_bytes()) come out of
+  // the budget: the schedule is computed for what is left, and the figures reported to the
+  // caller include them again.
   TORCH_CHECK_VALUE(options.budget_bytes() >= 0,
                     "Checkpointable::compute_sequence: a negative budget (", options.budget_bytes(),
                     " bytes)");

@@ -233,8 +233,9 @@ std::int64_t peak_of(const Chain& chain, const Sequence& sequence) {
 // may try at its first probe, answers every probe (its top row holds the optimum for every
 // capacity), with its unit: a rebuild and a simulation per probe.
 void search_optimal_above_budget(const Chain& chain, const SolveOptions& options, Solution& out) {
-  // Without carried members nothing to search: no store-all simulation either.
-  if (!out.ok() || chain.carried_bytes() == 0) return;
+  // Run only where refinements() lists it: the chain carries members (without, nothing to
+  // search, and no store-all simulation either).
+  if (!out.ok()) return;
   const std::int64_t budget = options.budget_bytes();
   const std::int64_t store_all = store_all_peak(chain);
   const std::int64_t largest = detail::search_ceiling(chain, budget, store_all);
@@ -276,7 +277,7 @@ void search_optimal_above_budget(const Chain& chain, const SolveOptions& options
 // SolveOptions::merge_carried_runs after the chain's own result `out`: the merged chain's
 // sequence, expanded, where it is faster or `out` found none; the least budget is the smaller.
 void solve_merged_runs(const Chain& chain, const SolveOptions& options, Solution& out) {
-  if (chain.carried_bytes() == 0) return;
+  // Run only where refinements() lists it: the chain carries members.
   const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain);
   if (!merged) return;
   // Store-all needs no other candidate, nothing is faster: only the least budget.
@@ -302,7 +303,7 @@ void solve_merged_runs(const Chain& chain, const SolveOptions& options, Solution
 // SolveOptions::exact_storages after the other candidates: the storage-exact table's sequence
 // where it is faster, or where nothing else fits; its least budget is exact.
 void solve_storage_exact(const Chain& chain, const SolveOptions& options, Solution& out) {
-  if (!detail::storage_dp_applies(chain)) return;
+  // Run only where refinements() lists it: storage_dp_applies(chain).
   const std::int64_t least = detail::StorageDp::least_bytes(chain);
   out.min_feasible_budget_bytes = std::min(out.min_feasible_budget_bytes, least);
   const std::int64_t budget = options.budget_bytes();
