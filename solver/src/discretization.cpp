@@ -234,7 +234,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOption
   const std::int64_t exact_min = exact_min_budget(chain, options);
   // Automatic slots: below the discretized minimum solve() refines the units, down to the
   // least-memory sequence in exact bytes; store-all's peak is never below it.
-  if (options.slots() == 0 && !published) return std::min(exact_min, store_all_peak(chain));
+  if (automatic_slots(options)) return std::min(exact_min, store_all_peak(chain));
   // Below `slots` bytes the problem is solved in exact bytes.
   if (exact_min < slots) return exact_min;
   // From `slots` bytes on, feasibility depends on the unit u = floor(budget / slots) alone

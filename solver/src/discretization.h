@@ -10,6 +10,13 @@
 namespace remat {
 namespace detail {
 
+// Whether `options` ask for remat's automatic slots with its own recurrence: the optimal solve
+// that is exact in bytes (its units refined down to bytes near the least memory), and the only
+// one the refining strategies (strategies.h) apply to.
+inline bool automatic_slots(const SolveOptions& options) {
+  return options.slots() == 0 && !options.reference_recurrence();
+}
+
 // The slots used for a chain: `requested` if positive, else the automatic choice.
 std::int64_t slot_count(const Chain& chain, std::int64_t requested);
 

@@ -63,7 +63,8 @@ class TradeoffRun {
         .threads(options_.threads())
         .memory_limit_bytes(options_.memory_limit_bytes());
   }
-  bool given_slots() const { return options_.slots() > 0; }
+  // Automatic slots (discretization.h): solve()'s refining strategies apply.
+  bool automatic() const { return detail::automatic_slots(solve_options(0)); }
 
   // Revolve: every checkpoint count simulated once; periodic: every segment count.
   void heuristics() {
@@ -115,7 +116,7 @@ class TradeoffRun {
     out_.budgets.back() = to;
     // The optimal table's budget (automatic slots: below the store-all peak, which gets
     // store-all as in solve()).
-    largest_ = given_slots() ? to : std::min(to, out_.store_all_peak_bytes - 1);
+    largest_ = automatic() ? std::min(to, out_.store_all_peak_bytes - 1) : to;
     out_.optimal.resize(out_.budgets.size());
     own_.assign(out_.budgets.size(), false);
   }
@@ -131,9 +132,9 @@ class TradeoffRun {
     const detail::TableMemory memory(chain_, options_.threads());
     std::int64_t slots = detail::slot_count(chain_, options_.slots());
     const std::int64_t table_budget = std::max<std::int64_t>(largest_, 1);
-    const bool table_needed = largest_ >= from_ && (!given_slots() || optimal_least >= 0);
+    const bool table_needed = largest_ >= from_ && (automatic() || optimal_least >= 0);
     if (table_needed) {
-      if (!given_slots())
+      if (automatic())
         slots = detail::slots_within_memory(memory, limit, std::numeric_limits<std::int64_t>::max(),
                                             slots, false, out_.warning);
       else
@@ -151,12 +152,12 @@ class TradeoffRun {
           units, min_memory, disc.capacity_units - units.context, options_.threads());
     for (std::size_t k = 0; k < out_.budgets.size(); ++k) {
       const std::int64_t budget = out_.budgets[k];
-      if (given_slots() && (optimal_least < 0 || budget < optimal_least)) {
+      if (!automatic() && (optimal_least < 0 || budget < optimal_least)) {
         out_.optimal[k] = TradeoffPoint{budget, false, 0, 0, 0};
         continue;
       }
       Sequence sequence;
-      if (!given_slots() && budget >= out_.store_all_peak_bytes) {
+      if (automatic() && budget >= out_.store_all_peak_bytes) {
         sequence = detail::store_all_sequence(chain_.length());
       } else if (table) {
         sequence = detail::table_sequence(*table, units, disc, budget);
@@ -167,7 +168,7 @@ class TradeoffRun {
       }
       out_.optimal[k] = point_of(chain_, sequence, time_, budget);
       // solve()'s search above the budget, on the table.
-      if (given_slots() || !table) continue;
+      if (!automatic() || !table) continue;
       detail::search_above_budget(
           chain_, budget, out_.store_all_peak_bytes, out_.optimal[k].makespan_ms, time_,
           [&](std::int64_t bytes) { return detail::table_sequence(*table, units, disc, bytes); },
@@ -181,7 +182,7 @@ class TradeoffRun {
   // once the table is freed: the merged chain's solve at the point's budget, expanded, where
   // it is faster (store-all is never beaten).
   void merged_points() {
-    if (given_slots() || chain_.carried_bytes() == 0) return;
+    if (!automatic() || chain_.carried_bytes() == 0) return;
     const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain_);
     if (!merged) return;
     for (std::size_t k = 0; k < out_.budgets.size(); ++k) {
@@ -198,7 +199,7 @@ class TradeoffRun {
   // solve()'s storage-exact table (SolveOptions::exact_storages), one for every point, at the
   // table's unit: its sequence where it is faster.
   void storage_points() {
-    if (given_slots() || !detail::storage_dp_applies(chain_) || largest_ < from_) return;
+    if (!automatic() || !detail::storage_dp_applies(chain_) || largest_ < from_) return;
     const detail::StorageTable storage =
         detail::storage_table(chain_, std::max<std::int64_t>(largest_, 1), false,
                               options_.use_nograd_time(), options_.memory_limit_bytes(),
