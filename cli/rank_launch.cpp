@@ -13,7 +13,7 @@
 
 #include "cli.h"
 #include "remat/distributed.h"
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 namespace remat::cli {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 namespace remat::cli {
 

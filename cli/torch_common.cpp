@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "remat/config.h"
 #include "remat/solver/solver.h"
-#include "remat/solver/units.h"
+#include "remat/base/units.h"
 
 namespace remat::cli {
 namespace {

@@ -235,7 +235,7 @@ ctest --test-dir build-debian --output-on-failure -j "$jobs" -E "$left_to_build"
 step "a project that uses find_package(remat), against LibTorch 1.13"
 bash scripts/consumer-check.sh build-debian
 
-# 6. The solver, report and CLI tests under AddressSanitizer + UBSan (build-asan/, without the
+# 6. The base, solver, report and CLI tests under AddressSanitizer + UBSan (build-asan/, without the
 # LibTorch components: LibTorch itself is not instrumented). -O1 (what AddressSanitizer's
 # documentation advises) and line tables only (-g1: the reports' file:line): the CLI tests'
 # long test functions took 115 s to compile at -O2 -g, 54 s so.
@@ -251,7 +251,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # 7. The libFuzzer targets (fuzz/: the chain parser, the solver on extreme chains, the
 # state-dict and safetensors readers), built with clang, each input committed in fuzz/corpus/
 # run once: the same inputs on every run.
-fuzz_key=$(passed_key fuzz solver models/src/state_dict.cpp models/src/safetensors.cpp models/include \
+fuzz_key=$(passed_key fuzz base solver models/src/state_dict.cpp models/src/safetensors.cpp models/include \
                       core/include scripts/fuzz.sh scripts/ccache.sh)
 unless_passed fuzzing "$fuzz_key" "fuzzing, the committed inputs (scripts/fuzz.sh --ci, into build-fuzz/)" \
   bash scripts/fuzz.sh --ci

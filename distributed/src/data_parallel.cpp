@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "remat/core/profiling_scope.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat::distributed {
 namespace {

@@ -25,7 +25,7 @@
 
 #include "backends.h"
 #include "remat/distributed/launcher.h"
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 namespace remat::distributed {
 namespace {

@@ -1,6 +1,6 @@
 // A build without NCCL: Group::create refuses the nccl backend before it gets here.
 #include "backends.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat::distributed {
 

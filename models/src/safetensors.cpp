@@ -15,7 +15,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 // The checks follow the reference implementation (the Rust crate's SafeTensors::read_metadata and
 // Metadata::validate): the header length at most MAX_HEADER_SIZE and inside the file; the header

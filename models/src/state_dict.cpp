@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 // What torch.save writes, and so what this reads (torch/serialization.py):
 //  - zip format: an archive whose data.pkl is a pickle of the object, each tensor a REDUCE of

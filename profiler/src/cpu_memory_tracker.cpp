@@ -15,7 +15,7 @@
 
 #include "detail.h"
 #include "remat/profiler/memory_tracker.h"
-#include "remat/solver/units.h"
+#include "remat/base/units.h"
 
 namespace remat {
 namespace detail {

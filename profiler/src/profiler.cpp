@@ -44,7 +44,7 @@
 #include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
 #include "remat/solver/solver.h"
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 namespace remat {
 namespace {

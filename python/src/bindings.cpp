@@ -22,13 +22,13 @@
 #include "remat/runtime/allocator.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
-#include "remat/solver/check.h"
-#include "remat/solver/files.h"
+#include "remat/base/check.h"
+#include "remat/base/files.h"
 #include "remat/solver/partition.h"
 #include "remat/solver/solver.h"
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 #include "remat/solver/tradeoff.h"
-#include "remat/solver/units.h"
+#include "remat/base/units.h"
 
 namespace py = pybind11;
 

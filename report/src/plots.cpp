@@ -6,8 +6,8 @@
 #include <stdexcept>
 
 #include "remat/solver/simulator.h"
-#include "remat/solver/text.h"
-#include "remat/solver/units.h"
+#include "remat/base/text.h"
+#include "remat/base/units.h"
 #include "svg.h"
 
 namespace remat {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 namespace remat::detail {
 

@@ -13,7 +13,7 @@
 #include "executor.h"
 #include "remat/core/autograd_node.h"
 #include "remat/core/error.h"
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 namespace remat {
 namespace {

@@ -13,7 +13,7 @@
 #include "remat/core/autocast_cache.h"
 #include "remat/core/generator_state.h"
 #include "remat/profiler/memory_tracker.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat::detail {
 namespace {

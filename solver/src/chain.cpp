@@ -6,8 +6,8 @@
 #include <set>
 
 #include "json_fields.h"
-#include "remat/solver/check.h"
-#include "remat/solver/files.h"
+#include "remat/base/check.h"
+#include "remat/base/files.h"
 
 namespace remat {
 namespace {

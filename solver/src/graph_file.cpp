@@ -6,7 +6,7 @@
 // Absent fields take GraphNode's defaults.
 
 #include "json_fields.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 #include "remat/solver/partition.h"
 
 namespace remat {

@@ -1,8 +1,9 @@
+#include "heuristics.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "detail.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat {
 namespace detail {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "remat/solver/chain.h"
-#include "remat/solver/check.h"
-#include "remat/solver/text.h"
+#include "remat/base/check.h"
+#include "remat/base/text.h"
 
 namespace remat::detail::json_fields {
 

@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "detail.h"
-#include "remat/solver/check.h"
+#include "unit_chain.h"
+#include "merged_chain.h"
+#include "remat/base/check.h"
 
 namespace remat {
 namespace detail {

@@ -13,8 +13,8 @@
 #include <tuple>
 #include <utility>
 
-#include "remat/solver/check.h"
-#include "remat/solver/text.h"
+#include "remat/base/check.h"
+#include "remat/base/text.h"
 
 namespace remat {
 namespace {

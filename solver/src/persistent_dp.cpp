@@ -46,8 +46,12 @@
 #include <sys/mman.h>
 #endif
 
-#include "detail.h"
-#include "remat/solver/check.h"
+#include "unit_chain.h"
+#include "min_memory_table.h"
+#include "worker_pool.h"
+#include "persistent_table.h"
+#include "nested_form.h"
+#include "remat/base/check.h"
 
 namespace remat {
 namespace detail {

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <charconv>
 
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat {
 namespace {

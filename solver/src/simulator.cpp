@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat {
 

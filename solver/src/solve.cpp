@@ -5,9 +5,12 @@
 #include <memory>
 #include <optional>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "merged_chain.h"
+#include "heuristics.h"
+#include "strategies.h"
 #include "discretization.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 #include "remat/solver/solver.h"
 #include "strategies.h"
 

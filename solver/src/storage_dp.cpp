@@ -34,9 +34,11 @@
 #include <cmath>
 #include <limits>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "worker_pool.h"
+#include "nested_form.h"
 #include "discretization.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat {
 namespace detail {

@@ -5,9 +5,13 @@
 #include <cmath>
 #include <limits>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "min_memory_table.h"
+#include "persistent_table.h"
+#include "merged_chain.h"
+#include "heuristics.h"
 #include "discretization.h"
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 #include "storage_dp.h"
 
 namespace remat {

@@ -9,12 +9,15 @@
 // their least budgets, so that the two cannot disagree.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "discretization.h"
+#include "merged_chain.h"
+#include "persistent_table.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/simulator.h"
@@ -64,6 +67,40 @@ class Strategy {
 // they need. The strategies refer to `chain` and `options`, which must outlive them.
 std::vector<std::unique_ptr<Strategy>> optimal_strategies(const Chain& chain,
                                                           const SolveOptions& options);
+
+// Pieces tradeoff() shares with the strategies.
+
+// The largest budget SolveOptions::search_above_budget tries above `budget`: the budget plus
+// twice the carried bytes, or the store-all peak `store_all_bytes` where that is smaller;
+// `budget` itself where there is nothing to search (no carried members, or a budget at or
+// above store-all, where the sum could overflow: the budget may be int64's largest).
+std::int64_t search_ceiling(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes);
+
+// SolveOptions::search_above_budget on a chain with carried members, for solve() and
+// tradeoff() (solve.cpp says why it works): a bisection on budgets above `budget`, up to
+// search_ceiling, to 1/1024 of the budget, over `sequence_at(bytes)` (empty where there is none),
+// while the best is slower than store-all. Calls `improve(bytes, sequence, simulation)` for each
+// sequence whose exact peak fits `budget` and that is faster than the best so far, starting from
+// `best_ms`. Does nothing without carried members, or when the range is within the tolerance (then
+// `sequence_at` is never called).
+void search_above_budget(const Chain& chain, std::int64_t budget, std::int64_t store_all_bytes,
+                         double best_ms, const TimeModel& time,
+                         const std::function<Sequence(std::int64_t)>& sequence_at,
+                         const std::function<void(std::int64_t, Sequence, Simulation)>& improve);
+
+// solve() of the merged chain at the options' budget and, where it finds a sequence, that
+// sequence expanded and simulated on the chain (its peak and time checked against the merged
+// chain's: never above, the same).
+struct MergedCandidate {
+  Solution solution;
+  Sequence sequence;
+  Simulation simulation;
+};
+MergedCandidate merged_candidate(const Chain& chain, const MergedChain& merged,
+                                 const SolveOptions& options);
+// Whether a candidate's time beats the current result's by more than rounding: a tie keeps the
+// current one.
+bool faster(double candidate_ms, double current_ms);
 
 }  // namespace detail
 }  // namespace remat

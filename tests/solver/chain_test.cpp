@@ -576,22 +576,4 @@ TEST_CASE("the number of stages is at most kMaxStages", "[solver]") {
   chain.validate("long.json");
 }
 
-TEST_CASE("sizes are parsed with units", "[solver]") {
-  CHECK(parse_size("700MiB") == 700LL << 20);
-  CHECK(parse_size("2.5GiB") == 2684354560LL);
-  CHECK(parse_size("1e9") == 1000000000LL);
-  CHECK(parse_size("1e9B") == 1000000000LL);
-  CHECK(parse_size("512kB") == 512000);
-  CHECK(parse_size("3 KiB") == 3072);
-  CHECK(parse_size("1.5") == 1);  // fractional bytes round down
-  CHECK(parse_size("2G") == 2LL << 30);
-  CHECK_THROWS_WITH(parse_size("12 parsecs"), Catch::Contains("unknown unit 'parsecs'"));
-  CHECK_THROWS_WITH(parse_size("-5MiB"), Catch::Contains("must not be negative"));
-  CHECK_THROWS_WITH(parse_size("MiB"), Catch::Contains("expected a number"));
-  CHECK_THROWS_WITH(parse_size("1e30"), Catch::Contains("too large"));
-  CHECK(format_bytes(512) == "512 B");
-  CHECK(format_bytes(700LL << 20) == "700.00 MiB");
-  CHECK(format_bytes(2684354560LL) == "2.50 GiB");
-}
-
 }  // namespace remat

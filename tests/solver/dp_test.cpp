@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "min_memory_table.h"
+#include "persistent_table.h"
 #include "discretization.h"
 #include "reference_dp.h"
 #include "remat/solver.h"

@@ -10,7 +10,12 @@
 #include <optional>
 #include <vector>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "min_memory_table.h"
+#include "persistent_table.h"
+#include "merged_chain.h"
+#include "heuristics.h"
+#include "strategies.h"
 #include "exhaustive_oracle.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"

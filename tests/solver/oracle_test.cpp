@@ -12,7 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "min_memory_table.h"
+#include "persistent_table.h"
+#include "merged_chain.h"
+#include "strategies.h"
 #include "discretization.h"
 #include "exhaustive_oracle.h"
 #include "remat/solver/simulator.h"

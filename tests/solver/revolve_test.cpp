@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 
-#include "detail.h"
+#include "heuristics.h"
 #include "remat/solver.h"
 #include "test_chains.h"
 

@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "min_memory_table.h"
+#include "persistent_table.h"
 #include "exhaustive_oracle.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"

@@ -12,7 +12,9 @@
 #include <random>
 #include <string>
 
-#include "detail.h"
+#include "unit_chain.h"
+#include "min_memory_table.h"
+#include "persistent_table.h"
 #include "discretization.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/solver.h"

@@ -7,7 +7,7 @@
 //                                  StateDictError, WeightsError): also a c10::ValueError
 //   a call out of order            TORCH_CHECK(cond, ...)        -> c10::Error       (RuntimeError)
 //   out of memory                  LibTorch's c10::OutOfMemoryError                  (torch.OutOfMemoryError)
-//   a broken invariant (our bug)   REMAT_INTERNAL_ASSERT(cond, ...) (remat/solver/check.h) ->
+//   a broken invariant (our bug)   REMAT_INTERNAL_ASSERT(cond, ...) (remat/base/check.h) ->
 //                                  std::logic_error "this is a bug in remat"   (RuntimeError)
 //
 // The `remat` command maps them to its exit codes: 2, 1, 4 and 1. (The solver, which builds

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "remat/solver/arg.h"  // REMAT_ARG
+#include "remat/base/arg.h"  // REMAT_ARG
 
 namespace remat::models {
 

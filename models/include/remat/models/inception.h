@@ -35,7 +35,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include "remat/models/granularity.h"
-#include "remat/solver/arg.h"  // REMAT_ARG
+#include "remat/base/arg.h"  // REMAT_ARG
 
 namespace remat::models {
 

@@ -31,7 +31,7 @@
 
 #include "remat/models/granularity.h"  // one stage per block (kBlock) or two (kHalfBlock)
 #include "remat/models/state_dict.h"
-#include "remat/solver/arg.h"  // REMAT_ARG
+#include "remat/base/arg.h"  // REMAT_ARG
 
 namespace remat::models {
 

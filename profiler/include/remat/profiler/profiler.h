@@ -31,7 +31,7 @@
 
 #include "remat/core/stage.h"
 #include "remat/profiler/memory_tracker.h"
-#include "remat/solver/arg.h"
+#include "remat/base/arg.h"
 #include "remat/solver/chain.h"
 
 namespace remat {

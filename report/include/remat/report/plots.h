@@ -14,7 +14,7 @@
 #include <string>
 
 #include "remat/solver/chain.h"
-#include "remat/solver/files.h"  // write_text_file
+#include "remat/base/files.h"  // write_text_file
 #include "remat/solver/solver.h"
 #include "remat/solver/tradeoff.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "remat/solver/arg.h"
+#include "remat/base/arg.h"
 #include "remat/solver/chain.h"
 
 namespace remat {

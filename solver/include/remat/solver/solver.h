@@ -8,7 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "remat/solver/arg.h"
+#include "remat/base/arg.h"
+#include "remat/base/cores.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
 #include "remat/solver/simulator.h"
@@ -28,21 +29,6 @@ const std::vector<Algorithm>& all_algorithms();
 /// cores only add contention, and each worker holds its own buffers (docs/algorithms.md).
 inline constexpr int kMaxThreads = 1024;
 
-/// The cores this process may run on, which automatic threads (`threads(0)`) use: its CPU
-/// affinity (`taskset`, a container's `--cpuset-cpus`), lowered to its cgroup's CPU quota where
-/// one is set (a container's `--cpus`, rounded up); at least 1. Not
-/// std::thread::hardware_concurrency(), which counts every core of the machine: a container
-/// allowed 2 of 64 cores would run 64 workers on 2.
-int available_cores();
-/// The whole cores a CPU quota allows: `quota` microseconds (cgroup v2's `cpu.max` first field,
-/// or v1's `cpu.cfs_quota_us`) per `period`, rounded up; 0 for none ("max", -1) or unreadable.
-int quota_cores(const std::string& quota, double period);
-/// The memory this process may use, in bytes, from which a solve's default memory limit is
-/// taken (SolveOptions::memory_limit_bytes): the machine's physical memory, lowered to its
-/// cgroup's memory limit (a container's `--memory`: cgroup v2's `memory.max`, v1's
-/// `memory.limit_in_bytes`) and to its address-space and data limits (`ulimit -v`, `ulimit -d`)
-/// where one is set; 0 when the machine's memory is unknown.
-std::int64_t available_memory_bytes();
 
 /// Options of solve(). The budget is required; the rest have defaults.
 /// Example: `solve(chain, SolveOptions(700LL << 20).slots(500))`.

@@ -1,4 +1,4 @@
-#include "remat/solver/units.h"
+#include "remat/base/units.h"
 
 #include <cctype>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "remat/solver/check.h"
+#include "remat/base/check.h"
 
 namespace remat {
 

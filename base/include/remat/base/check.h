@@ -1,5 +1,5 @@
 #pragma once
-/// Error helpers of the solver: REMAT_CHECK for bad input (throws std::invalid_argument)
+/// Error helpers of every component: REMAT_CHECK for bad input (throws std::invalid_argument)
 /// and REMAT_INTERNAL_ASSERT for invariants (throws std::logic_error naming it a bug).
 
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 #include <cmath>
 #include <cstdio>

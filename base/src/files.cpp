@@ -1,4 +1,4 @@
-#include "remat/solver/files.h"
+#include "remat/base/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "remat/solver/solver.h"
+#include "remat/base/cores.h"
 
 #ifdef __linux__
 #include <sched.h>

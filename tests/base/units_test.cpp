@@ -1,6 +1,6 @@
 // Sizes and budgets as people write them, and the text remat shows people: messages for
 // degenerate input, exact byte counts, signed percentages, names made safe to print.
-#include "remat/solver/units.h"
+#include "remat/base/units.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "remat/solver/text.h"
+#include "remat/base/text.h"
 
 using Catch::Contains;
 
@@ -31,7 +31,7 @@ std::string syntax_error(const std::string& text) {
 }
 }  // namespace
 
-TEST_CASE("degenerate budgets are refused with what is wrong with them", "[solver][units]") {
+TEST_CASE("degenerate budgets are refused with what is wrong with them", "[base][units]") {
   struct Case {
     std::string text, says;
   };
@@ -70,7 +70,7 @@ TEST_CASE("degenerate budgets are refused with what is wrong with them", "[solve
   CHECK(remat::parse_budget(".5%", 1000) == 5);
 }
 
-TEST_CASE("min and a budget followed by + come from the least feasible budget", "[solver][units]") {
+TEST_CASE("min and a budget followed by + come from the least feasible budget", "[base][units]") {
   int asked = 0;
   const auto least = [&](std::int64_t bytes) {
     return [&asked, bytes] {
@@ -113,14 +113,14 @@ TEST_CASE("min and a budget followed by + come from the least feasible budget", 
   CHECK_THAT(syntax_error("7 parsecs+"), Contains("unknown unit 'parsecs'"));
 }
 
-TEST_CASE("exact byte counts say byte for one", "[solver][units]") {
+TEST_CASE("exact byte counts say byte for one", "[base][units]") {
   CHECK(remat::format_bytes_exact(1) == "1 B (1 byte)");
   CHECK(remat::format_bytes_exact(0) == "0 B (0 bytes)");
   CHECK(remat::format_bytes_exact(50) == "50 B (50 bytes)");
   CHECK(remat::format_bytes_exact(5053184) == "4.82 MiB (5053184 bytes)");
 }
 
-TEST_CASE("signed percentages never read -0.0%", "[solver][units]") {
+TEST_CASE("signed percentages never read -0.0%", "[base][units]") {
   CHECK(remat::format_signed_percent(11.34) == "+11.3%");
   CHECK(remat::format_signed_percent(-2.0) == "-2.0%");
   CHECK(remat::format_signed_percent(0.0) == "+0.0%");
@@ -133,7 +133,7 @@ TEST_CASE("signed percentages never read -0.0%", "[solver][units]") {
   CHECK(remat::format_signed_percent(std::nan("")) != "+0.0%");
 }
 
-TEST_CASE("printable escapes what a terminal or an XML reader must not see", "[solver][units]") {
+TEST_CASE("printable escapes what a terminal or an XML reader must not see", "[base][units]") {
   CHECK(remat::printable("resnet18 b32, caf\xc3\xa9 \xf0\x9f\x99\x82") ==
         "resnet18 b32, caf\xc3\xa9 \xf0\x9f\x99\x82");
   CHECK(remat::printable("a\x1b[2J\x07\x7f") == "a\\x1b[2J\\x07\\x7f");
@@ -150,4 +150,22 @@ TEST_CASE("printable escapes what a terminal or an XML reader must not see", "[s
   CHECK(remat::printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");           // a surrogate
   CHECK(remat::printable("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
   CHECK(remat::printable("\xf4\x8f\xbf\xbd") == "\xf4\x8f\xbf\xbd");      // U+10FFFD
+}
+
+TEST_CASE("sizes are parsed with units", "[base][units]") {
+  CHECK(remat::parse_size("700MiB") == 700LL << 20);
+  CHECK(remat::parse_size("2.5GiB") == 2684354560LL);
+  CHECK(remat::parse_size("1e9") == 1000000000LL);
+  CHECK(remat::parse_size("1e9B") == 1000000000LL);
+  CHECK(remat::parse_size("512kB") == 512000);
+  CHECK(remat::parse_size("3 KiB") == 3072);
+  CHECK(remat::parse_size("1.5") == 1);  // fractional bytes round down
+  CHECK(remat::parse_size("2G") == 2LL << 30);
+  CHECK_THROWS_WITH(remat::parse_size("12 parsecs"), Catch::Contains("unknown unit 'parsecs'"));
+  CHECK_THROWS_WITH(remat::parse_size("-5MiB"), Catch::Contains("must not be negative"));
+  CHECK_THROWS_WITH(remat::parse_size("MiB"), Catch::Contains("expected a number"));
+  CHECK_THROWS_WITH(remat::parse_size("1e30"), Catch::Contains("too large"));
+  CHECK(remat::format_bytes(512) == "512 B");
+  CHECK(remat::format_bytes(700LL << 20) == "700.00 MiB");
+  CHECK(remat::format_bytes(2684354560LL) == "2.50 GiB");
 }

@@ -1,0 +1,101 @@
+#pragma once
+// The chain as the optimal solver's dynamic programs see it: sizes in memory units, the loss
+// as a pseudo-stage (UnitChain), made by make_unit_chain (unit_chain.cpp).
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "remat/solver/chain.h"
+
+namespace remat {
+namespace detail {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// How errors name a chain the caller built: `chain 'NAME'`, or `chain` when it has no name.
+inline std::string chain_source(const Chain& chain) {
+  return chain.name.empty() ? std::string("chain") : "chain '" + chain.name + "'";
+}
+
+// The chain as the dynamic program sees it, in memory units (sizes rounded up), with the loss
+// as a pseudo-stage L. Activations x_0..x_{L+1} (x[L+1] = g[L+1] = 0), stages 0..L:
+//   x[k]   size of the activation x_k (every member; a carried one counted again here, which
+//          can only overstate memory), g[k] size of its gradient y_k;
+//   sv[i]  what stage i's autograd state holds besides its input and x_{i+1};
+//   gk[i]  its autograd state with the kept members of x_{i+1} (state_bytes + saved outputs);
+//   hf[i]  what remains of x_i after its forward with autograd when x_i was made by a forward
+//          without autograd ("fresh"): the members stage i keeps. hf[0] = x[0] (the caller
+//          holds the input), hf[L] = x[L] (the loss reads its input while it runs);
+//   ht[i]  the same when x_i came from Fe_{i-1} ("taped"): stage i-1 also keeps its kept
+//          outputs, so the members either stage keeps remain;
+//   ft[i], nt[i], bt[i] temporaries of the forward with and without autograd and of the
+//          backward (bt[L]: the loss);
+//   fw, bw, nf times (forward with autograd, backward, forward without), 0 for the loss.
+// A chain of model v1 (every stage keeps its input and output) has hf = ht = x and
+// gk = the stage's saved_bytes: the reference's `xb`.
+struct UnitChain {
+  int length = 0;
+  std::vector<std::int64_t> x, g;            // 0..L+1
+  std::vector<std::int64_t> sv, gk, hf, ht;  // 0..L
+  std::vector<std::int64_t> ft, nt, bt;      // 0..L
+  std::vector<double> fw, bw, nf;            // 0..L
+  double restart = 0;                        // Chain::restart_ms
+  // The restart of a leaf j: its left part starts right after B_j, unless j = L (the right
+  // part is the loss alone).
+  double restart_after(int j) const { return j < length ? restart : 0.0; }
+  // Context tensors: held by the caller for the whole step.
+  std::int64_t context = 0;
+  // The chain's output x_L, held by the caller from the loss to the step's end
+  // (Chain::output_held): every operation after the loss also holds `tail` = x[L], except
+  // that B_{L-1} right after the loss (the chain step of a segment (L-1, L)) finds the part its
+  // autograd state keeps already counted: `tail_shared`, rounded down. A segment (i, l) with
+  // l < L runs wholly after the loss: it has `tail` less of its memory for itself. 0 and 0
+  // when the output is let go, and in the published recurrence (the reference does not model
+  // it).
+  std::int64_t tail = 0, tail_shared = 0;
+  // Check the chain step as the published recurrence does (docs/algorithms.md).
+  bool published_chain_step = false;
+
+  // Whether segments starting at i differ between the two states (fresh, taped).
+  bool two_states(int i) const {
+    return hf[static_cast<std::size_t>(i)] != ht[static_cast<std::size_t>(i)];
+  }
+  std::int64_t held(int i, bool taped) const {
+    return taped ? ht[static_cast<std::size_t>(i)] : hf[static_cast<std::size_t>(i)];
+  }
+  // Memory of the chain step of segment (i, l) (x_i included):
+  //   Fe_i: x[i] + g[l+1] + x[i+1] + sv[i] + ft[i]    (y_{l+1} is live; published: y_{i+1})
+  //   B_i:  held(i) + gk[i] + g[i+1] + g[i] + bt[i]
+  std::int64_t forward_memory(int i, int l) const {
+    const auto a = static_cast<std::size_t>(i);
+    const std::int64_t live_gradient =
+        published_chain_step ? g[a + 1] : g[static_cast<std::size_t>(l) + 1];
+    return x[a] + live_gradient + x[a + 1] + sv[a] + ft[a];
+  }
+  std::int64_t backward_memory(int i, bool taped) const {
+    const auto a = static_cast<std::size_t>(i);
+    return held(i, taped) + gk[a] + g[a + 1] + g[a] + bt[a];
+  }
+  // The memory of the chain step of segment (i, l): B_i runs after the loss when l = L.
+  std::int64_t chain_step_memory(int i, int l, bool taped) const {
+    const std::int64_t forward = forward_memory(i, l);
+    std::int64_t backward = backward_memory(i, taped);
+    if (l == length) backward += tail - (i + 1 == length ? tail_shared : 0);
+    return forward > backward ? forward : backward;
+  }
+  // What the caller's x_L takes from the memory of the left part (i, j-1) of a leaf of
+  // segment (i, l): all of it after the loss, i.e. when l = L.
+  std::int64_t left_shift(int l) const { return l == length ? tail : 0; }
+  // What the chain step keeps outside the rest of the segment: the remains of x_i and the
+  // autograd state (x_{i+1} belongs to the rest).
+  std::int64_t chain_shift(int i, bool taped) const {
+    return held(i, taped) + sv[static_cast<std::size_t>(i)];
+  }
+};
+UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time,
+                          bool published_chain_step = false);
+
+}  // namespace detail
+}  // namespace remat
