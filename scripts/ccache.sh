@@ -15,6 +15,7 @@
 #   otherwise take as too new to trust (include_file_mtime, include_file_ctime).
 # - CMAKE_<LANG>_COMPILER_LAUNCHER: CMake (3.17 and later) reads them when it first configures a
 #   build folder: the builds here, pip's (scikit-build-core) and tools/mutate.py's.
+# - CXX: one compiler name for all of them (below).
 remat_use_ccache() {
   [ "${REMAT_CCACHE:-1}" = 0 ] && return 0
   command -v ccache > /dev/null || return 0
@@ -25,5 +26,9 @@ remat_use_ccache() {
   # About 6 GB after the whole test command from empty (docs/building.md); room for two commits.
   export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-16G}
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  # One compiler name for every build: CMake's default is `c++`, but pip's build
+  # (scikit-build-core) takes Python's (`g++`), and ccache tells the two names apart: the Python
+  # package's LibTorch sources missed every object build/ had just compiled from them.
+  export CXX=${CXX:-c++}
   export CMAKE_CUDA_COMPILER_LAUNCHER=ccache
 }

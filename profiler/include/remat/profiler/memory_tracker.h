@@ -5,9 +5,9 @@
 // (c10::SetCPUAllocator with a higher priority). It counts every storage allocated through
 // c10::GetCPUAllocator() after it is installed, including those made during backward and by
 // raw_allocate, never process RSS. CUDA: the caching allocator's allocated-bytes statistics
-// (compiled only when the LibTorch found has CUDA; see REMAT_WITH_CUDA), which count each
-// storage as the block that holds it: its size rounded up to 512 bytes. counted_bytes() gives
-// that unit for any device; every size the profiler reports is in it.
+// (compiled only when the LibTorch found has CUDA; see REMAT_WITH_CUDA in remat/config.h),
+// which count each storage as the block that holds it: its size rounded up to 512 bytes.
+// counted_bytes() gives that unit for any device; every size the profiler reports is in it.
 //
 //   remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
 //   tracker.reset_peak();
@@ -17,8 +17,6 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
-
-#include "remat/config.h"
 
 namespace remat {
 
