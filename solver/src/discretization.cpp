@@ -205,11 +205,11 @@ std::int64_t slots_within_memory(const TableMemory& memory, const MemoryLimit& l
   return lo;
 }
 
-std::int64_t min_slots(const Chain& chain, const SolveOptions& options) {
+std::int64_t min_slots(const Chain& chain, const UnitModel& model) {
   // With a unit of the largest size every size that is not zero is one unit: the least the
   // chain can take in units, whatever the budget.
-  const UnitChain units = make_unit_chain(chain, largest_size(chain), options.use_nograd_time(),
-                                          options.reference_recurrence());
+  const UnitChain units = make_unit_chain(chain, largest_size(chain), model.use_nograd_time,
+                                          model.published_chain_step);
   const MinMemoryTable table(units);
   return units.context + std::max<std::int64_t>(units.x[0] + 1, table.at(0, units.length));
 }
@@ -222,21 +222,21 @@ std::int64_t refined_slot_limit(int length, std::int64_t slots) {
   return limit;
 }
 
-std::int64_t exact_min_budget(const Chain& chain, const SolveOptions& options) {
+std::int64_t exact_min_budget(const Chain& chain, const UnitModel& model) {
   const UnitChain exact =
-      make_unit_chain(chain, 1, options.use_nograd_time(), options.reference_recurrence());
+      make_unit_chain(chain, 1, model.use_nograd_time, model.published_chain_step);
   const MinMemoryTable table(exact);
   return exact.context + std::max<std::int64_t>(exact.x[0] + 1, table.at(0, exact.length));
 }
 
-std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOptions& options,
-                                           std::int64_t slots) {
-  const bool nograd = options.use_nograd_time();
-  const bool published = options.reference_recurrence();
-  const std::int64_t exact_min = exact_min_budget(chain, options);
+std::int64_t min_feasible_budget_for_slots(const Chain& chain, const UnitModel& model,
+                                           std::int64_t slots, bool automatic) {
+  const bool nograd = model.use_nograd_time;
+  const bool published = model.published_chain_step;
+  const std::int64_t exact_min = exact_min_budget(chain, model);
   // Automatic slots: below the discretized minimum solve() refines the units, down to the
   // least-memory sequence in exact bytes; store-all's peak is never below it.
-  if (automatic_slots(options)) return std::min(exact_min, store_all_peak(chain));
+  if (automatic) return std::min(exact_min, store_all_peak(chain));
   // Below `slots` bytes the problem is solved in exact bytes.
   if (exact_min < slots) return exact_min;
   // From `slots` bytes on, feasibility depends on the unit u = floor(budget / slots) alone

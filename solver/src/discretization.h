@@ -17,6 +17,17 @@ inline bool automatic_slots(const SolveOptions& options) {
   return options.slots() == 0 && !options.reference_recurrence();
 }
 
+// What the optimal solver's tables model besides the chain and the unit (from SolveOptions):
+// whether forwards without autograd take their own time, and whether the chain step is checked
+// as the published recurrence checks it.
+struct UnitModel {
+  bool use_nograd_time = true;
+  bool published_chain_step = false;
+};
+inline UnitModel unit_model(const SolveOptions& options) {
+  return {options.use_nograd_time(), options.reference_recurrence()};
+}
+
 // The slots used for a chain: `requested` if positive, else the automatic choice.
 std::int64_t slot_count(const Chain& chain, std::int64_t requested);
 
@@ -30,15 +41,15 @@ Discretization discretize(std::int64_t budget, std::int64_t slots);
 Discretization discretize_filled(std::int64_t budget, std::int64_t slots);
 
 // Smallest budget for which the optimal solver with this slot count finds a schedule (with
-// options.slots() == 0, store-all's peak also counts); -1 when no budget is feasible with
-// this slot count (too few slots for the chain's structure).
-std::int64_t min_feasible_budget_for_slots(const Chain& chain, const SolveOptions& options,
-                                           std::int64_t slots);
+// automatic slots, whose units are refined down to bytes, store-all's peak also counts); -1
+// when no budget is feasible with this slot count (too few slots for the chain's structure).
+std::int64_t min_feasible_budget_for_slots(const Chain& chain, const UnitModel& model,
+                                           std::int64_t slots, bool automatic);
 
 // The least memory in bytes (the context and x_0 included) in which the chain can be reversed
 // under the model: what the optimal solver needs with automatic slots, whose discretization
 // is refined, down to exact bytes, for budgets below the discretized minimum.
-std::int64_t exact_min_budget(const Chain& chain, const SolveOptions& options);
+std::int64_t exact_min_budget(const Chain& chain, const UnitModel& model);
 
 // The finest slot count solve() tries for a budget below the discretized minimum of `slots`
 // (automatic slots): up to 16 times as many, within twice the automatic table allowance.
@@ -99,7 +110,7 @@ std::int64_t slots_within_memory(const TableMemory& memory, const MemoryLimit& l
                                  std::string& warning);
 
 // The fewest slots with which some budget is feasible (min_feasible_slots()).
-std::int64_t min_slots(const Chain& chain, const SolveOptions& options);
+std::int64_t min_slots(const Chain& chain, const UnitModel& model);
 
 }  // namespace detail
 }  // namespace remat

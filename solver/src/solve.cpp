@@ -258,7 +258,7 @@ std::int64_t min_feasible_slots(const Chain& chain, const SolveOptions& options)
       return min_feasible_slots(*pinned, options);
   detail::TableMemory(chain, options.threads())
       .check_fixed(detail::memory_limit(options.memory_limit_bytes()));
-  return detail::min_slots(chain, options);
+  return detail::min_slots(chain, detail::unit_model(options));
 }
 
 }  // namespace remat

@@ -57,7 +57,8 @@ class PersistentTableStrategy final : public Strategy {
       // reference's discretization depends on it.
       std::string ignored;
       least_ = min_feasible_budget_for_slots(
-          chain_, options_, automatic_ ? slot_count(chain_, 0) : reference_slots(ignored));
+          chain_, unit_model(options_),
+          automatic_ ? slot_count(chain_, 0) : reference_slots(ignored), automatic_);
     }
     return *least_;
   }

@@ -89,14 +89,14 @@ void check_chain(const Chain& chain, bool exact, bool global, Checked& checked) 
       CHECK(least_peak >= minimum);
     // Never above what the model says it needs (with carried members the model may say more
     // than the simulator measures; store-all's peak then bounds solve()'s least budget).
-    CHECK(least_peak <= detail::exact_min_budget(chain, SolveOptions(0)));
+    CHECK(least_peak <= detail::exact_min_budget(chain, detail::UnitModel{}));
     const std::int64_t own_least =
         min_feasible_budget(chain, SolveOptions(0).merge_carried_runs(false).exact_storages(false));
     // x_0's carried members without gradient are solved as context (merge_test.cpp, "pin").
     const std::optional<Chain> pinned = detail::pin_input_members(chain);
     const std::int64_t model_least =
-        detail::exact_min_budget(pinned ? *pinned : chain, SolveOptions(0));
-    CHECK(model_least <= detail::exact_min_budget(chain, SolveOptions(0)));
+        detail::exact_min_budget(pinned ? *pinned : chain, detail::UnitModel{});
+    CHECK(model_least <= detail::exact_min_budget(chain, detail::UnitModel{}));
     CHECK(least_peak >= minimum);
     CHECK(own_least == std::min(model_least, top));
     CHECK(own_least >= minimum);
