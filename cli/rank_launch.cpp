@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cli.h"
-#include "remat/distributed.h"
 #include "remat/base/text.h"
+#include "remat/distributed.h"
 
 namespace remat::cli {
 

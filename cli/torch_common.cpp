@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "cli.h"
+#include "remat/base/units.h"
 #include "remat/config.h"
 #include "remat/solver/solver.h"
-#include "remat/base/units.h"
 
 namespace remat::cli {
 namespace {

@@ -16,8 +16,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "remat/core/profiling_scope.h"
 #include "remat/base/check.h"
+#include "remat/core/profiling_scope.h"
 
 namespace remat::distributed {
 namespace {

@@ -24,8 +24,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "backends.h"
-#include "remat/distributed/launcher.h"
 #include "remat/base/text.h"
+#include "remat/distributed/launcher.h"
 
 namespace remat::distributed {
 namespace {

@@ -14,8 +14,8 @@
 #include <type_traits>
 
 #include "detail.h"
-#include "remat/profiler/memory_tracker.h"
 #include "remat/base/units.h"
+#include "remat/profiler/memory_tracker.h"
 
 namespace remat {
 namespace detail {

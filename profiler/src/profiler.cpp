@@ -39,12 +39,12 @@
 #include <unordered_set>
 
 #include "detail.h"
+#include "remat/base/text.h"
 #include "remat/core/autocast_cache.h"
 #include "remat/core/generator_state.h"
 #include "remat/core/profiling_scope.h"
 #include "remat/core/stage_input.h"
 #include "remat/solver/solver.h"
-#include "remat/base/text.h"
 
 namespace remat {
 namespace {

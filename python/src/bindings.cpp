@@ -15,6 +15,10 @@
 #include <vector>
 
 #include "python_stage.h"
+#include "remat/base/check.h"
+#include "remat/base/files.h"
+#include "remat/base/text.h"
+#include "remat/base/units.h"
 #include "remat/config.h"
 #include "remat/profiler/memory_tracker.h"
 #include "remat/profiler/profiler.h"
@@ -22,13 +26,9 @@
 #include "remat/runtime/allocator.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
-#include "remat/base/check.h"
-#include "remat/base/files.h"
 #include "remat/solver/partition.h"
 #include "remat/solver/solver.h"
-#include "remat/base/text.h"
 #include "remat/solver/tradeoff.h"
-#include "remat/base/units.h"
 
 namespace py = pybind11;
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "remat/solver/simulator.h"
 #include "remat/base/text.h"
 #include "remat/base/units.h"
+#include "remat/solver/simulator.h"
 #include "svg.h"
 
 namespace remat {

@@ -11,9 +11,9 @@
 #include <stdexcept>
 
 #include "executor.h"
+#include "remat/base/text.h"
 #include "remat/core/autograd_node.h"
 #include "remat/core/error.h"
-#include "remat/base/text.h"
 
 namespace remat {
 namespace {

@@ -10,10 +10,10 @@
 #include <string>
 #include <unordered_set>
 
+#include "remat/base/check.h"
 #include "remat/core/autocast_cache.h"
 #include "remat/core/generator_state.h"
 #include "remat/profiler/memory_tracker.h"
-#include "remat/base/check.h"
 
 namespace remat::detail {
 namespace {

@@ -5,11 +5,11 @@
 #include <limits>
 #include <string>
 
-#include "unit_chain.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
 #include "remat/base/check.h"
 #include "remat/base/units.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace detail {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "remat/solver/chain.h"
 #include "remat/base/check.h"
 #include "remat/base/text.h"
+#include "remat/solver/chain.h"
 
 namespace remat::detail::json_fields {
 

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "unit_chain.h"
 #include "merged_chain.h"
 #include "remat/base/check.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace detail {

@@ -1,10 +1,10 @@
 #include <algorithm>
 #include <limits>
 
-#include "unit_chain.h"
 #include "min_memory_table.h"
 #include "nested_form.h"
 #include "remat/base/check.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace detail {

@@ -46,12 +46,12 @@
 #include <sys/mman.h>
 #endif
 
-#include "unit_chain.h"
 #include "min_memory_table.h"
-#include "worker_pool.h"
-#include "persistent_table.h"
 #include "nested_form.h"
+#include "persistent_table.h"
 #include "remat/base/check.h"
+#include "unit_chain.h"
+#include "worker_pool.h"
 
 namespace remat {
 namespace detail {

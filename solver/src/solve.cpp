@@ -5,14 +5,13 @@
 #include <memory>
 #include <optional>
 
-#include "unit_chain.h"
-#include "merged_chain.h"
-#include "heuristics.h"
-#include "strategies.h"
 #include "discretization.h"
+#include "heuristics.h"
+#include "merged_chain.h"
 #include "remat/base/check.h"
 #include "remat/solver/solver.h"
 #include "strategies.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace {

@@ -34,11 +34,11 @@
 #include <cmath>
 #include <limits>
 
+#include "discretization.h"
+#include "nested_form.h"
+#include "remat/base/check.h"
 #include "unit_chain.h"
 #include "worker_pool.h"
-#include "nested_form.h"
-#include "discretization.h"
-#include "remat/base/check.h"
 
 namespace remat {
 namespace detail {

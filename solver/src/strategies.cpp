@@ -5,14 +5,14 @@
 #include <cmath>
 #include <limits>
 
-#include "unit_chain.h"
+#include "discretization.h"
+#include "heuristics.h"
+#include "merged_chain.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
-#include "merged_chain.h"
-#include "heuristics.h"
-#include "discretization.h"
 #include "remat/base/check.h"
 #include "storage_dp.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace detail {

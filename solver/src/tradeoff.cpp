@@ -15,16 +15,16 @@
 #include <optional>
 #include <string>
 
-#include "unit_chain.h"
+#include "discretization.h"
+#include "heuristics.h"
+#include "merged_chain.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
-#include "merged_chain.h"
-#include "heuristics.h"
-#include "strategies.h"
-#include "discretization.h"
 #include "remat/base/check.h"
 #include "remat/solver/simulator.h"
 #include "storage_dp.h"
+#include "strategies.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace {

@@ -4,13 +4,13 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "unit_chain.h"
+#include "discretization.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
-#include "discretization.h"
 #include "reference_dp.h"
 #include "remat/solver.h"
 #include "test_chains.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace {

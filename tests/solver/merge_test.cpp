@@ -10,17 +10,17 @@
 #include <optional>
 #include <vector>
 
-#include "unit_chain.h"
+#include "exhaustive_oracle.h"
+#include "heuristics.h"
+#include "merged_chain.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
-#include "merged_chain.h"
-#include "heuristics.h"
-#include "strategies.h"
-#include "exhaustive_oracle.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
 #include "remat/solver/tradeoff.h"
+#include "strategies.h"
 #include "test_chains.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace {

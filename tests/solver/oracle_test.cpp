@@ -12,16 +12,16 @@
 #include <utility>
 #include <vector>
 
-#include "unit_chain.h"
-#include "min_memory_table.h"
-#include "persistent_table.h"
-#include "merged_chain.h"
-#include "strategies.h"
 #include "discretization.h"
 #include "exhaustive_oracle.h"
+#include "merged_chain.h"
+#include "min_memory_table.h"
+#include "persistent_table.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
+#include "strategies.h"
 #include "test_chains.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace {

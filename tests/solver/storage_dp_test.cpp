@@ -9,15 +9,15 @@
 #include <utility>
 #include <vector>
 
-#include "unit_chain.h"
+#include "exhaustive_oracle.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
-#include "exhaustive_oracle.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
 #include "remat/solver/tradeoff.h"
 #include "storage_dp.h"
 #include "test_chains.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace {

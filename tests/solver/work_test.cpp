@@ -12,12 +12,12 @@
 #include <random>
 #include <string>
 
-#include "unit_chain.h"
+#include "discretization.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
-#include "discretization.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/solver.h"
+#include "unit_chain.h"
 
 namespace remat {
 namespace {

@@ -34,8 +34,8 @@
 
 #include <torch/nn/modules/container/sequential.h>
 
-#include "remat/models/granularity.h"
 #include "remat/base/arg.h"  // REMAT_ARG
+#include "remat/models/granularity.h"
 
 namespace remat::models {
 

@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "remat/base/arg.h"  // REMAT_ARG
 #include "remat/models/granularity.h"  // one stage per block (kBlock) or two (kHalfBlock)
 #include "remat/models/state_dict.h"
-#include "remat/base/arg.h"  // REMAT_ARG
 
 namespace remat::models {
 

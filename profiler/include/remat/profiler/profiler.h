@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
+#include "remat/base/arg.h"
 #include "remat/core/stage.h"
 #include "remat/profiler/memory_tracker.h"
-#include "remat/base/arg.h"
 #include "remat/solver/chain.h"
 
 namespace remat {

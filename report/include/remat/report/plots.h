@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <string>
 
-#include "remat/solver/chain.h"
 #include "remat/base/files.h"  // write_text_file
+#include "remat/solver/chain.h"
 #include "remat/solver/solver.h"
 #include "remat/solver/tradeoff.h"
 
