@@ -71,6 +71,14 @@ void check_plot_path(const std::string& path);
 /// Checks a --threads argument of the solver's commands: 0 (one per core) to kMaxThreads.
 void check_solver_threads(int threads);
 
+/// A --link argument, `D2H,H2D,LATENCY`: the bandwidths out to host memory and back in GB/s
+/// and each copy's latency in ms (25,25,0.01). Throws std::invalid_argument naming the part.
+Link parse_link(const std::string& text);
+
+/// The chain as a command solves it: `link`, if given (--link), replaces the chain's own; with
+/// `offload` (--offload) the chain must then have one.
+void apply_link_options(Chain& chain, const std::string& link, bool offload);
+
 /// Checks `cmd`'s --segments, if given: for --algorithm periodic only, and positive.
 void check_segments_option(const CLI::App& cmd, Algorithm algorithm, int segments);
 

@@ -36,6 +36,43 @@ void check_solver_threads(int threads) {
               " (0, the default, runs one per core)");
 }
 
+Link parse_link(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::size_t end = comma == std::string::npos ? text.size() : comma;
+    parts.push_back(text.substr(start, end - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  REMAT_CHECK(parts.size() == 3, "--link '", text,
+              "': expected D2H,H2D,LATENCY (GB/s out, GB/s back, ms per copy), e.g. 25,25,0.01");
+  const char* names[] = {"its bandwidth out (D2H, GB/s)", "its bandwidth back (H2D, GB/s)",
+                         "its latency (ms)"};
+  double values[3] = {0, 0, 0};
+  for (std::size_t k = 0; k < 3; ++k) {
+    char* end = nullptr;
+    values[k] = std::strtod(parts[k].c_str(), &end);
+    REMAT_CHECK(!parts[k].empty() && end == parts[k].c_str() + parts[k].size() &&
+                    std::isfinite(values[k]),
+                "--link '", text, "': ", names[k], " '", parts[k], "' is not a number");
+  }
+  for (std::size_t k = 0; k < 2; ++k)
+    REMAT_CHECK(values[k] >= kMinLinkGbps && values[k] <= kMaxLinkGbps, "--link '", text, "': ",
+                names[k], " must be from ", kMinLinkGbps, " to ", kMaxLinkGbps, " GB/s");
+  REMAT_CHECK(values[2] >= 0 && values[2] <= kMaxStageMs, "--link '", text, "': ", names[2],
+              " must be from 0 to ", kMaxStageMs, " ms");
+  return Link{values[0], values[1], values[2]};
+}
+
+void apply_link_options(Chain& chain, const std::string& link, bool offload) {
+  if (!link.empty()) chain.link = parse_link(link);
+  REMAT_CHECK(!offload || chain.link, "--offload: the chain '", chain.name,
+              "' has no link to host memory; give one with --link D2H,H2D,LATENCY (GB/s, GB/s, "
+              "ms), or profile the chain on the device");
+}
+
 void check_segments_option(const CLI::App& cmd, Algorithm algorithm, int segments) {
   if (cmd.count("--segments") == 0) return;
   REMAT_CHECK(algorithm == Algorithm::kPeriodic, "--segments applies to --algorithm periodic only");

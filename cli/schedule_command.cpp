@@ -24,6 +24,8 @@ struct ScheduleArgs {
   bool no_search_above_budget = false;
   bool no_merged_runs = false;
   bool no_exact_storages = false;
+  bool offload = false;
+  std::string link;
   std::string plot;
 };
 
@@ -101,6 +103,14 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
     fmt::print("min budget   none with {} slots\n", options.slots());
   }
   fmt::print("solve time   {:.3f} s\n", solution.solve_seconds);
+  if (solution.ok() && options.offload()) {
+    const Simulation& sim = solution.simulation;
+    fmt::print("offload      {} checkpoint{} over a link of {} GB/s out, {} GB/s back, {} ms "
+               "latency; copies waited for {:.3f} ms; host memory {}\n",
+               sim.offloads, sim.offloads == 1 ? "" : "s", chain.link->d2h_gbps,
+               chain.link->h2d_gbps, chain.link->latency_ms, sim.copy_wait_ms,
+               format_bytes_exact(sim.host_peak_bytes));
+  }
   if (solution.ok()) {
     const auto nograd = solution.simulation.nograd_forwards;
     fmt::print("sequence     {} operations, {} forward{} without autograd",
@@ -133,6 +143,12 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
   out["solve_seconds"] = solution.solve_seconds;
   out["use_nograd_time"] = options.use_nograd_time();
   out["reference_recurrence"] = options.reference_recurrence();
+  out["offload"] = options.offload();
+  if (options.offload() && solution.ok()) {
+    out["offloads"] = solution.simulation.offloads;
+    out["copy_wait_ms"] = solution.simulation.copy_wait_ms;
+    out["host_peak_bytes"] = solution.simulation.host_peak_bytes;
+  }
   if (chain.restart_ms > 0) {
     out["restart_ms"] = chain.restart_ms;
     out["restarts"] =
@@ -159,7 +175,8 @@ Action add_schedule_command(CLI::App& app) {
   auto args = std::make_shared<ScheduleArgs>();
   CLI::App* cmd = app.add_subcommand(
       "schedule", "Compute the fastest schedule of a chain file within a budget");
-  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/2 or /1 JSON)")->required();
+  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/3, /2 or /1 JSON)")
+      ->required();
   cmd->add_option("--budget", args->budget,
                   "Activation memory budget: bytes with a unit (700MiB, 2.5GiB, 1e9) or a "
                   "percentage of the store-all peak (50%); min, the least budget any schedule "
@@ -186,6 +203,13 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_flag("--no-merged-runs", args->no_merged_runs,
                 "optimal, with carried members: do not also solve the chain with each run of "
                 "stages that carries a member merged into one stage");
+  cmd->add_flag("--offload", args->offload,
+                "optimal: also offload checkpoints to host memory over the chain's link and "
+                "copy them back, where that beats keeping or recomputing them "
+                "(docs/cost-model.md, \"Offload\")");
+  cmd->add_option("--link", args->link,
+                  "The device's link to host memory as D2H,H2D,LATENCY: GB/s out, GB/s back, ms "
+                  "per copy (25,25,0.01); replaces the chain's own");
   cmd->add_flag("--no-exact-storages", args->no_exact_storages,
                 "optimal, with carried members: do not also solve the storage-exact table, in "
                 "which every storage counts once (docs/algorithms.md)");
@@ -207,7 +231,12 @@ Action add_schedule_command(CLI::App& app) {
         "--algorithm optimal only");
     check_solver_threads(args->threads);
     check_plot_path(args->plot);
-    const Chain chain = load_chain(args->chain_path);
+    REMAT_CHECK(!args->offload || algorithm == Algorithm::kOptimal,
+                "--offload applies to --algorithm optimal only");
+    REMAT_CHECK(!(args->offload && args->reference_recurrence),
+                "--offload and --reference-recurrence exclude each other");
+    Chain chain = load_chain(args->chain_path);
+    apply_link_options(chain, args->link, args->offload);
     SolveOptions options = SolveOptions(0)
                                .algorithm(algorithm)
                                .segments(args->segments)
@@ -217,7 +246,8 @@ Action add_schedule_command(CLI::App& app) {
                                .reference_recurrence(args->reference_recurrence)
                                .search_above_budget(!args->no_search_above_budget)
                                .merge_carried_runs(!args->no_merged_runs)
-                               .exact_storages(!args->no_exact_storages);
+                               .exact_storages(!args->no_exact_storages)
+                               .offload(args->offload);
     const std::int64_t budget = parse_budget(args->budget, store_all_peak(chain), [&] {
       return min_feasible_budget(chain, options);
     });

@@ -45,7 +45,8 @@ Action add_tradeoff_command(CLI::App& app) {
   auto args = std::make_shared<TradeoffArgs>();
   CLI::App* cmd = app.add_subcommand(
       "tradeoff", "Predicted time against memory budget, for optimal, revolve and periodic");
-  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/2 or /1 JSON)")->required();
+  cmd->add_option("--chain", args->chain_path, "Chain file (remat-chain/3, /2 or /1 JSON)")
+      ->required();
   cmd->add_option("--from", args->from,
                   "Smallest budget (SIZE or % of store-all; default: optimal's least budget, or "
                   "revolve's and periodic's where --slots puts it above the store-all peak)");

@@ -69,7 +69,7 @@ MUTATIONS = [
      "return j < length ? restart : 0.0;", "return restart;",
      "the dynamic program charges a restart after the loss, where no backward came before"),
     ("sim-restart", "solver/src/simulator.cpp",
-     "cost += chain.restart_ms;", "cost += 0;",
+     "begin += chain.restart_ms;", "begin += 0;",
      "the simulator forgets the restart of a forward right after a backward"),
     ("units-round-down", "solver/include/remat/solver/solver.h",
      "return bytes / unit_bytes + (bytes % unit_bytes != 0 ? 1 : 0);", "return bytes / unit_bytes;",

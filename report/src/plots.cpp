@@ -30,6 +30,9 @@ const char* op_color(OpKind kind) {
     case OpKind::kForwardCheckpoint: return "#f28e2b";
     case OpKind::kLoss: return "#79706e";
     case OpKind::kBackward: return "#e15759";
+    case OpKind::kOffload: return "#b07aa1";
+    case OpKind::kEvict: return "#9c755f";
+    case OpKind::kPrefetch: return "#ff9da7";
   }
   return "#000";
 }

@@ -58,6 +58,9 @@ Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
       length_(static_cast<int>(stages.size())) {
   REMAT_INTERNAL_ASSERT(chain.length() == length_,
                         "the runtime's chain and network differ in length");
+  for (const Op& op : sequence)
+    REMAT_CHECK(!op.is_copy(), "the runtime does not run schedules that offload yet (",
+                op.str(), "): solve without offload");
   const auto n = static_cast<std::size_t>(length_) + 1;
   for (int k = 0; k <= length_; ++k) members_.push_back(chain.members(k));
   lifetimes_ = value_lifetimes(sequence, length_);
@@ -351,6 +354,10 @@ std::size_t Executor::run(std::size_t index) {
       for (std::size_t k = index; k <= last; ++k) drop_values(k);
       return last;
     }
+    case OpKind::kOffload:
+    case OpKind::kEvict:
+    case OpKind::kPrefetch:
+      REMAT_INTERNAL_ASSERT(false, "a copy reached the runtime: ", op.str());
   }
   drop_values(index);
   return index;

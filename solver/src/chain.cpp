@@ -145,10 +145,32 @@ Chain parse_v1(const json& doc, const std::string& source) {
   return chain;
 }
 
-Chain parse_v2(const json& doc, const std::string& source) {
-  check_keys(doc, source, "", {"format", "name", "inputs", "stages"},
-             {"loss_tmp_bytes", "output_held", "context_bytes", "restart_ms"});
+// The "link" of a version 3 document: {"d2h_gbps": B, "h2d_gbps": B, "latency_ms": T}.
+Link get_link(const json& value, const std::string& source) {
+  if (!value.is_object())
+    fail(source, "link", str_cat("must be an object (the device's link), got ", type_name(value)));
+  check_keys(value, source, "link", {"d2h_gbps", "h2d_gbps", "latency_ms"}, {}, "a link");
+  Link link;
+  for (auto [field, out] : {std::pair{"d2h_gbps", &link.d2h_gbps},
+                            std::pair{"h2d_gbps", &link.h2d_gbps}}) {
+    const json& item = value.at(field);
+    if (!item.is_number())
+      fail(source, str_cat("link.", field),
+           str_cat("must be a bandwidth in GB/s, got ", type_name(item)));
+    *out = item.get<double>();
+  }
+  link.latency_ms = get_ms(value.at("latency_ms"), source, "link.latency_ms");
+  return link;  // the bandwidths' range: Chain::validate
+}
+
+// Versions 2 and 3 (version 2 and a link).
+Chain parse_v2(const json& doc, const std::string& source, bool v3) {
+  std::vector<std::string> optional = {"loss_tmp_bytes", "output_held", "context_bytes",
+                                       "restart_ms"};
+  if (v3) optional.push_back("link");
+  check_keys(doc, source, "", {"format", "name", "inputs", "stages"}, optional);
   Chain chain;
+  if (v3 && doc.contains("link")) chain.link = get_link(doc.at("link"), source);
   chain.name = get_string(doc.at("name"), source, "name");
   chain.inputs = get_members(doc.at("inputs"), source, "inputs", false);
   if (chain.inputs.empty())
@@ -397,6 +419,15 @@ void Chain::validate(const std::string& source) const {
   check.bytes(context_bytes, "context_bytes");
   check.bytes(loss_tmp_bytes, "loss_tmp_bytes");
   check.ms(restart_ms, "restart_ms");
+  if (link) {
+    for (auto [field, gbps] : {std::pair{"link.d2h_gbps", link->d2h_gbps},
+                               std::pair{"link.h2d_gbps", link->h2d_gbps}})
+      if (!(gbps >= kMinLinkGbps && gbps <= kMaxLinkGbps))  // NaN fails too
+        fail(source, field,
+             str_cat("(", gbps, ") must be a bandwidth from ", kMinLinkGbps, " to ", kMaxLinkGbps,
+                     " GB/s"));
+    check.ms(link->latency_ms, "link.latency_ms");
+  }
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     check.add_to_total(inputs[k].bytes, str_cat("inputs[", k, "]"));
     check.add_to_total(inputs[k].gradient_size(), str_cat("inputs[", k, "]"));
@@ -421,14 +452,14 @@ Chain parse_chain(const std::string& json_text, const std::string& source) {
          str_cat("is not a remat chain: no \"format\" field (expected \"", kChainFormat, "\")"));
   const std::string format = get_string(doc.at("format"), source, "format");
   Chain chain;
-  if (format == kChainFormat)
-    chain = parse_v2(doc, source);
+  if (format == kChainFormat || format == kChainFormatV3)
+    chain = parse_v2(doc, source, format == kChainFormatV3);
   else if (format == kChainFormatV1)
     chain = parse_v1(doc, source);
   else
     fail(source, "format",
-         str_cat("is \"", format, "\"; this version of remat reads \"", kChainFormat, "\" and \"",
-                 kChainFormatV1, "\""));
+         str_cat("is \"", format, "\"; this version of remat reads \"", kChainFormatV3, "\", \"",
+                 kChainFormat, "\" and \"", kChainFormatV1, "\""));
   chain.validate(source);
   return chain;
 }
@@ -451,7 +482,7 @@ std::string chain_to_json(const Chain& chain) {
     return item;
   };
   json doc = json::object();
-  doc["format"] = kChainFormat;
+  doc["format"] = chain.link ? kChainFormatV3 : kChainFormat;
   doc["name"] = chain.name;
   json inputs = json::array();
   for (const Member& member : chain.inputs) inputs.push_back(member_json(member));
@@ -479,6 +510,10 @@ std::string chain_to_json(const Chain& chain) {
   doc["loss_tmp_bytes"] = chain.loss_tmp_bytes;
   if (!chain.output_held) doc["output_held"] = false;  // the default is not written
   if (chain.restart_ms != 0) doc["restart_ms"] = chain.restart_ms;  // nor is 0
+  if (chain.link)
+    doc["link"] = json{{"d2h_gbps", chain.link->d2h_gbps},
+                       {"h2d_gbps", chain.link->h2d_gbps},
+                       {"latency_ms", chain.link->latency_ms}};
   return doc.dump(2) + "\n";
 }
 

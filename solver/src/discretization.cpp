@@ -102,11 +102,11 @@ MemoryLimit memory_limit(std::int64_t requested) {
   return out;
 }
 
-TableMemory::TableMemory(const Chain& chain, int threads)
+TableMemory::TableMemory(const Chain& chain, int threads, bool offload)
     : length_(chain.length()), threads_(threads), rows_(0), two_states_(false) {
   // Two states where the sizes differ in bytes: in units they can only coincide. (A chain
   // has at most kMaxStages stages: every figure here is far below 2^62.)
-  const UnitChain exact = make_unit_chain(chain, 1, true);
+  const UnitChain exact = make_unit_chain(chain, 1, true, false, offload);
   for (int i = 0; i <= length_; ++i) {
     const bool two = exact.two_states(i);
     two_states_ = two_states_ || two;
@@ -209,7 +209,7 @@ std::int64_t min_slots(const Chain& chain, const UnitModel& model) {
   // With a unit of the largest size every size that is not zero is one unit: the least the
   // chain can take in units, whatever the budget.
   const UnitChain units = make_unit_chain(chain, largest_size(chain), model.use_nograd_time,
-                                          model.published_chain_step);
+                                          model.published_chain_step, model.offload);
   const MinMemoryTable table(units);
   return units.context + std::max<std::int64_t>(units.x[0] + 1, table.at(0, units.length));
 }
@@ -224,7 +224,7 @@ std::int64_t refined_slot_limit(int length, std::int64_t slots) {
 
 std::int64_t exact_min_budget(const Chain& chain, const UnitModel& model) {
   const UnitChain exact =
-      make_unit_chain(chain, 1, model.use_nograd_time, model.published_chain_step);
+      make_unit_chain(chain, 1, model.use_nograd_time, model.published_chain_step, model.offload);
   const MinMemoryTable table(exact);
   return exact.context + std::max<std::int64_t>(exact.x[0] + 1, table.at(0, exact.length));
 }
@@ -242,7 +242,7 @@ std::int64_t min_feasible_budget_for_slots(const Chain& chain, const UnitModel& 
   // From `slots` bytes on, feasibility depends on the unit u = floor(budget / slots) alone
   // and only improves as u grows (every size rounds to fewer units): search the least u.
   auto feasible = [&](std::int64_t unit) {
-    const UnitChain units = make_unit_chain(chain, unit, nograd, published);
+    const UnitChain units = make_unit_chain(chain, unit, nograd, published, model.offload);
     return fits(units, MinMemoryTable(units, slots), slots);
   };
   const std::int64_t largest = largest_size(chain);

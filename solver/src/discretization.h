@@ -23,9 +23,10 @@ inline bool automatic_slots(const SolveOptions& options) {
 struct UnitModel {
   bool use_nograd_time = true;
   bool published_chain_step = false;
+  bool offload = false;
 };
 inline UnitModel unit_model(const SolveOptions& options) {
-  return {options.use_nograd_time(), options.reference_recurrence()};
+  return {options.use_nograd_time(), options.reference_recurrence(), options.offload()};
 }
 
 // The slots used for a chain: `requested` if positive, else the automatic choice.
@@ -75,7 +76,7 @@ inline constexpr std::int64_t kMinCoarseSlots = 100;
 // with the workers' buffers.
 class TableMemory {
  public:
-  TableMemory(const Chain& chain, int threads);
+  TableMemory(const Chain& chain, int threads, bool offload = false);
   int length() const { return length_; }
   // Bytes of the tables that do not depend on the memory axis.
   double fixed_bytes() const { return fixed_bytes_; }

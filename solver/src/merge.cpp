@@ -341,6 +341,10 @@ Sequence expand_merged(const Sequence& merged, const std::vector<int>& first) {
         break;
       case OpKind::kLoss:
         break;
+      case OpKind::kOffload:
+      case OpKind::kEvict:
+      case OpKind::kPrefetch:
+        REMAT_INTERNAL_ASSERT(false, "a merged chain's sequence offloads: ", op.str());
     }
   }
   return out;

@@ -48,6 +48,16 @@ std::int32_t min_of_max(std::int32_t a, const std::int32_t* __restrict column, s
   return min_of_max_body(a, column, c, row, b, forward, n);
 }
 
+// The memory an offloading leaf j of segment (i, l) needs (lf = lf(i, j)), given
+// right = MinMem(j, l, fresh) and left = MinMem(i, j-1, s): its forwards with x_i, its right
+// part without it, x_i prefetched beside the right part's last backward, its left part.
+std::int64_t offload_leaf_memory(const UnitChain& c, int i, int j, int l, std::int64_t lf,
+                                 std::int64_t right, std::int64_t left) {
+  const std::int64_t x = c.x[static_cast<std::size_t>(i)];
+  return std::max({x + c.g[static_cast<std::size_t>(l) + 1] + lf, right,
+                   x + c.last_backward_memory(j, l), c.left_shift(l) + left});
+}
+
 // Below 2^29, sums of two clamped values stay within 32 bits.
 constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 
@@ -62,6 +72,9 @@ constexpr std::int64_t kNarrowLimit = std::int64_t{1} << 29;
 //                        max(chain_step_memory(i, l, s), chain_shift(i, s) + MinMem(i+1, l, taped))
 //                        )
 //
+// and, where x_i may be offloaded (UnitChain::offloadable), the offloading leaves
+//   min_{i<j<=l} max(x[i] + g[l+1] + lf(i, j), MinMem(j, l, fresh),
+//                    x[i] + last_backward_memory(j, l), left_shift(l) + MinMem(i, j-1, s))
 // (the published recurrence also bounds every row below by x[i] + g[l+1] + lf(i, l)): the
 // conditions under which the dynamic program's row (i, l) is finite.
 //
@@ -120,6 +133,13 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
             std::max(c.chain_step_memory(i, l, taped),
                      c.chain_shift(i, taped) + std::int64_t{at(i + 1, l, true)});
         std::int64_t best = std::min(leaf, chain_step);
+        if (c.offloadable(i, taped)) {
+          for (int j = i + 1; j <= l; ++j) {
+            const auto uj = static_cast<std::size_t>(j);
+            best = std::min(best, offload_leaf_memory(c, i, j, l, forward[uj], mm_t[ul * stride_ + uj],
+                                                      rows[ui * stride_ + uj - 1]));
+          }
+        }
         if (c.published_chain_step) best = std::max(best, c.x[ui] + c.g[ul + 1] + lf);
         at(i, l, taped) = clamp(best);
       }
@@ -146,7 +166,7 @@ class MinMemoryTable::LeastMemory {
         c_(chain),
         stride_(static_cast<std::size_t>(chain.length) + 1),
         time_(2 * stride_ * stride_, -1.0),
-        choice_(2 * stride_ * stride_, -1) {}
+        choice_(2 * stride_ * stride_, kNone) {}
 
   // The least time of a sequence reversing (i, l) from `taped` in MinMem(i, l, taped).
   double time(int i, int l, bool taped) {
@@ -159,7 +179,7 @@ class MinMemoryTable::LeastMemory {
     }
     const std::int64_t target = t_.at(i, l, taped);
     double best = kInfinity;
-    int best_choice = -1;  // j for a leaf, 0 for the chain step
+    int best_choice = kNone;  // j for a leaf, -j for an offloading one, 0 for the chain step
     std::int64_t lf = c_.x[ui + 1] + c_.nt[ui];
     double prefix = 0;
     for (int j = i + 1; j <= l; ++j) {
@@ -169,10 +189,18 @@ class MinMemoryTable::LeastMemory {
       const std::int64_t leaf =
           std::max({c_.x[ui] + c_.g[static_cast<std::size_t>(l) + 1] + lf,
                     c_.x[ui] + t_.at(j, l, false), c_.left_shift(l) + t_.at(i, j - 1, taped)});
-      if (leaf != target) continue;
-      const double candidate =
-          (prefix + c_.restart_after(j)) + time(j, l, false) + time(i, j - 1, taped);
-      if (candidate < best) best = candidate, best_choice = j;
+      if (leaf == target) {
+        const double candidate =
+            (prefix + c_.restart_after(j)) + time(j, l, false) + time(i, j - 1, taped);
+        if (candidate < best) best = candidate, best_choice = j;
+      }
+      if (c_.offloadable(i, taped) &&
+          offload_leaf_memory(c_, i, j, l, lf, t_.at(j, l, false), t_.at(i, j - 1, taped)) ==
+              target) {
+        const double candidate = ((prefix + c_.restart_after(j)) + c_.copy_wait(i, j, prefix)) +
+                                 time(j, l, false) + time(i, j - 1, taped);
+        if (candidate < best) best = candidate, best_choice = -j;
+      }
     }
     const std::int64_t chain_step = std::max(c_.chain_step_memory(i, l, taped),
                                              c_.chain_shift(i, taped) + t_.at(i + 1, l, true));
@@ -180,7 +208,7 @@ class MinMemoryTable::LeastMemory {
       const double candidate = c_.fw[ui] + c_.bw[ui] + time(i + 1, l, true);
       if (candidate < best) best = candidate, best_choice = 0;
     }
-    REMAT_INTERNAL_ASSERT(best_choice >= 0, "no choice reaches MinMem(", i, ", ", l,
+    REMAT_INTERNAL_ASSERT(best_choice != kNone, "no choice reaches MinMem(", i, ", ", l,
                           taped ? ", taped" : "", ") = ", target);
     time_[k] = best;
     choice_[k] = best_choice;
@@ -198,6 +226,11 @@ class MinMemoryTable::LeastMemory {
       append_leaf_forwards(i, j, out);
       rebuild(j, l, false, out);
       rebuild(i, j - 1, taped, out);
+    } else if (j < 0) {
+      append_offload_leaf_forwards(i, -j, out);
+      rebuild(-j, l, false, out);
+      finish_offload_leaf(i, out);
+      rebuild(i, -j - 1, taped, out);
     } else {
       out.push_back(fe(i));
       rebuild(i + 1, l, true, out);
@@ -206,6 +239,7 @@ class MinMemoryTable::LeastMemory {
   }
 
  private:
+  static constexpr int kNone = std::numeric_limits<int>::min();
   std::size_t key(int i, int l, bool taped) const {
     const bool two = taped && c_.two_states(i);
     return (two ? stride_ * stride_ : 0) + static_cast<std::size_t>(i) * stride_ +

@@ -20,6 +20,17 @@ inline void append_leaf_forwards(int i, int j, Sequence& out) {
   out.push_back(cf(i));
   for (int k = i + 1; k < j; ++k) out.push_back(fn(k));
 }
+// An offloading leaf (docs/cost-model.md, "Offload"): O_i, its forwards, E_i; then its right
+// part, with P_i before the right part's last operation (finish_offload_leaf), then its left
+// part.
+inline void append_offload_leaf_forwards(int i, int j, Sequence& out) {
+  out.push_back(offload(i));
+  append_leaf_forwards(i, j, out);
+  out.push_back(evict(i));
+}
+inline void finish_offload_leaf(int i, Sequence& out) {
+  out.insert(out.end() - 1, prefetch(i));
+}
 
 }  // namespace detail
 }  // namespace remat

@@ -200,7 +200,9 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
   // prefix[k][j] = (nf[i] + ... + nf[j-1]) + restart_after(j) for i = start + k, summed from the left
   // as rebuild() sums it, so that candidates are bit-identical; forward[k][j] = lf(i, j).
   const auto columns = static_cast<std::size_t>(length) + 2;
+  // With offload, offload_prefix[k][j] = prefix[k][j] + the offloading leaf's copy_wait.
   std::vector<double> prefix(static_cast<std::size_t>(count) * columns, 0.0);
+  std::vector<double> offload_prefix(c.offload() ? prefix.size() : 0, 0.0);
   std::vector<std::int64_t> forward(static_cast<std::size_t>(count) * columns, 0);
   for (int k = 0; k < count; ++k) {
     double sum = 0;
@@ -208,10 +210,12 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
     std::int64_t lf = c.x[i + 1] + c.nt[i];
     for (int j = start + k + 1; j <= length; ++j) {
       const auto uj = static_cast<std::size_t>(j);
+      const std::size_t at = static_cast<std::size_t>(k) * columns + uj;
       sum += c.nf[uj - 1];
       if (uj > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
-      prefix[static_cast<std::size_t>(k) * columns + uj] = sum + c.restart_after(j);
-      forward[static_cast<std::size_t>(k) * columns + uj] = lf;
+      prefix[at] = sum + c.restart_after(j);
+      if (c.offload()) offload_prefix[at] = prefix[at] + c.copy_wait(start + k, j, sum);
+      forward[at] = lf;
     }
   }
   const auto prefix_of = [&](int i, int j) {
@@ -223,6 +227,20 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
            forward[static_cast<std::size_t>(i - start) * columns + static_cast<std::size_t>(j)];
   };
   const auto states_of = [&](int i) { return c.two_states(i) ? states : 1; };
+  // Leaf j of row (i, l, s), and where x_i may be offloaded in state s, the offloading leaf: its
+  // right part has all the memory, and x_i is prefetched beside the right part's last backward.
+  const auto add_leaves = [&](int i, int j, int l, int s, const Row& left, const Row& right,
+                              Pending& p) {
+    const auto ui = static_cast<std::size_t>(i);
+    add_leaf(c.x[ui], c.left_shift(l), forward_lo(i, j, l), prefix_of(i, j), left, right, p,
+             stats);
+    if (!c.offloadable(i, s == 1)) return;
+    const std::size_t at =
+        static_cast<std::size_t>(i - start) * columns + static_cast<std::size_t>(j);
+    add_leaf(0, c.left_shift(l),
+             std::max(forward_lo(i, j, l), c.x[ui] + c.last_backward_memory(j, l)),
+             offload_prefix[at], left, right, p, stats);
+  };
   const auto wait_above = [&](int l) {
     if (above == nullptr || l < end) return true;  // rows (j, l), j >= end: blocks above
     while (above->load(std::memory_order_acquire) < l) {
@@ -252,16 +270,13 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
       if (!wait_above(l1 - 1)) return;
       for (int j = end; j <= l0; ++j) {
         for (int i = start; i < end; ++i) {
-          const std::int64_t shift = c.x[static_cast<std::size_t>(i)];
-          const double sum = prefix_of(i, j);
           for (int s = 0; s < states_of(i); ++s) {
             const Row& left = row(i, j - 1, s == 1);
             if (left.empty()) continue;
             for (int l = l0; l < l1; ++l) {
               Pending& p = slot(i, s, l);
               const Row& right = row(j, l);
-              if (p.active && !right.empty())
-                add_leaf(shift, c.left_shift(l), forward_lo(i, j, l), sum, left, right, p, stats);
+              if (p.active && !right.empty()) add_leaves(i, j, l, s, left, right, p);
             }
           }
         }
@@ -283,9 +298,7 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
             Pending& p = slot(i, s, l);
             if (!p.active) continue;
             const Row& left = row(i, j - 1, s == 1);
-            if (!left.empty())
-              add_leaf(c.x[static_cast<std::size_t>(i)], c.left_shift(l), forward_lo(i, j, l),
-                       prefix_of(i, j), left, right, p, stats);
+            if (!left.empty()) add_leaves(i, j, l, s, left, right, p);
           }
         }
       }
@@ -375,14 +388,27 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, Sequence
     const auto uj = static_cast<std::size_t>(j);
     prefix += c.nf[uj - 1];
     if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
-    if (rest < 0 || m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
+    if (m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
     const double candidate =
-        ((prefix + c.restart_after(j)) + row(j, l).at(rest)) + row(i, j - 1, taped).at(m - c.left_shift(l));
+        rest < 0 ? kInfinity
+                 : ((prefix + c.restart_after(j)) + row(j, l).at(rest)) +
+                       row(i, j - 1, taped).at(m - c.left_shift(l));
     if (candidate == target) {
       append_leaf_forwards(i, j, out);
       rebuild(j, l, rest, false, out);
       rebuild(i, j - 1, m - c.left_shift(l), taped, out);
       return;
+    }
+    if (c.offloadable(i, taped) && m >= c.x[ui] + c.last_backward_memory(j, l)) {
+      const double offloading = ((prefix + c.restart_after(j)) + c.copy_wait(i, j, prefix)) +
+                                row(j, l).at(m) + row(i, j - 1, taped).at(m - c.left_shift(l));
+      if (offloading == target) {
+        append_offload_leaf_forwards(i, j, out);
+        rebuild(j, l, m, false, out);
+        finish_offload_leaf(i, out);
+        rebuild(i, j - 1, m - c.left_shift(l), taped, out);
+        return;
+      }
     }
   }
   const std::int64_t after = m - c.chain_shift(i, taped);

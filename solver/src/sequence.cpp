@@ -20,6 +20,12 @@ const char* prefix(OpKind kind) {
       return "L";
     case OpKind::kBackward:
       return "B";
+    case OpKind::kOffload:
+      return "O";
+    case OpKind::kEvict:
+      return "E";
+    case OpKind::kPrefetch:
+      return "P";
   }
   return "?";
 }
@@ -41,7 +47,7 @@ void parse_token(std::string_view token, int length, Sequence& out) {
   }
   const auto underscore = token.find('_');
   REMAT_CHECK(underscore != std::string_view::npos, "bad operation '", token,
-              "': expected Fe_i, Fn_i, CF_i, L or B_i");
+              "': expected Fe_i, Fn_i, CF_i, L, B_i, O_i, E_i or P_i");
   const std::string_view name = token.substr(0, underscore);
   OpKind kind;
   if (name == "Fe") {
@@ -52,9 +58,15 @@ void parse_token(std::string_view token, int length, Sequence& out) {
     kind = OpKind::kForwardCheckpoint;
   } else if (name == "B") {
     kind = OpKind::kBackward;
+  } else if (name == "O") {
+    kind = OpKind::kOffload;
+  } else if (name == "E") {
+    kind = OpKind::kEvict;
+  } else if (name == "P") {
+    kind = OpKind::kPrefetch;
   } else {
     REMAT_CHECK(false, "bad operation '", token, "': unknown kind '", name,
-                "' (expected Fe, Fn, CF, L or B)");
+                "' (expected Fe, Fn, CF, L, B, O, E or P)");
   }
   const std::string_view rest = token.substr(underscore + 1);
   const auto dots = rest.find("..");
@@ -62,6 +74,8 @@ void parse_token(std::string_view token, int length, Sequence& out) {
     out.push_back({kind, parse_index(rest, token)});
     return;
   }
+  REMAT_CHECK(!is_copy(kind), "bad operation '", token,
+              "': copies are written one at a time, not as a run");
   const int first = parse_index(rest.substr(0, dots), token);
   const int last = parse_index(rest.substr(dots + 2), token);
   const int step = kind == OpKind::kBackward ? -1 : 1;
@@ -101,7 +115,7 @@ std::string collapsed_string(const Sequence& sequence) {
   while (k < sequence.size()) {
     const Op& first = sequence[k];
     std::size_t end = k + 1;
-    if (first.kind != OpKind::kLoss) {
+    if (first.kind != OpKind::kLoss && !is_copy(first.kind)) {
       const int step = first.kind == OpKind::kBackward ? -1 : 1;
       while (end < sequence.size() && sequence[end].kind == first.kind &&
              sequence[end].stage == sequence[end - 1].stage + step) {

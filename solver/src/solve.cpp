@@ -165,6 +165,17 @@ void check_options(const SolveOptions& options) {
   REMAT_CHECK(!options.reference_recurrence() || options.algorithm() == Algorithm::kOptimal,
               "the reference recurrence applies to algorithm 'optimal' only, not '", algorithm,
               "'");
+  REMAT_CHECK(!options.offload() || options.algorithm() == Algorithm::kOptimal,
+              "offload applies to algorithm 'optimal' only, not '", algorithm, "'");
+  REMAT_CHECK(!options.offload() || !options.reference_recurrence(),
+              "offload and the reference recurrence exclude each other (the reference has no "
+              "offload)");
+}
+// Offload needs the chain's link.
+void check_link(const Chain& chain, const SolveOptions& options) {
+  REMAT_CHECK(!options.offload() || chain.link, detail::chain_source(chain),
+              " has no link to host memory, which offload needs: profile it on the device, or "
+              "give the link's bandwidths and latency");
 }
 }  // namespace
 
@@ -178,6 +189,7 @@ Solution solve(const Chain& chain, const SolveOptions& options) {
   REMAT_CHECK(options.budget_bytes() >= 0, "the budget (", options.budget_bytes(),
               " bytes) must not be negative");
   check_options(options);
+  check_link(chain, options);
   // Members of x_0 carried on, without gradient: solved as context, which the dynamic program
   // counts once (detail::pin_input_members); the same sequences, peaks and times.
   if (options.algorithm() == Algorithm::kOptimal && !options.reference_recurrence()) {
@@ -235,6 +247,7 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
   if (options.algorithm() == Algorithm::kOptimal) {
     chain.validate(detail::chain_source(chain));
     check_options(options);
+    check_link(chain, options);
     // As solve() does.
     if (!options.reference_recurrence())
       if (const std::optional<Chain> pinned = detail::pin_input_members(chain))
@@ -252,10 +265,11 @@ std::int64_t min_feasible_budget(const Chain& chain, const SolveOptions& options
 std::int64_t min_feasible_slots(const Chain& chain, const SolveOptions& options) {
   chain.validate(detail::chain_source(chain));
   check_options(options);
+  check_link(chain, options);
   if (!options.reference_recurrence())
     if (const std::optional<Chain> pinned = detail::pin_input_members(chain))
       return min_feasible_slots(*pinned, options);
-  detail::TableMemory(chain, options.threads())
+  detail::TableMemory(chain, options.threads(), options.offload())
       .check_fixed(detail::memory_limit(options.memory_limit_bytes()));
   return detail::min_slots(chain, detail::unit_model(options));
 }

@@ -46,7 +46,7 @@ class PersistentTableStrategy final : public Strategy {
         options_(options),
         automatic_(automatic_slots(options)),
         limit_(memory_limit(options.memory_limit_bytes())),
-        memory_(chain, options.threads()) {
+        memory_(chain, options.threads(), options.offload()) {
     // The memory the solve will need is estimated before anything is allocated.
     memory_.check_fixed(limit_);
   }
@@ -91,8 +91,9 @@ class PersistentTableStrategy final : public Strategy {
     least_budget();
     out.discretization = automatic_ ? discretize_filled(budget, slots) : discretize(budget, slots);
     Discretization disc = out.discretization;
-    auto units = std::make_unique<UnitChain>(make_unit_chain(
-        chain_, disc.unit_bytes, options_.use_nograd_time(), options_.reference_recurrence()));
+    auto units = std::make_unique<UnitChain>(
+        make_unit_chain(chain_, disc.unit_bytes, options_.use_nograd_time(),
+                        options_.reference_recurrence(), options_.offload()));
     auto min_memory = std::make_unique<MinMemoryTable>(*units, disc.capacity_units);
     if (!fits(*units, *min_memory, disc.capacity_units)) {
       if (!automatic_ || budget < *least_) return out;
@@ -108,7 +109,8 @@ class PersistentTableStrategy final : public Strategy {
         disc = candidate;
         tried = finer;
         units = std::make_unique<UnitChain>(
-            make_unit_chain(chain_, disc.unit_bytes, options_.use_nograd_time(), false));
+            make_unit_chain(chain_, disc.unit_bytes, options_.use_nograd_time(), false,
+                            options_.offload()));
         min_memory = std::make_unique<MinMemoryTable>(*units, disc.capacity_units);
         found = fits(*units, *min_memory, disc.capacity_units);
       }
@@ -159,7 +161,8 @@ class PersistentTableStrategy final : public Strategy {
     const TimeModel time{options_.use_nograd_time()};
     const std::int64_t budget = options_.budget_bytes();
     const int length = chain_.length();
-    const UnitChain exact = make_unit_chain(chain_, 1, options_.use_nograd_time(), false);
+    const UnitChain exact =
+        make_unit_chain(chain_, 1, options_.use_nograd_time(), false, options_.offload());
     Sequence best = MinMemoryTable(exact).least_memory_sequence(exact);
     Simulation best_sim = simulate(chain_, best, time);
     REMAT_INTERNAL_ASSERT(best_sim.peak_bytes <= budget, "the least-memory sequence peaks at ",
@@ -224,12 +227,13 @@ class SearchAboveBudgetStrategy final : public Strategy {
       if (!built) {
         built = true;
         const MemoryLimit limit = memory_limit(options_.memory_limit_bytes());
-        const TableMemory memory(chain_, options_.threads());
+        const TableMemory memory(chain_, options_.threads(), options_.offload());
         const std::int64_t slots =
             slots_within_memory(memory, limit, largest, slot_count(chain_, 0), true, coarsened);
         disc = discretize_filled(largest, slots);
         units = std::make_unique<UnitChain>(
-            make_unit_chain(chain_, disc.unit_bytes, options_.use_nograd_time(), false));
+            make_unit_chain(chain_, disc.unit_bytes, options_.use_nograd_time(), false,
+                            options_.offload()));
         min_memory = std::make_unique<MinMemoryTable>(*units, disc.capacity_units);
         if (fits(*units, *min_memory, disc.capacity_units))
           table = std::make_unique<PersistentTable>(

@@ -7,7 +7,7 @@ namespace remat {
 namespace detail {
 
 UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time,
-                          bool published_chain_step) {
+                          bool published_chain_step, bool offload) {
   REMAT_INTERNAL_ASSERT(unit_bytes >= 1);
   const int length = chain.length();
   const auto n = static_cast<std::size_t>(length);
@@ -66,6 +66,24 @@ UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_
     // (gk, rounded up), they are never counted below their bytes.
     const Stage& last = chain.stages[n - 1];
     c.tail_shared = (last.kept_bytes() - last.state_bytes) / unit_bytes;
+  }
+  if (offload && chain.link && !published_chain_step) {
+    c.cd.assign(n + 1, 0.0);
+    c.ch.assign(n + 1, 0.0);
+    c.pinned.assign(n + 1, false);
+    for (std::size_t k = 1; k < n; ++k) {
+      const std::int64_t bytes = chain.activation_bytes(static_cast<int>(k));
+      c.cd[k] = chain.link->d2h_ms(bytes);
+      c.ch[k] = chain.link->h2d_ms(bytes);
+      // Members of x_k that stage k-1's autograd state keeps: its saved outputs, and the
+      // members it carries from a saved input.
+      const Stage& before = chain.stages[k - 1];
+      for (const int o : before.saved_outputs)
+        if (before.outputs[static_cast<std::size_t>(o)].bytes > 0) c.pinned[k] = true;
+      for (const Member& member : before.outputs)
+        for (const int saved : before.saved_inputs)
+          if (member.carried_from == saved && member.bytes > 0) c.pinned[k] = true;
+    }
   }
   return c;
 }

@@ -57,10 +57,40 @@ struct UnitChain {
   std::int64_t tail = 0, tail_shared = 0;
   // Check the chain step as the published recurrence does (docs/algorithms.md).
   bool published_chain_step = false;
+  // Offload (docs/cost-model.md, "Offload"): a leaf may copy its segment's start x_i to host
+  // memory while its forwards run, free it on the device for its right part, and copy it back
+  // during the right part's last backward. Empty where the chain has no link or offload is off;
+  // else, for 0..L: cd[i], ch[i] the times of x_i's copies out and back; pinned[i] whether
+  // stage i-1's autograd state keeps a member of x_i (then x_i is offloaded only where it was
+  // made without autograd: its segments have two states).
+  std::vector<double> cd, ch;
+  std::vector<bool> pinned;
 
+  bool offload() const { return !cd.empty(); }
+  // Whether a leaf of a segment starting at x_i in this state may offload x_i: x_0 is the
+  // caller's, and the loss's input x_L starts no leaf.
+  bool offloadable(int i, bool taped) const {
+    return offload() && i >= 1 && i < length && !(taped && pinned[static_cast<std::size_t>(i)]);
+  }
   // Whether segments starting at i differ between the two states (fresh, taped).
   bool two_states(int i) const {
-    return hf[static_cast<std::size_t>(i)] != ht[static_cast<std::size_t>(i)];
+    const auto a = static_cast<std::size_t>(i);
+    return hf[a] != ht[a] || (offload() && pinned[a]);
+  }
+  // The memory of the last operation of a right part (j, l), its B_j (the loss where j = L),
+  // the caller's x_L counted whole after the loss (never less than the operation takes): with
+  // the prefetched x_i beside it, the condition of an offloading leaf.
+  std::int64_t last_backward_memory(int j, int l) const {
+    return backward_memory(j, false) + (l == length && j < length ? tail : 0);
+  }
+  // The time an offloading leaf (i, j) waits for its copies beyond its forwards' time `sweep`
+  // (nf[i] + ... + nf[j-1]): the copy out overlaps the forwards, the copy back B_j and the
+  // restart after it.
+  double copy_wait(int i, int j, double sweep) const {
+    const auto a = static_cast<std::size_t>(i);
+    const double out = cd[a] - sweep;
+    const double back = ch[a] - (bw[static_cast<std::size_t>(j)] + restart_after(j));
+    return (out > 0 ? out : 0.0) + (back > 0 ? back : 0.0);
   }
   std::int64_t held(int i, bool taped) const {
     return taped ? ht[static_cast<std::size_t>(i)] : hf[static_cast<std::size_t>(i)];
@@ -94,8 +124,9 @@ struct UnitChain {
     return held(i, taped) + sv[static_cast<std::size_t>(i)];
   }
 };
+// With `offload`, the chain's link (if it has one) gives the copies' times.
 UnitChain make_unit_chain(const Chain& chain, std::int64_t unit_bytes, bool use_nograd_time,
-                          bool published_chain_step = false);
+                          bool published_chain_step = false, bool offload = false);
 
 }  // namespace detail
 }  // namespace remat

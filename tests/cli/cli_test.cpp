@@ -919,6 +919,59 @@ TEST_CASE("schedule counts the chain's restarts, and mentions them only where th
                       (sim.restarts == 1 ? " restart" : " restarts") + " (0.500 ms each)\n"));
 }
 
+TEST_CASE("schedule --offload: copies over the link, within the budget, checked options", "[cli]") {
+  TempDir dir;
+  const remat::Chain chain = remat::load_chain(kResnet18);
+  REQUIRE_FALSE(chain.link);
+  const std::vector<std::string> link = {"--link", "12,12,0.02"};
+  const json plain = schedule_json({"--chain", kResnet18, "--budget", "50%"}, 0);
+  CHECK(plain["offload"] == false);
+  CHECK_FALSE(plain.contains("offloads"));
+  const json out =
+      schedule_json({"--chain", kResnet18, "--budget", "50%", "--offload", link[0], link[1]}, 0);
+  INFO(out.dump(2));
+  CHECK(out["offload"] == true);
+  remat::Chain linked = chain;
+  linked.link = remat::Link{12, 12, 0.02};
+  std::string ops;
+  for (const auto& op : out["sequence"]) ops += op.get<std::string>() + " ";
+  const remat::Simulation sim = remat::simulate(linked, remat::parse_sequence(ops, chain.length()));
+  CHECK(out["offloads"] == sim.offloads);
+  CHECK(out["host_peak_bytes"] == sim.host_peak_bytes);
+  CHECK(out["copy_wait_ms"].get<double>() == Approx(sim.copy_wait_ms).margin(1e-9));
+  CHECK(out["makespan_ms"].get<double>() == Approx(sim.makespan_ms).epsilon(1e-12));
+  CHECK(sim.peak_bytes <= out["budget_bytes"].get<std::int64_t>());
+  CHECK(out["makespan_ms"].get<double>() <= plain["makespan_ms"].get<double>() * (1 + 1e-12));
+  // The link saved in the chain file is the chain's own: the same schedule without --link.
+  const std::string path = dir.path() + "/linked.json";
+  remat::save_chain(linked, path);
+  const json own = schedule_json({"--chain", path, "--budget", "50%", "--offload"}, 0);
+  CHECK(own["sequence"] == out["sequence"]);
+  const RunResult text = run_remat({"schedule", "--chain", path, "--budget", "50%", "--offload"});
+  CHECK_THAT(text.out, Catch::Contains("offload      " + std::to_string(sim.offloads) +
+                                       " checkpoint"));
+  CHECK_THAT(text.out, Catch::Contains("over a link of 12 GB/s out, 12 GB/s back, 0.02 ms latency"));
+  // Bad input: exit 2, naming what is wrong.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--offload"}, "has no link to host memory; give one with --link"},
+      {{"--offload", "--link", "12,12"}, "expected D2H,H2D,LATENCY"},
+      {{"--offload", "--link", "12,x,0"}, "its bandwidth back (H2D, GB/s) 'x' is not a number"},
+      {{"--offload", "--link", "0,12,0"}, "its bandwidth out (D2H, GB/s) must be from 0.001"},
+      {{"--offload", "--link", "12,12,-1"}, "its latency (ms) must be from 0"},
+      {{"--offload", "--link", "12,12,0", "--algorithm", "periodic"},
+       "--offload applies to --algorithm optimal only"},
+      {{"--offload", "--link", "12,12,0", "--reference-recurrence"}, "exclude each other"},
+  };
+  for (const auto& [extra, message] : bad) {
+    std::vector<std::string> args = {"schedule", "--chain", kResnet18, "--budget", "50%"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const RunResult run = run_remat(args);
+    INFO(describe(run));
+    CHECK(run.exit_code == 2);
+    CHECK_THAT(run.err, Catch::Contains(message));
+  }
+}
+
 TEST_CASE(
     "schedule with carried members: the merged chain and the search above the budget, "
     "each turned off by its option",
@@ -2030,7 +2083,7 @@ TEST_CASE("help names the chain formats remat reads and writes", "[cli]") {
     CHECK(run.exit_code == 0);
     CHECK_THAT(run.out, !Catch::Contains("remat-chain/1 JSON"));
     CHECK_THAT(run.out, !Catch::Contains("(remat-chain/1)"));
-    if (args.size() == 2) CHECK_THAT(run.out, Catch::Contains("remat-chain/2 or /1 JSON"));
+    if (args.size() == 2) CHECK_THAT(run.out, Catch::Contains("remat-chain/3, /2 or /1 JSON"));
   }
 }
 

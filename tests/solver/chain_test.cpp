@@ -230,8 +230,8 @@ TEST_CASE("chain files are rejected with the file, the stage and the field", "[s
              Contains("c.json: is not valid JSON") && Contains("line 1"));
   CHECK_THAT(error_of("[1, 2]"), Contains("c.json: is not a remat chain: expected a JSON object"));
   CHECK_THAT(error_of("{}"), Contains("no \"format\" field"));
-  CHECK_THAT(error_of(edited("remat-chain/1", "remat-chain/3")),
-             Contains("c.json: format is \"remat-chain/3\"; this version of remat reads"));
+  CHECK_THAT(error_of(edited("remat-chain/1", "remat-chain/4")),
+             Contains("c.json: format is \"remat-chain/4\"; this version of remat reads"));
   CHECK_THAT(error_of(edited("\"input_bytes\": 100,", "")),
              Contains("c.json: input_bytes is missing"));
   CHECK_THAT(error_of(edited("\"name\": \"two\",", "\"name\": \"two\", \"extra\": 1,")),

@@ -222,7 +222,18 @@ TEST_CASE("sequences print collapsed and parse back", "[solver]") {
   CHECK_THROWS_WITH(parse_sequence("B_1..3", 4),
                     Catch::Contains("backwards run over decreasing stages"));
   CHECK_THROWS_WITH(parse_sequence("Fe_3..1", 4), Catch::Contains("forwards run over increasing"));
-  CHECK_THROWS_WITH(parse_op("Q"), Catch::Contains("expected Fe_i, Fn_i, CF_i, L or B_i"));
+  CHECK_THROWS_WITH(parse_op("Q"),
+                    Catch::Contains("expected Fe_i, Fn_i, CF_i, L, B_i, O_i, E_i or P_i"));
+  // Copies: one at a time, never collapsed into runs.
+  const Sequence copies = parse_sequence("CF_0 O_1 CF_1 E_1 Fe_2 L P_1 B_2 Fe_1 B_1 Fe_0 B_0", 3);
+  CHECK(copies[1] == offload(1));
+  CHECK(copies[3] == evict(1));
+  CHECK(copies[6] == prefetch(1));
+  CHECK(collapsed_string(copies) == "CF_0 O_1 CF_1 E_1 Fe_2 L P_1 B_2 Fe_1 B_1 Fe_0 B_0");
+  CHECK(collapsed_string(parse_sequence("O_1 O_2", 3)) == "O_1 O_2");
+  CHECK_THROWS_WITH(parse_sequence("O_1..2", 3), Catch::Contains("copies are written one at a time"));
+  CHECK_FALSE(offload(1).is_forward());
+  CHECK(prefetch(2).is_copy());
 }
 
 }  // namespace remat

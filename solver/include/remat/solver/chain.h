@@ -10,8 +10,11 @@
 
 namespace remat {
 
-/// Format tag written in every chain file, and the older one that still loads.
+/// Format tags: version 2, written for every chain without a link; version 3, version 2 with
+/// the device's link to host memory (Chain::link), written for a chain that has one; and
+/// version 1, which still loads.
 inline constexpr const char* kChainFormat = "remat-chain/2";
+inline constexpr const char* kChainFormatV3 = "remat-chain/3";
 inline constexpr const char* kChainFormatV1 = "remat-chain/1";
 
 /// Largest byte count a chain may hold in one field (2^50 bytes = 1 PiB): JSON readers keep
@@ -36,6 +39,35 @@ inline constexpr double kMaxStageMs = 1e15;
 /// square (recompute-all runs L^2 / 2 forwards). Longer networks should be grouped into fewer
 /// stages.
 inline constexpr int kMaxStages = 10000;
+
+/// The range of a link's bandwidths, in GB/s: from 1 MB/s, at which the largest activation
+/// (kMaxChainBytes) still copies in at most kMaxStageMs, to 10^6 GB/s, a thousand times
+/// NVLink-C2C's.
+inline constexpr double kMinLinkGbps = 1e-3;
+inline constexpr double kMaxLinkGbps = 1e6;
+
+/// The link between the device and host memory, over which an activation can be offloaded
+/// during the forward pass and prefetched back before its backward (docs/cost-model.md,
+/// "Offload"). Copies run on their own engine in each direction, one copy at a time, and
+/// overlap with compute.
+struct Link {
+  /// Bandwidth of device-to-host copies, in GB/s (10^9 bytes per second); > 0.
+  double d2h_gbps = 0;
+  /// Bandwidth of host-to-device copies, in GB/s; > 0.
+  double h2d_gbps = 0;
+  /// Fixed time of each copy, in milliseconds: a copy of `bytes` takes
+  /// latency_ms + bytes / bandwidth.
+  double latency_ms = 0;
+
+  /// Time of a device-to-host copy of `bytes`, in ms.
+  double d2h_ms(std::int64_t bytes) const {
+    return latency_ms + static_cast<double>(bytes) / (d2h_gbps * 1e6);
+  }
+  /// Time of a host-to-device copy of `bytes`, in ms.
+  double h2d_ms(std::int64_t bytes) const {
+    return latency_ms + static_cast<double>(bytes) / (h2d_gbps * 1e6);
+  }
+};
 
 /// One tensor of an activation x_k (activations are tuples of tensors). Either a new storage
 /// of `bytes` bytes, or a tensor of the previous activation passed on unchanged (a skip
@@ -129,6 +161,9 @@ struct Chain {
   /// the backward runs on the calling thread. Each forward right after a backward costs this
   /// much more (docs/cost-model.md, "The time model").
   double restart_ms = 0;
+  /// The device's link to host memory, measured by the profiler or given by the user: what
+  /// offloading costs. Absent: nothing can be offloaded.
+  std::optional<Link> link;
 
   /// Number of stages L.
   int length() const { return static_cast<int>(stages.size()); }
@@ -166,12 +201,14 @@ class ChainError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-/// Parses and validates a `remat-chain/2` or `remat-chain/1` document; `source` names it in
-/// error messages. A version 1 stage becomes Stage::keeping_all (what model v1 assumed).
+/// Parses and validates a `remat-chain/3`, `remat-chain/2` or `remat-chain/1` document; `source`
+/// names it in error messages. A version 1 stage becomes Stage::keeping_all (what model v1
+/// assumed).
 Chain parse_chain(const std::string& json_text, const std::string& source = "chain");
 /// Reads and validates a chain file. Throws ChainError (file missing, not JSON, invalid).
 Chain load_chain(const std::string& path);
-/// Serializes a chain as a `remat-chain/2` document (2-space indented JSON).
+/// Serializes a chain as a `remat-chain/2` document (2-space indented JSON), or `remat-chain/3`
+/// where it has a link: the oldest version that holds it, so that older readers load it.
 std::string chain_to_json(const Chain& chain);
 /// Writes a chain file atomically: a temporary file in the same folder, then a rename, so a
 /// failure leaves no half-written file. Throws std::runtime_error on I/O failure.

@@ -1,6 +1,7 @@
 #pragma once
 /// Schedules as sequences of operations, named as the reference rotor implementation names
-/// them: `Fe_i`, `Fn_i`, `CF_i`, `L`, `B_i`.
+/// them: `Fe_i`, `Fn_i`, `CF_i`, `L`, `B_i`; and the copies of an activation to host memory and
+/// back: `O_i`, `E_i`, `P_i` (docs/cost-model.md, "Offload").
 
 #include <cstdint>
 #include <string>
@@ -21,7 +22,20 @@ enum class OpKind : std::uint8_t {
   kLoss,
   /// `B_i`: backward of stage i, from y_{i+1} to y_i.
   kBackward,
+  /// `O_i`: offload x_i: start copying it to host memory (its device storages stay).
+  kOffload,
+  /// `E_i`: evict x_i: wait for its copy to host memory, then free its device storages.
+  kEvict,
+  /// `P_i`: prefetch x_i: allocate it on the device again and start copying it back; the first
+  /// operation that reads it waits for the copy.
+  kPrefetch,
 };
+
+/// Whether an operation of this kind is a copy between the device and host memory (`O`, `E`,
+/// `P`), which the compute stream does not run.
+inline bool is_copy(OpKind kind) {
+  return kind == OpKind::kOffload || kind == OpKind::kEvict || kind == OpKind::kPrefetch;
+}
 
 /// One operation: a kind and the stage it applies to (the chain length L for `L`).
 struct Op {
@@ -30,7 +44,12 @@ struct Op {
 
   /// `Fe_3`, `Fn_4`, `CF_0`, `L`, `B_2`.
   std::string str() const;
-  bool is_forward() const { return kind != OpKind::kLoss && kind != OpKind::kBackward; }
+  bool is_forward() const {
+    return kind == OpKind::kForwardGrad || kind == OpKind::kForwardNoGrad ||
+           kind == OpKind::kForwardCheckpoint;
+  }
+  /// `O_i`, `E_i`, `P_i`.
+  bool is_copy() const { return remat::is_copy(kind); }
   friend bool operator==(const Op& a, const Op& b) {
     return a.kind == b.kind && (a.stage == b.stage || a.kind == OpKind::kLoss);
   }
@@ -46,8 +65,11 @@ inline Op fn(int i) { return {OpKind::kForwardNoGrad, i}; }
 inline Op cf(int i) { return {OpKind::kForwardCheckpoint, i}; }
 inline Op loss(int length) { return {OpKind::kLoss, length}; }
 inline Op bwd(int i) { return {OpKind::kBackward, i}; }
+inline Op offload(int i) { return {OpKind::kOffload, i}; }
+inline Op evict(int i) { return {OpKind::kEvict, i}; }
+inline Op prefetch(int i) { return {OpKind::kPrefetch, i}; }
 
-/// Parses one operation (`Fe_3`, `L`, ...). Throws std::invalid_argument.
+/// Parses one operation (`Fe_3`, `L`, `O_2`, ...). Throws std::invalid_argument.
 Op parse_op(std::string_view text);
 
 /// The sequence with runs collapsed: consecutive forwards of one kind over increasing stages

@@ -30,7 +30,7 @@ struct MemoryBreakdown {
   }
 };
 
-/// What one operation did, for timelines.
+/// What one operation did, for timelines. A copy's times are those of the copy on its engine.
 struct OpRecord {
   Op op;
   double start_ms = 0;
@@ -60,6 +60,13 @@ struct Simulation {
   std::int64_t grad_forwards = 0;
   /// Number of restarts: forwards right after a backward, each Chain::restart_ms longer.
   std::int64_t restarts = 0;
+  /// Number of activations offloaded (`O_i` operations).
+  std::int64_t offloads = 0;
+  /// Time the compute stream waited for copies: an eviction for its copy to host memory, a
+  /// read of a prefetched activation for its copy back. Part of the makespan.
+  double copy_wait_ms = 0;
+  /// Peak of the host memory the offloaded copies hold (docs/cost-model.md, "Offload").
+  std::int64_t host_peak_bytes = 0;
   std::vector<OpRecord> trace;
 };
 
@@ -77,16 +84,20 @@ class InvalidSequenceError : public std::invalid_argument {
 /// from the operation that makes it until the last operation that reads it before x_k is
 /// made again (forwards of stage k read x_k, the loss reads x_L). For operation p,
 /// keep_input[p] says whether its input (x_i; x_L for the loss) is still needed after it, and
-/// keep_output[p] whether its output x_{i+1} is (forwards only). The caller's x_0 is never
-/// dropped, whatever these say.
+/// keep_output[p] whether its output x_{i+1} is (forwards only). The copies: `O_i` and `E_i`
+/// read x_i (an offloaded value stays on the device until its eviction, which drops it
+/// whatever keep_input says), `P_i` makes it again (keep_input[p]: whether a later operation
+/// reads it). The caller's x_0 is never dropped, whatever these say.
 struct ValueLifetimes {
   std::vector<bool> keep_input, keep_output;
 };
 ValueLifetimes value_lifetimes(const Sequence& sequence, int length);
 
 /// Replays `sequence` on `chain`. Throws InvalidSequenceError (op index and reason) when an
-/// operation's input is absent, a gradient is computed twice or never, or the sequence does
-/// not end with `B_0`.
+/// operation's input is absent, a gradient is computed twice or never, the sequence does not
+/// end with `B_0`, or a copy breaks the rules of docs/cost-model.md, "Offload" (the chain has
+/// no link, x_i offloaded twice, evicted before its copy started, prefetched with no copy on
+/// the host or while it is on the device).
 Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time = {});
 
 }  // namespace remat

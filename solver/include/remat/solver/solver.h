@@ -89,6 +89,14 @@ struct SolveOptions {
   /// table is small enough (at most kStorageDpMaxStages stages, and a bounded work and memory:
   /// docs/algorithms.md, "The storage-exact dynamic program"); false turns it off.
   REMAT_ARG(bool, exact_storages) = true;
+  /// `optimal` only: a leaf of the schedule may also offload its checkpoint x_i over the
+  /// chain's link (Chain::link; required): copy it to host memory while the leaf's forwards run,
+  /// free it on the device while the rest of the chain is reversed, and copy it back during the
+  /// last backward before it is read again. The dynamic program chooses, for each checkpoint,
+  /// keeping, offloading or recomputing, and its time counts the waits for copies that do not
+  /// overlap (docs/cost-model.md, "Offload"). Budgets below the least of recomputation alone
+  /// may become feasible. Off by default.
+  REMAT_ARG(bool, offload) = false;
 };
 
 /// The most stages a chain may have for SolveOptions::exact_storages to apply: beyond, even its

@@ -1,0 +1,399 @@
+// Offload (docs/cost-model.md, "Offload"): the copies in the simulator, worked by hand; the
+// dynamic program against every sequence of the offloading nested form, each replayed in the
+// simulator (its own timing of copies and compute, its own storages); an infinitely slow link
+// gives recomputation's optimum; the chain file's link.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "min_memory_table.h"
+#include "persistent_table.h"
+#include "remat/solver/simulator.h"
+#include "remat/solver/solver.h"
+#include "test_chains.h"
+#include "unit_chain.h"
+
+namespace remat {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+bool same_time(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
+}
+
+// Three stages of model v1, every activation 100 bytes, 100 bytes of state each; forwards
+// 1 ms (0.5 without autograd), backwards 2 ms; a link that copies 100 bytes in 1.5 ms out and
+// 2.5 ms back (1 ms latency, 200 and 66.67 bytes per ms... given as GB/s).
+Chain three_stages() {
+  Chain chain;
+  chain.name = "three";
+  chain.set_input(100);
+  for (int i = 0; i < 3; ++i) {
+    Stage stage = Stage::keeping_all("s" + std::to_string(i), 100, 200);
+    stage.fwd_ms = 1;
+    stage.bwd_ms = 2;
+    stage.fwd_nograd_ms = 0.5;
+    chain.stages.push_back(stage);
+  }
+  chain.output_held = false;
+  // 100 bytes: 0.5 ms at 2e-4 GB/s... bandwidths are at least 1e-3 GB/s (1000 bytes per ms):
+  // 100 bytes take 0.1 ms at that rate, 0.05 at twice it.
+  chain.link = Link{1e-3, 2e-3, 1.0};
+  return chain;
+}
+
+// Every sequence of the offloading nested form (the dynamic program's family): a segment (i, l)
+// runs a leaf, CF_i Fn_{i+1} .. Fn_{j-1}, then (j, l), then (i, j-1), or the same leaf
+// offloading x_i, O_i CF_i .. Fn_{j-1} E_i, then (j, l) with P_i before its last operation,
+// then (i, j-1); or the chain step Fe_i, (i+1, l), B_i. x_i may be offloaded from x_1 to x_{L-1},
+// unless it came from Fe_{i-1} (a chain step: "taped") and stage i-1's backward keeps a member
+// of it. Written from the model's text, apart from the solver's code.
+class OffloadFamily {
+ public:
+  explicit OffloadFamily(const Chain& chain) : chain_(chain), length_(chain.length()) {}
+  std::vector<Sequence> sequences() const { return nested(0, length_, false); }
+
+ private:
+  bool kept_by_previous(int i) const {
+    const Stage& before = chain_.stages[static_cast<std::size_t>(i) - 1];
+    for (const int o : before.saved_outputs)
+      if (before.outputs[static_cast<std::size_t>(o)].bytes > 0) return true;
+    for (const Member& member : before.outputs)
+      if (member.carried() && member.bytes > 0 &&
+          std::find(before.saved_inputs.begin(), before.saved_inputs.end(),
+                    member.carried_from) != before.saved_inputs.end())
+        return true;
+    return false;
+  }
+  bool may_offload(int i, bool taped) const {
+    return chain_.link && i >= 1 && i < length_ && !(taped && kept_by_previous(i));
+  }
+  std::vector<Sequence> nested(int i, int l, bool taped) const {
+    if (i == l) return {i == length_ ? Sequence{loss(length_)} : Sequence{fe(i), bwd(i)}};
+    std::vector<Sequence> out;
+    for (int j = i + 1; j <= l; ++j) {
+      const std::vector<Sequence> rights = nested(j, l, false);
+      const std::vector<Sequence> lefts = nested(i, j - 1, taped);
+      for (const Sequence& right : rights) {
+        for (const Sequence& left : lefts) {
+          Sequence plain{cf(i)};
+          for (int k = i + 1; k < j; ++k) plain.push_back(fn(k));
+          plain.insert(plain.end(), right.begin(), right.end());
+          plain.insert(plain.end(), left.begin(), left.end());
+          out.push_back(plain);
+          if (!may_offload(i, taped)) continue;
+          Sequence moved{offload(i), cf(i)};
+          for (int k = i + 1; k < j; ++k) moved.push_back(fn(k));
+          moved.push_back(evict(i));
+          moved.insert(moved.end(), right.begin(), right.end() - 1);
+          moved.push_back(prefetch(i));
+          moved.push_back(right.back());
+          moved.insert(moved.end(), left.begin(), left.end());
+          out.push_back(moved);
+        }
+      }
+    }
+    for (const Sequence& rest : nested(i + 1, l, true)) {
+      Sequence step{fe(i)};
+      step.insert(step.end(), rest.begin(), rest.end());
+      step.push_back(bwd(i));
+      out.push_back(step);
+    }
+    return out;
+  }
+  const Chain& chain_;
+  const int length_;
+};
+
+// The dynamic program's optimum in exact bytes (unit 1), with or without offload; +inf if it
+// finds nothing. Its sequence in `sequence`.
+double dp_value(const Chain& chain, std::int64_t budget, bool offload, Sequence* sequence) {
+  const detail::UnitChain units = detail::make_unit_chain(chain, 1, true, false, offload);
+  const detail::MinMemoryTable min_memory(units, budget);
+  if (!detail::fits(units, min_memory, budget)) return kInf;
+  const std::int64_t frame = budget - units.context;
+  const detail::PersistentTable table(units, min_memory, frame, 1);
+  if (sequence) *sequence = table.rebuild(frame);
+  return table.value(0, chain.length(), frame);
+}
+
+// A random link: latencies from 0 to 4 ms (the chains' stages take 0.1 to 5 ms), bandwidths
+// from 1 to 20 kB/ms (the chains' activations are a few bytes: the latency dominates).
+Link random_link(std::uint64_t seed) {
+  std::mt19937_64 rng(seed * 7919 + 17);
+  std::uniform_real_distribution<double> latency(0.0, 4.0), gbps(1e-3, 2e-2);
+  Link link;
+  link.latency_ms = std::uniform_int_distribution<int>(0, 3)(rng) == 0 ? 0.0 : latency(rng);
+  link.d2h_gbps = gbps(rng);
+  link.h2d_gbps = gbps(rng);
+  return link;
+}
+
+struct Checked {
+  int chains = 0, sequences = 0, budgets = 0, offloading = 0, faster = 0, below_recompute = 0;
+};
+
+// At every budget from the least any sequence of the family needs to the store-all peak: the
+// DP's value is the fastest sequence of the family that fits (`exact`), or never below it; its
+// sequence fits and takes the time it says.
+void check_chain(const Chain& chain, bool exact, Checked& checked) {
+  INFO(chain_to_json(chain));
+  std::vector<std::pair<std::int64_t, double>> family;
+  for (const Sequence& sequence : OffloadFamily(chain).sequences()) {
+    const Simulation sim = simulate(chain, sequence);
+    family.emplace_back(sim.peak_bytes, sim.makespan_ms);
+    ++checked.sequences;
+  }
+  ++checked.chains;
+  std::int64_t minimum = family.front().first;
+  for (const auto& [peak, time] : family) minimum = std::min(minimum, peak);
+  const std::int64_t top = store_all_peak(chain);
+  const std::int64_t step = std::max<std::int64_t>(1, (top - minimum) / 8);
+  for (std::int64_t budget = std::max<std::int64_t>(0, minimum - 1); budget <= top;
+       budget += budget < minimum + 2 ? 1 : step) {
+    INFO("budget " << budget);
+    double best = kInf;
+    for (const auto& [peak, time] : family)
+      if (peak <= budget) best = std::min(best, time);
+    Sequence sequence;
+    const double got = dp_value(chain, budget, true, &sequence);
+    ++checked.budgets;
+    if (exact)
+      CHECK(same_time(got, best));
+    else
+      CHECK((std::isinf(got) || got >= best - 1e-9 * std::max(1.0, best)));
+    if (std::isinf(got)) continue;
+    INFO("dp: " << collapsed_string(sequence));
+    const Simulation sim = simulate(chain, sequence);
+    CHECK(sim.peak_bytes <= budget);
+    CHECK(same_time(sim.makespan_ms, got));
+    if (sim.offloads > 0) ++checked.offloading;
+    // Never slower than recomputation alone, which is in the family.
+    const double recompute = dp_value(chain, budget, false, nullptr);
+    CHECK(got <= recompute);
+    if (got < recompute) ++checked.faster;
+    if (std::isinf(recompute)) ++checked.below_recompute;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("copies: the simulator's worked example", "[solver][offload]") {
+  const Chain chain = three_stages();
+  // x_1 offloaded while Fn_1 runs, evicted before the right part (2, 3), prefetched during B_2.
+  const Sequence sequence =
+      parse_sequence("CF_0 O_1 CF_1 E_1 Fe_2 L P_1 B_2 Fe_1 B_1 Fe_0 B_0", chain.length());
+  const Simulation sim = simulate(chain, sequence);
+  // Time: CF_0 0.5; O_1 starts with CF_1 at 0.5 and ends at 0.5 + 1 + 100 / 1000 = 1.6, while
+  // CF_1 ends at 1.0: E_1 waits 0.6. Fe_2 1.6 .. 2.6, the loss takes no time, P_1 starts with
+  // B_2 at 2.6 and ends at 2.6 + 1 + 100 / 2000 = 3.65, B_2 ends at 4.6: no wait. Fe_1, B_1,
+  // Fe_0, B_0: 6 ms more.
+  CHECK(sim.copy_wait_ms == Approx(0.6));
+  CHECK(sim.makespan_ms == Approx(10.6));
+  CHECK(sim.offloads == 1);
+  CHECK(sim.host_peak_bytes == 100);
+  CHECK(sim.trace[1].start_ms == Approx(0.5));
+  CHECK(sim.trace[1].end_ms == Approx(1.6));
+  CHECK(sim.trace[6].start_ms == Approx(2.6));
+  CHECK(sim.trace[6].end_ms == Approx(3.65));
+  // Memory: x_0 (100) is the caller's. CF_1 runs with x_0, x_1 and x_2 (300); after E_1, x_0 and
+  // x_2. Fe_2: + x_3 and state (100 each): 400; L: + y_3: 500. P_1: 600; B_2: + y_2: 700.
+  CHECK(sim.trace[2].during.total() == 300);
+  CHECK(sim.trace[3].live_after_bytes == 200);
+  CHECK(sim.trace[6].during.total() == 600);
+  CHECK(sim.peak_bytes == 700);
+  // Without the offload the same schedule keeps x_1 throughout: 100 more at B_2.
+  const Simulation kept =
+      simulate(chain, parse_sequence("CF_0 CF_1 Fe_2 L B_2 Fe_1 B_1 Fe_0 B_0", chain.length()));
+  CHECK(kept.peak_bytes == 700);
+  CHECK(kept.trace[4].during.total() == 700);
+  CHECK(kept.makespan_ms == Approx(10.0));
+}
+
+TEST_CASE("copies: a copy back is waited for by the first read, after the restart",
+          "[solver][offload]") {
+  Chain chain = three_stages();
+  chain.restart_ms = 0.25;
+  chain.link = Link{1e-3, 1e-3, 2.0};  // 2.1 ms each way
+  const Simulation sim = simulate(
+      chain, parse_sequence("CF_0 O_1 CF_1 Fn_2 E_1 L P_1 Fe_2 B_2 Fe_1 B_1 Fe_0 B_0", 3));
+  // CF_0 0.5, CF_1 and Fn_2 1.0 (the copy out 0.5 .. 2.6: E_1 waits 1.1), the loss at 2.6.
+  // P_1 starts with Fe_2 at 2.6 (the loss is no backward: no restart) and ends at 4.7; Fe_2
+  // 2.6 .. 3.6, B_2 .. 5.6; Fe_1 restarts (5.85): no wait. Then 1 + 2 + 0.25 + 1 + 2.
+  CHECK(sim.copy_wait_ms == Approx(1.1));
+  CHECK(sim.restarts == 2);
+  CHECK(sim.makespan_ms == Approx(5.6 + 0.25 + 3 + 0.25 + 3));
+  // A prefetch started by the backward right before the read: waited for after the restart.
+  const Simulation late = simulate(
+      chain, parse_sequence("CF_0 O_1 CF_1 E_1 Fe_2 L P_1 B_2 Fe_1 B_1 Fe_0 B_0", 3));
+  // CF_0 0.5, CF_1 .. 1.0, E_1 waits to 2.6, Fe_2 .. 3.6, B_2 3.6 .. 5.6 with P_1 3.6 .. 5.7;
+  // Fe_1 would start at 5.85 after its restart: no wait.
+  CHECK(late.copy_wait_ms == Approx(1.6));
+  CHECK(late.makespan_ms == Approx(5.6 + 0.25 + 3 + 0.25 + 3));
+}
+
+TEST_CASE("copies: sequences that break the rules are refused, naming the operation",
+          "[solver][offload]") {
+  const Chain chain = three_stages();
+  const auto refused = [&](const std::string& text, const std::string& reason) {
+    INFO(text);
+    try {
+      simulate(chain, parse_sequence(text, chain.length()));
+      FAIL("accepted");
+    } catch (const InvalidSequenceError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(reason));
+    }
+  };
+  refused("CF_0 O_1 E_1 CF_1 Fe_2 L B_2 Fe_1 B_1 Fe_0 B_0", "has not started");
+  refused("O_0 Fe_0 Fe_1 Fe_2 L B_2 B_1 B_0", "x_0 is the caller's");
+  refused("CF_0 P_1 Fe_1 Fe_2 L B_2 B_1 Fe_0 B_0", "no copy in host memory");
+  refused("CF_0 O_1 CF_1 Fe_2 L B_2 Fe_1 B_1 Fe_0 B_0", "no E_1 follows");
+  refused("CF_0 O_1 CF_1 P_1 E_1 Fe_2 L B_2 Fe_1 B_1 Fe_0 B_0", "has not been evicted");
+  refused("CF_0 O_1 CF_1 E_1 E_1 Fe_2 L P_1 B_2 Fe_1 B_1 Fe_0 B_0", "x_1 is not offloaded");
+  refused("CF_0 O_1 O_1 CF_1 E_1 Fe_2 L P_1 B_2 Fe_1 B_1 Fe_0 B_0", "no E_1 follows");
+  refused("CF_0 O_1 CF_1 E_1 Fe_2 L B_2 Fe_0 O_1 Fe_1 E_1 B_1 B_0", "already has a copy");
+  refused("CF_0 O_1 CF_1 E_1 Fe_2 L B_2 Fe_1 B_1 Fe_0 B_0", "x_1 is not in memory");
+  Chain linkless = chain;
+  linkless.link.reset();
+  CHECK_THROWS_WITH(simulate(linkless, parse_sequence("CF_0 O_1 CF_1 E_1 Fe_2 L P_1 B_2 Fe_1 "
+                                                      "B_1 Fe_0 B_0",
+                                                      3)),
+                    Catch::Contains("no link"));
+}
+
+TEST_CASE("offload: the DP is the fastest offloading nested schedule on chains of model v1",
+          "[solver][offload][oracle]") {
+  Checked checked;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 5;
+    spec.max_bytes = 12;
+    Chain chain = test::random_chain(seed, spec);
+    chain.link = random_link(seed);
+    check_chain(chain, true, checked);
+  }
+  INFO(checked.chains << " chains, " << checked.sequences << " sequences, " << checked.budgets
+                      << " budgets");
+  CHECK(checked.offloading >= 20);  // the DP offloads at many budgets,
+  CHECK(checked.faster >= 5);       // faster than recomputation alone
+}
+
+TEST_CASE("offload: the DP is the fastest offloading nested schedule when stages keep part of "
+          "their input and output, with restarts",
+          "[solver][offload][oracle]") {
+  Checked checked;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 5;
+    spec.max_bytes = 12;
+    spec.partial_keeps = true;
+    spec.restarts = true;
+    Chain chain = test::random_chain(seed, spec);
+    chain.link = random_link(seed);
+    // The caller's x_L held to the end: the prefetch beside B_{L-1} right after the loss counts
+    // it whole (UnitChain::last_backward_memory), never below, possibly above the fastest.
+    check_chain(chain, !chain.output_held, checked);
+  }
+  CHECK(checked.offloading >= 20);
+  // A taped checkpoint beside a chain step that recomputation would have to keep: offloaded,
+  // some budgets become feasible.
+  CHECK(checked.below_recompute >= 1);
+}
+
+TEST_CASE("offload: with carried members the DP never overruns", "[solver][offload][oracle]") {
+  Checked checked;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    Chain chain = test::random_chain(seed, test::carried_spec(5));
+    chain.link = random_link(seed);
+    check_chain(chain, false, checked);
+  }
+  CHECK(checked.chains == 40);
+}
+
+TEST_CASE("offload: an infinitely slow link gives recomputation's optimum", "[solver][offload]") {
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 7;
+    spec.partial_keeps = true;
+    Chain chain = test::random_chain(seed, spec);
+    chain.link = Link{kMinLinkGbps, kMinLinkGbps, kMaxStageMs};
+    INFO(chain_to_json(chain));
+    const std::int64_t top = store_all_peak(chain);
+    for (std::int64_t budget = 0; budget <= top; budget += std::max<std::int64_t>(1, top / 12)) {
+      const double without = dp_value(chain, budget, false, nullptr);
+      if (std::isinf(without)) continue;
+      CHECK(dp_value(chain, budget, true, nullptr) == without);
+    }
+  }
+}
+
+TEST_CASE("offload: solve() offloads where the link makes it pay", "[solver][offload]") {
+  // Eight equal stages of model v1, a fast link: at half the store-all peak, checkpoints sent
+  // to host memory replace recomputations.
+  Chain chain;
+  chain.name = "eight";
+  chain.set_input(1000);
+  for (int i = 0; i < 8; ++i) {
+    Stage stage = Stage::keeping_all("s" + std::to_string(i), 1000, 2000);
+    stage.fwd_ms = 1;
+    stage.bwd_ms = 2;
+    chain.stages.push_back(stage);
+  }
+  chain.link = Link{10, 10, 0.01};
+  const std::int64_t budget = store_all_peak(chain) / 2;
+  const Solution offloading = solve(chain, SolveOptions(budget).offload(true));
+  const Solution recompute = solve(chain, SolveOptions(budget));
+  REQUIRE(offloading.ok());
+  REQUIRE(recompute.ok());
+  CHECK(offloading.peak_bytes <= budget);
+  CHECK(offloading.simulation.offloads > 0);
+  CHECK(offloading.simulation.makespan_ms < recompute.simulation.makespan_ms);
+  CHECK(offloading.simulation.nograd_forwards < recompute.simulation.nograd_forwards);
+  // The least budget is recomputation's here: recomputing every stage from x_0 alone, which is
+  // the caller's, already needs the least memory any schedule can.
+  CHECK(min_feasible_budget(chain, SolveOptions(0).offload(true)) ==
+        min_feasible_budget(chain, SolveOptions(0)));
+  // A slow link: nothing is offloaded, the schedule is recomputation's.
+  chain.link = Link{kMinLinkGbps, kMinLinkGbps, 1000};
+  const Solution slow = solve(chain, SolveOptions(budget).offload(true));
+  CHECK(slow.simulation.offloads == 0);
+  CHECK(slow.simulation.makespan_ms == Approx(recompute.simulation.makespan_ms));
+  // Offload needs a link.
+  chain.link.reset();
+  CHECK_THROWS_WITH(solve(chain, SolveOptions(budget).offload(true)),
+                    Catch::Contains("no link to host memory"));
+}
+
+TEST_CASE("the chain file keeps the link as version 3, and stays version 2 without one",
+          "[solver][offload][chain]") {
+  Chain chain = three_stages();
+  const std::string text = chain_to_json(chain);
+  CHECK_THAT(text, Catch::Contains("\"remat-chain/3\""));
+  const Chain back = parse_chain(text, "linked.json");
+  REQUIRE(back.link);
+  CHECK(back.link->d2h_gbps == chain.link->d2h_gbps);
+  CHECK(back.link->h2d_gbps == chain.link->h2d_gbps);
+  CHECK(back.link->latency_ms == chain.link->latency_ms);
+  chain.link.reset();
+  CHECK_THAT(chain_to_json(chain), Catch::Contains("\"remat-chain/2\""));
+  // A link in a version 2 file is an unknown field; bad bandwidths are named.
+  std::string v2 = text;
+  v2.replace(v2.find("remat-chain/3"), 13, "remat-chain/2");
+  CHECK_THROWS_WITH(parse_chain(v2, "v2.json"), Catch::Contains("link"));
+  std::string zero = text;
+  zero.replace(zero.find("\"d2h_gbps\": 0.001"), 17, "\"d2h_gbps\": 0");
+  CHECK_THROWS_WITH(parse_chain(zero, "zero.json"),
+                    Catch::Contains("zero.json: link.d2h_gbps (0) must be a bandwidth"));
+  std::string missing = text;
+  missing.replace(missing.find("\"latency_ms\""), 12, "\"latency\"");
+  CHECK_THROWS_WITH(parse_chain(missing, "missing.json"), Catch::Contains("link"));
+}
+
+}  // namespace remat
