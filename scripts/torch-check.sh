@@ -22,7 +22,8 @@
 # - runs its tests (CTest) and the find_package consumer (scripts/consumer-check.sh);
 # - installs the Python package into that environment (pip install ., built in
 #   build-torch/<version>/python) and runs tests/python.
-# Needs what scripts/run.sh test installs (run it once first). Exit status: 0 when everything
+# The environment's REMAT_TORCH_CXX_FLAGS, if set, go to the Python package's LibTorch targets
+# (scripts/run.sh test sets -O1). Needs what scripts/run.sh test installs (run it once first). Exit status: 0 when everything
 # passed, 1 when a build or a test failed (with --venv-path: 0 when the environment is made, 1
 # when not yet), 2 for a wrong command line. docs/building.md lists the versions checked so.
 set -euo pipefail
@@ -92,6 +93,7 @@ fi
 
 step "the Python package against it: pip install . (built in $build/python), then pytest tests/python"
 "$python" -m pip install -q . --config-settings=build-dir="$build/python" \
-  --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON --config-settings=cmake.define.REMAT_WERROR=ON
+  --config-settings=cmake.define.REMAT_PYTHON_CHECK_GIL=ON --config-settings=cmake.define.REMAT_WERROR=ON \
+  --config-settings=cmake.define.REMAT_TORCH_CXX_FLAGS="${REMAT_TORCH_CXX_FLAGS:-}"
 "$python" -m pytest -q -p no:cacheprovider -n "$jobs" tests/python
 step "all passed against PyTorch $version"
