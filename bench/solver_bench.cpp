@@ -8,6 +8,7 @@
 // largest one for all of them.
 //
 // Usage: remat_solver_bench [--quick] [--L N] [--slots N] [--threads T] [--reps R]
+//                           [--offload D2H,H2D,LATENCY]
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -23,6 +24,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -48,16 +50,20 @@ struct Args {
   std::int64_t slots = 0;  // 0: every slot count
   int threads = 0;         // 0: one per available core
   int reps = 0;            // 0: 5; 3 for L >= 1000; 1 for L >= 1000 with more than 500 slots
+  std::optional<remat::Link> link;  // --offload: solve with offload over this link
 };
 
 void print_usage(std::ostream& out) {
   out << "usage: remat_solver_bench [--quick] [--L N] [--slots N] [--threads T] [--reps R]\n"
+         "                          [--offload D2H,H2D,LATENCY]\n"
          "  --quick      only L in {30, 100, 300}\n"
          "  --L N        only chains of N stages\n"
          "  --slots N    only N memory slots (default: 500 and 2000)\n"
          "  --threads T  solver threads (default 0: one per available core)\n"
          "  --reps R     repetitions per configuration (default 5; 3 for L >= 1000, 1 there\n"
-         "               above 500 slots)\n";
+         "               above 500 slots)\n"
+         "  --offload D2H,H2D,LATENCY\n"
+         "               solve with offload over a link of D2H and H2D GB/s and LATENCY ms\n";
 }
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -76,6 +82,18 @@ std::int64_t parse_positive(const std::string& flag, const char* text, std::int6
                 "'");
   }
   return value;
+}
+
+// D2H,H2D,LATENCY: GB/s, GB/s, ms.
+remat::Link parse_link(const std::string& flag, const char* text) {
+  if (text == nullptr) usage_error(flag + " needs a value");
+  double values[3] = {0, 0, 0};
+  char comma[2] = {0, 0};
+  if (std::sscanf(text, "%lf%c%lf%c%lf", &values[0], &comma[0], &values[1], &comma[1],
+                  &values[2]) != 5 ||
+      comma[0] != ',' || comma[1] != ',')
+    usage_error(flag + " expects D2H,H2D,LATENCY (GB/s, GB/s, ms), got '" + text + "'");
+  return remat::Link{values[0], values[1], values[2]};  // Chain::validate checks the range
 }
 
 Args parse_args(int argc, char** argv) {
@@ -99,6 +117,8 @@ Args parse_args(int argc, char** argv) {
       args.threads = static_cast<int>(parse_positive(flag, value, 0));
     } else if (flag == "--reps") {
       args.reps = static_cast<int>(parse_positive(flag, value, 1));
+    } else if (flag == "--offload") {
+      args.link = parse_link(flag, value);
     } else {
       usage_error("unknown argument '" + flag + "'");
     }
@@ -308,7 +328,13 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::vector<std::string> notes;
   for (int length : lengths) {
-    const remat::Chain chain = make_chain(length);
+    remat::Chain chain = make_chain(length);
+    chain.link = args.link;
+    try {
+      chain.validate(chain.name);
+    } catch (const std::exception& e) {
+      usage_error(std::string("--offload: ") + e.what());
+    }
     const std::int64_t store_all = remat::store_all_peak(chain);
     const auto nominal_budget = static_cast<std::int64_t>(kBudgetFraction * store_all);
     notes.push_back("L=" + std::to_string(length) + ": store-all peak " + mib(store_all) +
@@ -322,8 +348,10 @@ int main(int argc, char** argv) {
       while (static_cast<int>(runs.size()) < reps) {
         std::cerr << "solving L=" << length << " slots=" << slots << " (rep " << runs.size() + 1
                   << "/" << reps << ") ..." << std::flush;
-        const remat::SolveOptions options =
-            remat::SolveOptions(budget).slots(slots).threads(args.threads);
+        const remat::SolveOptions options = remat::SolveOptions(budget)
+                                                .slots(slots)
+                                                .threads(args.threads)
+                                                .offload(args.link.has_value());
         const Measurement m = solve_in_child(chain, options);
         if (!m.ok) {
           std::cerr << " failed: " << m.error << "\n";
@@ -373,6 +401,9 @@ int main(int argc, char** argv) {
     std::cout << "| " << row.length << " | " << row.slots << " | " << row.cells << " |\n";
   }
   const int cpus = remat::available_cores();
+  if (args.link)
+    std::cout << "\noffload over a link of " << args.link->d2h_gbps << " GB/s out, "
+              << args.link->h2d_gbps << " GB/s back, " << args.link->latency_ms << " ms latency\n";
   std::cout << "\n"
             << "peak RSS: the solving child's ru_maxrss; table MiB: that minus its RSS before the "
                "solve (what the solve allocated, DP table included).\n"

@@ -19,6 +19,8 @@ struct TradeoffArgs {
   std::string format = "text";
   std::string plot;
   int threads = 0;
+  bool offload = false;
+  std::string link;
 };
 
 std::string cell(const TradeoffPoint& p, double store_all_ms, const char* parameter_name) {
@@ -58,6 +60,12 @@ Action add_tradeoff_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
   cmd->add_option("--plot", args->plot, "Draw the curves into FILE.svg");
   cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
+  cmd->add_flag("--offload", args->offload,
+                "Also optimal with offload over the chain's link, at every budget (a column and a "
+                "curve of their own)");
+  cmd->add_option("--link", args->link,
+                  "The device's link to host memory as D2H,H2D,LATENCY: GB/s out, GB/s back, ms "
+                  "per copy (25,25,0.01); replaces the chain's own");
   return [args]() -> int {
     const Format format = parse_format(args->format);
     check_plot_path(args->plot);
@@ -65,9 +73,10 @@ Action add_tradeoff_command(CLI::App& app) {
                 ") must be between 2 and 10000");
     REMAT_CHECK(args->slots >= 0, "--slots (", args->slots, ") must be a positive number of slots");
     check_solver_threads(args->threads);
-    const Chain chain = load_chain(args->chain_path);
+    Chain chain = load_chain(args->chain_path);
+    apply_link_options(chain, args->link, args->offload);
     TradeoffOptions options;
-    options.points(args->points).slots(args->slots).threads(args->threads);
+    options.points(args->points).slots(args->slots).threads(args->threads).offload(args->offload);
     for (const auto& [option, text] : {std::pair{"--from", &args->from}, std::pair{"--to", &args->to}})
       REMAT_CHECK(!budget_needs_least(*text), option, " ", *text,
                   ": the table's budgets are sizes or percentages; it starts at the least budget "
@@ -89,11 +98,14 @@ Action add_tradeoff_command(CLI::App& app) {
                                              : nlohmann::json();
       out["unit_bytes"] = t.unit_bytes;
       out["points"] = nlohmann::json::array();
-      for (std::size_t k = 0; k < t.budgets.size(); ++k)
-        out["points"].push_back({{"budget_bytes", t.budgets[k]},
-                                 {"optimal", point_json(t.optimal[k], nullptr)},
-                                 {"revolve", point_json(t.revolve[k], "checkpoints")},
-                                 {"periodic", point_json(t.periodic_best[k], "segments")}});
+      for (std::size_t k = 0; k < t.budgets.size(); ++k) {
+        nlohmann::json point = {{"budget_bytes", t.budgets[k]},
+                                {"optimal", point_json(t.optimal[k], nullptr)},
+                                {"revolve", point_json(t.revolve[k], "checkpoints")},
+                                {"periodic", point_json(t.periodic_best[k], "segments")}};
+        if (!t.offloading.empty()) point["offloading"] = point_json(t.offloading[k], "offloads");
+        out["points"].push_back(std::move(point));
+      }
       out["periodic_segments"] = nlohmann::json::array();
       for (const TradeoffPoint& p : t.periodic)
         out["periodic_segments"].push_back(
@@ -117,11 +129,18 @@ Action add_tradeoff_command(CLI::App& app) {
       }
       fmt::print("optimal      from one table, unit {}\n\n",
                  t.unit_bytes == 1 ? std::string("1 byte (exact)") : format_bytes(t.unit_bytes));
-      fmt::print("{:>12} {:>30} {:>30} {:>30}\n", "budget", "optimal ms", "revolve ms",
+      if (!t.offloading.empty())
+        fmt::print("offload      over a link of {} GB/s out, {} GB/s back, {} ms latency: a solve "
+                   "at each budget\n\n",
+                   chain.link->d2h_gbps, chain.link->h2d_gbps, chain.link->latency_ms);
+      const bool offload = !t.offloading.empty();
+      fmt::print("{:>12} {:>30} {}{:>30} {:>30}\n", "budget", "optimal ms",
+                 offload ? fmt::format("{:>30} ", "with offload ms") : "", "revolve ms",
                  "periodic ms");
       for (std::size_t k = 0; k < t.budgets.size(); ++k)
-        fmt::print("{:>12} {} {} {}\n", format_bytes(t.budgets[k]),
+        fmt::print("{:>12} {} {}{} {}\n", format_bytes(t.budgets[k]),
                    cell(t.optimal[k], t.store_all_makespan_ms, nullptr),
+                   offload ? cell(t.offloading[k], t.store_all_makespan_ms, "off") + " " : "",
                    cell(t.revolve[k], t.store_all_makespan_ms, "ckpt"),
                    cell(t.periodic_best[k], t.store_all_makespan_ms, "seg"));
     }

@@ -160,6 +160,7 @@ Scale schedule_memory(Svg& svg, const Solution& solution, const ScheduleLayout& 
   const int columns = static_cast<int>(std::ceil(plot_w));
   std::vector<std::ptrdiff_t> owner(static_cast<std::size_t>(columns), -1);
   for (std::size_t k = 0; k < n; ++k) {
+    if (trace[k].op.is_copy()) continue;  // its memory is the next compute operation's too
     const int c0 = std::clamp(static_cast<int>(std::floor(x(trace[k].start_ms) - kLeft)), 0, columns - 1);
     const int c1 = std::clamp(static_cast<int>(std::ceil(x(trace[k].end_ms) - kLeft)) - 1, c0, columns - 1);
     for (int c = c0; c <= c1; ++c) {
@@ -238,7 +239,11 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
   svg.root_attribute("data-peak-bytes", std::to_string(sim.peak_bytes));
   svg.root_attribute("data-budget-bytes", std::to_string(solution.budget_bytes));
   schedule_header(svg, chain, solution, options, layout);
-  const std::size_t marks = schedule_timeline(svg, sim.trace, options.max_op_marks(), layout);
+  // The compute stream's operations: copies run on engines of their own, beside them.
+  std::vector<OpRecord> compute;
+  for (const OpRecord& record : sim.trace)
+    if (!record.op.is_copy()) compute.push_back(record);
+  const std::size_t marks = schedule_timeline(svg, compute, options.max_op_marks(), layout);
   svg.root_attribute("data-op-marks", std::to_string(marks));
   const Scale y = schedule_memory(svg, solution, layout);
   schedule_budget_and_peak(svg, solution, layout, y);
@@ -265,6 +270,7 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOption
     my1 = std::max(my1, p.makespan_ms);
   };
   for (const TradeoffPoint& p : t.optimal) extend(p);
+  for (const TradeoffPoint& p : t.offloading) extend(p);
   // The heuristics can be far slower at small budgets (revolve with 2 checkpoints on a long
   // chain: 60x store-all): the scale stops at twice the optimal curve's overhead, and points
   // above are drawn at the top edge, marked as off scale.
@@ -344,6 +350,7 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOption
   curve(t.periodic_best, "periodic", "#f28e2b", 1.5);
   curve(t.revolve, "revolve", "#59a14f", 1.5);
   curve(t.optimal, "optimal", "#4e79a7", 2.5);
+  if (!t.offloading.empty()) curve(t.offloading, "offloading", "#b07aa1", 2.5);
   svg.open_group("class=\"periodic-points\"");
   for (const TradeoffPoint* p : periodic_shown) {
     svg.circle(x(static_cast<double>(p->budget_bytes)), y(p->makespan_ms), 3.5, "white",
@@ -352,12 +359,14 @@ std::string tradeoff_svg(const Chain& chain, const Tradeoff& t, const PlotOption
                    "\" data-makespan-ms=\"" + num(p->makespan_ms) + "\"");
   }
   svg.close_group();
-  legend(svg, kLeft, 52,
-         {{"#4e79a7", "optimal", LegendEntry::kLine},
-          {"#59a14f", "revolve", LegendEntry::kLine},
-          {"#f28e2b", "periodic (best segment count)", LegendEntry::kLine},
-          {"#f28e2b", "periodic, one segment count", LegendEntry::kDot},
-          {"#555", "store-all", LegendEntry::kDashed}});
+  std::vector<LegendEntry> entries = {{"#4e79a7", "optimal", LegendEntry::kLine}};
+  if (!t.offloading.empty())
+    entries.push_back({"#b07aa1", "optimal with offload", LegendEntry::kLine});
+  entries.insert(entries.end(), {{"#59a14f", "revolve", LegendEntry::kLine},
+                                 {"#f28e2b", "periodic (best segment count)", LegendEntry::kLine},
+                                 {"#f28e2b", "periodic, one segment count", LegendEntry::kDot},
+                                 {"#555", "store-all", LegendEntry::kDashed}});
+  legend(svg, kLeft, 52, entries);
   return svg.str();
 }
 

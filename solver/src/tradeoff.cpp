@@ -56,6 +56,7 @@ class TradeoffRun {
     merged_points();
     storage_points();
     own_solves();
+    offload_points();
     heuristics_at_budgets();
     return std::move(out_);
   }
@@ -236,6 +237,20 @@ class TradeoffRun {
     }
   }
 
+  // With offload, solve() at every budget of the grid (parameter: the checkpoints offloaded).
+  void offload_points() {
+    if (!options_.offload()) return;
+    for (const std::int64_t budget : out_.budgets) {
+      const Solution own = solve(chain_, solve_options(budget).offload(true));
+      TradeoffPoint point{budget, false, 0, 0, 0};
+      if (own.ok()) {
+        point = point_of(chain_, own.sequence, time_, budget);
+        point.parameter = static_cast<int>(own.simulation.offloads);
+      }
+      out_.offloading.push_back(point);
+    }
+  }
+
   // Revolve's point at each budget: the most checkpoints that fit; periodic's: the fastest
   // segment count that fits.
   void heuristics_at_budgets() {
@@ -282,6 +297,8 @@ Tradeoff tradeoff(const Chain& chain, const TradeoffOptions& options) {
               ")");
   REMAT_CHECK(options.points() <= kMaxTradeoffPoints, "tradeoff: points must be at most ",
               kMaxTradeoffPoints, " (got ", options.points(), ")");
+  REMAT_CHECK(!options.offload() || chain.link, "tradeoff: ", detail::chain_source(chain),
+              " has no link to host memory, which offload needs");
   return TradeoffRun(chain, options).run();
 }
 

@@ -972,6 +972,37 @@ TEST_CASE("schedule --offload: copies over the link, within the budget, checked 
   }
 }
 
+TEST_CASE("tradeoff --offload: a column, a JSON field and a curve of its own", "[cli][plot]") {
+  TempDir dir;
+  const std::string plot = dir.path() + "/offload.svg";
+  const RunResult text = run_remat({"tradeoff", "--chain", kResnet18, "--points", "5", "--offload",
+                                    "--link", "450,450,0.005", "--plot", plot});
+  INFO(describe(text));
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("with offload ms"));
+  CHECK_THAT(text.out, Catch::Contains("offload      over a link of 450 GB/s out"));
+  const std::string svg = read_file(plot);
+  CHECK_THAT(svg, Catch::Contains("data-algorithm=\"offloading\""));
+  CHECK_THAT(svg, Catch::Contains("optimal with offload"));
+  const RunResult run = run_remat({"tradeoff", "--chain", kResnet18, "--points", "5", "--offload",
+                                   "--link", "450,450,0.005", "--format", "json"});
+  REQUIRE(run.exit_code == 0);
+  const json out = json::parse(run.out);
+  for (const json& point : out["points"]) {
+    INFO(point.dump());
+    REQUIRE(point.contains("offloading"));
+    if (point["optimal"]["feasible"].get<bool>() && point["offloading"]["feasible"].get<bool>())
+      CHECK(point["offloading"]["makespan_ms"].get<double>() <=
+            point["optimal"]["makespan_ms"].get<double>() * (1 + 1e-12));
+  }
+  const RunResult plain = run_remat({"tradeoff", "--chain", kResnet18, "--points", "5",
+                                     "--format", "json"});
+  CHECK_FALSE(json::parse(plain.out)["points"][0].contains("offloading"));
+  const RunResult linkless = run_remat({"tradeoff", "--chain", kResnet18, "--offload"});
+  CHECK(linkless.exit_code == 2);
+  CHECK_THAT(linkless.err, Catch::Contains("has no link to host memory"));
+}
+
 TEST_CASE(
     "schedule with carried members: the merged chain and the search above the budget, "
     "each turned off by its option",

@@ -15,6 +15,7 @@
 #include "persistent_table.h"
 #include "remat/solver/simulator.h"
 #include "remat/solver/solver.h"
+#include "remat/solver/tradeoff.h"
 #include "test_chains.h"
 #include "unit_chain.h"
 
@@ -368,6 +369,40 @@ TEST_CASE("offload: solve() offloads where the link makes it pay", "[solver][off
   // Offload needs a link.
   chain.link.reset();
   CHECK_THROWS_WITH(solve(chain, SolveOptions(budget).offload(true)),
+                    Catch::Contains("no link to host memory"));
+}
+
+TEST_CASE("offload: tradeoff's offloading points are solve()'s, never slower than optimal's",
+          "[solver][offload]") {
+  Chain chain;
+  chain.name = "twelve";
+  chain.set_input(1000);
+  for (int i = 0; i < 12; ++i) {
+    Stage stage = Stage::keeping_all("s" + std::to_string(i), 1000 + 100 * (i % 3), 2000);
+    stage.fwd_ms = 1 + 0.25 * (i % 4);
+    stage.bwd_ms = 2;
+    chain.stages.push_back(stage);
+  }
+  chain.link = Link{10, 10, 0.05};
+  const Tradeoff t = tradeoff(chain, TradeoffOptions().points(8).offload(true));
+  REQUIRE(t.offloading.size() == t.budgets.size());
+  int offloading = 0;
+  for (std::size_t k = 0; k < t.budgets.size(); ++k) {
+    INFO("budget " << t.budgets[k]);
+    const Solution own = solve(chain, SolveOptions(t.budgets[k]).offload(true));
+    REQUIRE(t.offloading[k].feasible == own.ok());
+    if (!own.ok()) continue;
+    CHECK(t.offloading[k].makespan_ms == own.simulation.makespan_ms);
+    CHECK(t.offloading[k].peak_bytes <= t.budgets[k]);
+    CHECK(t.offloading[k].parameter == own.simulation.offloads);
+    if (t.optimal[k].feasible)
+      CHECK(t.offloading[k].makespan_ms <= t.optimal[k].makespan_ms * (1 + 1e-12));
+    if (t.offloading[k].parameter > 0) ++offloading;
+  }
+  CHECK(offloading >= 2);
+  CHECK(tradeoff(chain, TradeoffOptions().points(4)).offloading.empty());
+  chain.link.reset();
+  CHECK_THROWS_WITH(tradeoff(chain, TradeoffOptions().offload(true)),
                     Catch::Contains("no link to host memory"));
 }
 

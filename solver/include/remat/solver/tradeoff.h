@@ -39,6 +39,10 @@ struct TradeoffOptions {
   REMAT_ARG(int, threads) = 0;
   /// As SolveOptions::memory_limit_bytes, for the one table and every solve.
   REMAT_ARG(std::int64_t, memory_limit_bytes) = 0;
+  /// Also optimal with offload over the chain's link (SolveOptions::offload; the chain must have
+  /// a link) at every budget of the grid, in Tradeoff::offloading: each point a solve() of its
+  /// own.
+  REMAT_ARG(bool, offload) = false;
 };
 
 struct TradeoffPoint {
@@ -48,7 +52,7 @@ struct TradeoffPoint {
   double makespan_ms = 0;
   /// Exact simulated peak of the sequence (<= budget_bytes).
   std::int64_t peak_bytes = 0;
-  /// `revolve`: checkpoints; `periodic`: segments; else 0.
+  /// `revolve`: checkpoints; `periodic`: segments; `offloading`: checkpoints offloaded; else 0.
   int parameter = 0;
 };
 
@@ -65,6 +69,8 @@ struct Tradeoff {
   std::vector<std::int64_t> budgets;
   /// One point per budget of the grid.
   std::vector<TradeoffPoint> optimal, revolve;
+  /// With TradeoffOptions::offload, optimal with offload at each budget of the grid; else empty.
+  std::vector<TradeoffPoint> offloading;
   /// The fastest periodic schedule within each budget of the grid (parameter: segments).
   std::vector<TradeoffPoint> periodic_best;
   /// One point per segment count K = 1..L, budget_bytes = its peak.
