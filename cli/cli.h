@@ -75,6 +75,10 @@ void check_solver_threads(int threads);
 /// and each copy's latency in ms (25,25,0.01). Throws std::invalid_argument naming the part.
 Link parse_link(const std::string& text);
 
+/// Adds --offload (its help: `offload_help`) and --link to a solving command.
+void add_offload_options(CLI::App& cmd, bool& offload, std::string& link,
+                         const std::string& offload_help);
+
 /// The chain as a command solves it: `link`, if given (--link), replaces the chain's own; with
 /// `offload` (--offload) the chain must then have one.
 void apply_link_options(Chain& chain, const std::string& link, bool offload);

@@ -66,6 +66,14 @@ Link parse_link(const std::string& text) {
   return Link{values[0], values[1], values[2]};
 }
 
+void add_offload_options(CLI::App& cmd, bool& offload, std::string& link,
+                         const std::string& offload_help) {
+  cmd.add_flag("--offload", offload, offload_help);
+  cmd.add_option("--link", link,
+                 "The device's link to host memory as D2H,H2D,LATENCY: GB/s out, GB/s back, ms "
+                 "per copy (25,25,0.01); replaces the chain's own");
+}
+
 void apply_link_options(Chain& chain, const std::string& link, bool offload) {
   if (!link.empty()) chain.link = parse_link(link);
   REMAT_CHECK(!offload || chain.link, "--offload: the chain '", chain.name,

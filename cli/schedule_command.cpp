@@ -203,13 +203,10 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_flag("--no-merged-runs", args->no_merged_runs,
                 "optimal, with carried members: do not also solve the chain with each run of "
                 "stages that carries a member merged into one stage");
-  cmd->add_flag("--offload", args->offload,
-                "optimal: also offload checkpoints to host memory over the chain's link and "
-                "copy them back, where that beats keeping or recomputing them "
-                "(docs/cost-model.md, \"Offload\")");
-  cmd->add_option("--link", args->link,
-                  "The device's link to host memory as D2H,H2D,LATENCY: GB/s out, GB/s back, ms "
-                  "per copy (25,25,0.01); replaces the chain's own");
+  add_offload_options(*cmd, args->offload, args->link,
+                      "optimal: also offload checkpoints to host memory over the chain's link and "
+                      "copy them back, where that beats keeping or recomputing them "
+                      "(docs/cost-model.md, \"Offload\")");
   cmd->add_flag("--no-exact-storages", args->no_exact_storages,
                 "optimal, with carried members: do not also solve the storage-exact table, in "
                 "which every storage counts once (docs/algorithms.md)");

@@ -60,12 +60,9 @@ Action add_tradeoff_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
   cmd->add_option("--plot", args->plot, "Draw the curves into FILE.svg");
   cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
-  cmd->add_flag("--offload", args->offload,
-                "Also optimal with offload over the chain's link, at every budget (a column and a "
-                "curve of their own)");
-  cmd->add_option("--link", args->link,
-                  "The device's link to host memory as D2H,H2D,LATENCY: GB/s out, GB/s back, ms "
-                  "per copy (25,25,0.01); replaces the chain's own");
+  add_offload_options(*cmd, args->offload, args->link,
+                      "Also optimal with offload over the chain's link, at every budget (a column "
+                      "and a curve of their own)");
   return [args]() -> int {
     const Format format = parse_format(args->format);
     check_plot_path(args->plot);

@@ -30,22 +30,13 @@ bool same_time(double a, double b) {
 }
 
 // Three stages of model v1, every activation 100 bytes, 100 bytes of state each; forwards
-// 1 ms (0.5 without autograd), backwards 2 ms; a link that copies 100 bytes in 1.5 ms out and
-// 2.5 ms back (1 ms latency, 200 and 66.67 bytes per ms... given as GB/s).
+// 1 ms (0.5 without autograd), backwards 2 ms; a link of 1 ms latency that copies 100 bytes in
+// 1.1 ms out (1000 bytes per ms, the least bandwidth) and 1.05 ms back (twice that).
 Chain three_stages() {
-  Chain chain;
+  Chain chain = test::uniform_chain(3, 100, 1, 2, 100);
   chain.name = "three";
-  chain.set_input(100);
-  for (int i = 0; i < 3; ++i) {
-    Stage stage = Stage::keeping_all("s" + std::to_string(i), 100, 200);
-    stage.fwd_ms = 1;
-    stage.bwd_ms = 2;
-    stage.fwd_nograd_ms = 0.5;
-    chain.stages.push_back(stage);
-  }
+  for (Stage& stage : chain.stages) stage.fwd_nograd_ms = 0.5;
   chain.output_held = false;
-  // 100 bytes: 0.5 ms at 2e-4 GB/s... bandwidths are at least 1e-3 GB/s (1000 bytes per ms):
-  // 100 bytes take 0.1 ms at that rate, 0.05 at twice it.
   chain.link = Link{1e-3, 2e-3, 1.0};
   return chain;
 }
@@ -338,15 +329,8 @@ TEST_CASE("offload: an infinitely slow link gives recomputation's optimum", "[so
 TEST_CASE("offload: solve() offloads where the link makes it pay", "[solver][offload]") {
   // Eight equal stages of model v1, a fast link: at half the store-all peak, checkpoints sent
   // to host memory replace recomputations.
-  Chain chain;
+  Chain chain = test::uniform_chain(8, 1000, 1, 2, 1000);
   chain.name = "eight";
-  chain.set_input(1000);
-  for (int i = 0; i < 8; ++i) {
-    Stage stage = Stage::keeping_all("s" + std::to_string(i), 1000, 2000);
-    stage.fwd_ms = 1;
-    stage.bwd_ms = 2;
-    chain.stages.push_back(stage);
-  }
   chain.link = Link{10, 10, 0.01};
   const std::int64_t budget = store_all_peak(chain) / 2;
   const Solution offloading = solve(chain, SolveOptions(budget).offload(true));

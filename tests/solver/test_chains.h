@@ -146,14 +146,15 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
   return chain;
 }
 
-/// A homogeneous chain: every stage the same (what revolve assumes).
+/// A homogeneous chain: every stage the same (what revolve assumes), keeping its input, its
+/// output and `state_bytes` more for its backward (model v1).
 inline Chain uniform_chain(int length, std::int64_t bytes = 10, double fwd_ms = 1.0,
-                           double bwd_ms = 2.0) {
+                           double bwd_ms = 2.0, std::int64_t state_bytes = 0) {
   Chain chain;
   chain.name = "uniform-" + std::to_string(length);
   chain.set_input(bytes);
   for (int i = 0; i < length; ++i) {
-    Stage stage = Stage::keeping_all("s" + std::to_string(i), bytes, bytes);
+    Stage stage = Stage::keeping_all("s" + std::to_string(i), bytes, bytes + state_bytes);
     stage.fwd_ms = fwd_ms;
     stage.bwd_ms = bwd_ms;
     chain.stages.push_back(stage);
