@@ -20,8 +20,9 @@ mode=${1:-demo}
 case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
-started=$SECONDS
-step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"; }
+# step, passed_key, unless_passed (the checks not run again where the same files passed them).
+[ "$mode" = test ] || export REMAT_CLEAN_TREE=0
+source scripts/run-lib.sh
 
 pins=scripts/torch-requirements.txt
 venv=${REMAT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-$(sha256sum "$pins" | cut -c1-12)}
@@ -40,35 +41,6 @@ if [ "$mode" = test ]; then
   mapfile -t newest < <(pin_args scripts/torch-newest-requirements.txt)
   mapfile -t oldest < <(pin_args scripts/torch-oldest-requirements.txt)
 fi
-
-# Checks whose outcome committed files decide alone, the same inputs on every run (the fuzz
-# targets' committed inputs, each run once; the mutation check's `git archive HEAD`), are not run
-# again where those files passed them on this machine with the same compilers: CI, after a
-# session that ran them (docs/building.md, "How long `test` takes"). The fuzz targets' files:
-# fuzz/, the solver, the two weight readers and what they include; the mutation check's: the
-# whole tree. A clone with uncommitted changes runs both; so does REMAT_RECHECK=1.
-passed_dir=${XDG_CACHE_HOME:-$HOME/.cache}/remat/passed
-clean=0
-[ "$mode" = test ] && [ -z "$(git status --porcelain 2>/dev/null || echo dirty)" ] && clean=1
-# passed_key PATH...: the key of those committed paths (and the compilers), or "" if dirty.
-passed_key() {
-  [ "$clean" = 1 ] || return 0
-  { git rev-parse "${@/#/HEAD:}"; g++ --version | head -1; clang++ --version 2>/dev/null | head -1; } |
-    sha256sum | cut -c1-16
-}
-# unless_passed CHECK KEY TITLE COMMAND...: says so where CHECK passed here before for KEY;
-# else runs COMMAND under the step TITLE and records its pass.
-unless_passed() {
-  local check=$1 key=$2 title=$3
-  shift 3
-  if [ "${REMAT_RECHECK:-0}" != 1 ] && [ -n "$key" ] && [ -f "$passed_dir/$check-$key" ]; then
-    step "$check: passed on this machine for these files, $(cat "$passed_dir/$check-$key"); not run again (REMAT_RECHECK=1 runs it)"
-    return 0
-  fi
-  step "$title"
-  "$@"
-  [ -z "$key" ] || { mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$check-$key"; }
-}
 
 # 0. The commit messages since the convention began (CONTRIBUTING.md): a second's work.
 [ "$mode" = test ] && bash scripts/check-commits.sh
@@ -111,6 +83,19 @@ fi
 source scripts/ccache.sh
 remat_use_ccache
 command -v ccache > /dev/null && ccache --zero-stats > /dev/null
+
+# 2a. The checks of the components without LibTorch that need builds of their own (the
+# sanitizer build and its tests, the mutation check: scripts/torch-free-checks.sh), in the
+# background at the lowest priority: they take what the steps below leave of the two cores
+# (downloads, link steps, single-threaded tests), about a third of their time. Collected before
+# the GPU check's CPU mode, whose timing wants the machine to itself; stopped if this run stops.
+if [ "$mode" = test ]; then
+  mkdir -p build-checks && checks_log=build-checks/output.log
+  step "the sanitizer build, its tests and the mutation check: in the background at the lowest priority (scripts/torch-free-checks.sh, into $checks_log)"
+  setsid nice -n 19 bash scripts/torch-free-checks.sh > "$checks_log" 2>&1 &
+  checks=$!  # its own session (setsid from a process that does not lead its group: no fork)
+  trap 'pkill -TERM -s "$checks" 2>/dev/null || true' EXIT
+fi
 
 # 2. PyTorch 2.x from PyPI, in a virtual environment outside the clone (reused while the pins
 # are unchanged; a half-made one is made again).
@@ -244,19 +229,6 @@ ctest --test-dir build-debian --output-on-failure -j "$jobs" -E "$left_to_build"
 step "a project that uses find_package(remat), against LibTorch 1.13"
 bash scripts/consumer-check.sh build-debian
 
-# 6. The base, solver, report and CLI tests under AddressSanitizer + UBSan (build-asan/, without the
-# LibTorch components: LibTorch itself is not instrumented). -O1 (what AddressSanitizer's
-# documentation advises) and line tables only (-g1: the reports' file:line): the CLI tests'
-# long test functions took 115 s to compile at -O2 -g, 54 s so.
-step "building the sanitizer build (build-asan/)"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_SANITIZE=ON \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DREMAT_BUILD_BENCH=OFF -DREMAT_WITH_TORCH=OFF -DREMAT_WERROR=ON >/dev/null
-cmake --build build-asan -j "$jobs"
-step "tests under sanitizers (build-asan/)"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs"
-
 # 7. The libFuzzer targets (fuzz/: the chain parser, the solver on extreme chains, the
 # state-dict and safetensors readers), built with clang, each input committed in fuzz/corpus/
 # run once: the same inputs on every run.
@@ -265,11 +237,16 @@ fuzz_key=$(passed_key fuzz base solver models/src/state_dict.cpp models/src/safe
 unless_passed fuzzing "$fuzz_key" "fuzzing, the committed inputs (scripts/fuzz.sh --ci, into build-fuzz/)" \
   bash scripts/fuzz.sh --ci
 
-# 8. The mutation check of the solver, simulator and report tests (tools/mutate.py,
-# docs/testing.md): a mutation no test notices, and no written reason explains, fails.
-mutation_key=$(passed_key '')  # HEAD: the whole tree
-unless_passed mutation-check "$mutation_key" "the mutation check (tools/mutate.py, into build-mutate/)" \
-  python3 tools/mutate.py
+# 8. The checks started in the background (2a): their steps, as they ran, and their outcome.
+step "the sanitizer build, its tests and the mutation check (started in the background): waiting"
+code=0; wait "$checks" || code=$?
+trap - EXIT
+if [ "$code" != 0 ]; then
+  cat "$checks_log" >&2
+  echo "remat: the checks without LibTorch failed (exit $code; scripts/torch-free-checks.sh, its output above and in $checks_log)" >&2
+  exit 1
+fi
+sed -n 's/^== /   background: /p' "$checks_log"
 
 # 9. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots,
 # through gpu-session.sh (in the background, collected by `wait`), as on the GPU machine. Alone:

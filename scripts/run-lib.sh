@@ -1,0 +1,43 @@
+# Shared by scripts/run.sh and scripts/torch-free-checks.sh (sourced, from the clone's root):
+#   step TITLE                      prints "== [XmYs] TITLE", the time since REMAT_STARTED
+#   passed_key PATH...              the key of those committed paths and the compilers, or ""
+#                                   where the tree has uncommitted changes
+#   unless_passed CHECK KEY TITLE COMMAND...
+#                                   says so where CHECK passed on this machine for KEY; else
+#                                   runs COMMAND under the step TITLE and records its pass
+#
+# Checks whose outcome committed files decide alone, the same inputs on every run (the fuzz
+# targets' committed inputs, each run once; the mutation check's `git archive HEAD`), are not
+# run again where those files passed them on this machine with the same compilers: CI, after a
+# session that ran them (docs/building.md, "How long `test` takes"). A clone with uncommitted
+# changes runs them; so does REMAT_RECHECK=1. REMAT_CLEAN_TREE (1 or 0), where set, says
+# whether the tree was clean when the run began (scripts/run.sh sets it for the checks it
+# starts in the background, while its builds add ignored files).
+export REMAT_STARTED=${REMAT_STARTED:-$(date +%s)}
+step() {
+  local elapsed=$(( $(date +%s) - REMAT_STARTED ))
+  echo "== [$(( elapsed / 60 ))m$(( elapsed % 60 ))s] $*"
+}
+
+passed_dir=${XDG_CACHE_HOME:-$HOME/.cache}/remat/passed
+if [ -z "${REMAT_CLEAN_TREE:-}" ]; then
+  REMAT_CLEAN_TREE=0
+  [ -z "$(git status --porcelain 2>/dev/null || echo dirty)" ] && REMAT_CLEAN_TREE=1
+fi
+export REMAT_CLEAN_TREE
+passed_key() {
+  [ "$REMAT_CLEAN_TREE" = 1 ] || return 0
+  { git rev-parse "${@/#/HEAD:}"; g++ --version | head -1; clang++ --version 2>/dev/null | head -1; } |
+    sha256sum | cut -c1-16
+}
+unless_passed() {
+  local check=$1 key=$2 title=$3
+  shift 3
+  if [ "${REMAT_RECHECK:-0}" != 1 ] && [ -n "$key" ] && [ -f "$passed_dir/$check-$key" ]; then
+    step "$check: passed on this machine for these files, $(cat "$passed_dir/$check-$key"); not run again (REMAT_RECHECK=1 runs it)"
+    return 0
+  fi
+  step "$title"
+  "$@"
+  [ -z "$key" ] || { mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$check-$key"; }
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The checks of the components without LibTorch (base, solver, report, CLI) that need builds of
+# their own:
+#   - the sanitizer build (build-asan/: AddressSanitizer and UBSan) and its tests;
+#   - the mutation check of the solver, simulator and report tests (tools/mutate.py, into
+#     build-mutate/; not run again where the same commit passed it on this machine).
+# `bash scripts/run.sh test` starts it in the background at the lowest priority (nice 19) once
+# the Debian packages are installed, so that it compiles and tests on whatever core the rest
+# leaves idle (downloads, link steps, single-threaded tests), and waits for it before the GPU
+# check's CPU mode. Alone, after run.sh has installed the Debian packages:
+#   bash scripts/torch-free-checks.sh
+# Its tests have no time limit (no TIMEOUT property, and without include(CTest) CTest sets
+# none): at the lowest priority a test may wait minutes for a core without failing for it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+source scripts/run-lib.sh
+source scripts/ccache.sh
+remat_use_ccache
+
+# The base, solver, report and CLI tests under AddressSanitizer + UBSan (build-asan/, without
+# the LibTorch components: LibTorch itself is not instrumented). -O1 (what AddressSanitizer's
+# documentation advises) and line tables only (-g1: the reports' file:line): the CLI tests' long
+# test functions took 115 s to compile at -O2 -g, 54 s so.
+step "building the sanitizer build (build-asan/)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_SANITIZE=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DREMAT_BUILD_BENCH=OFF -DREMAT_WITH_TORCH=OFF -DREMAT_WERROR=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+step "tests under sanitizers (build-asan/)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+# The mutation check of the solver, simulator and report tests (tools/mutate.py,
+# docs/testing.md): a mutation no test notices, and no written reason explains, fails.
+mutation_key=$(passed_key '')  # HEAD: the whole tree
+unless_passed mutation-check "$mutation_key" "the mutation check (tools/mutate.py, into build-mutate/)" \
+  python3 tools/mutate.py
+step "the checks without LibTorch passed"
