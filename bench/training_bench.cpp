@@ -242,6 +242,7 @@ json traced_step(Setup& s, remat::Checkpointable& chk) {
                           {"predicted_ms", op.predicted_ms}});
   return json{{"forward", part(sum.forward)},     {"loss", part(sum.loss)},
               {"recompute", part(sum.recompute)}, {"backward", part(sum.backward)},
+              {"copy", part(sum.copy)},
               {"between_ms", sum.between_ms},     {"caller_ms", sum.caller_ms},
               {"measured_ms", sum.measured_ms},   {"predicted_ms", sum.predicted_ms},
               {"device_allocs", device_allocs},   {"operations", operations}};

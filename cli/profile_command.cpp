@@ -32,6 +32,7 @@ struct ProfileArgs {
   std::string plot;
   bool release_output = false;
   std::string timing = "auto";
+  bool measure_link = false;
 };
 
 void print_table(const Profile& p, std::FILE* out) {
@@ -63,6 +64,9 @@ void print_table(const Profile& p, std::FILE* out) {
              chain.output_held ? "kept by the step to its end (the default)"
                                : "let go once the loss has its value (--release-output)");
   fmt::print(out, "forward          {:.3f} ms (with autograd), backward {:.3f} ms\n", fwd, bwd);
+  if (chain.link)
+    fmt::print(out, "link             {:.3g} GB/s to host memory, {:.3g} GB/s back, {:.3g} ms a copy\n",
+               chain.link->d2h_gbps, chain.link->h2d_gbps, chain.link->latency_ms);
   if (chain.restart_ms > 0)  // measured on a GPU (docs/cost-model.md, "The time model")
     fmt::print(out, "restart          {:.3f} ms more for a forward right after a backward\n",
                chain.restart_ms);
@@ -98,6 +102,9 @@ Action add_profile_command(CLI::App& app) {
                 "The training step lets the output go once the loss has its value, as "
                 "`loss(model(x)).backward()` and `remat train` do (default: kept to the step's "
                 "end, a bound for both)");
+  cmd->add_flag("--measure-link", args->measure_link,
+                "Also measure the device's link to host memory (bandwidth each way, latency of a "
+                "copy) into the chain, for schedules that offload (writes remat-chain/3)");
   return [args, cmd]() -> int {
     args->classes_given = cmd->count("--classes") > 0;
     const Format format = parse_format(args->format);
@@ -142,7 +149,8 @@ Action add_profile_command(CLI::App& app) {
                           .timing(timing)
                           .name(in.label(args->batch))
                           .loss(training_loss_of(in, random_target(in, args->batch, args->classes)))
-                          .output_held(!args->release_output),
+                          .output_held(!args->release_output)
+                          .measure_link(args->measure_link),
                       bar);
     Profile p;
     try {

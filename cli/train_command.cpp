@@ -52,6 +52,10 @@ struct TrainArgs {
   std::string backend = "auto";
   double timeout_s = 300;
   std::string trace_file;
+  // Offloading checkpoints to host memory, over the chain's link, --link, or the device's
+  // measured while profiling.
+  bool offload = false;
+  std::string link;
 };
 
 // What every rank of a job must be given alike, one setting a line (a mismatch names its line):
@@ -62,9 +66,9 @@ std::string training_settings(const TrainArgs& args, Algorithm algorithm, const 
                               const std::unique_ptr<TokenFile>& token_file) {
   return fmt::format(
       "--model {}\n--batch {}\ninput {}\n--classes {}\n--steps {}\n--lr {}\n--budget {}\n"
-      "--algorithm {}\n--segments {}\n--device {}\ndata {}\n",
+      "--algorithm {}\n--segments {}\n--offload {}\n--device {}\ndata {}\n",
       in.info->name, args.batch, in.label(args.batch), args.classes, args.steps, args.lr,
-      args.budget, algorithm_name(algorithm), args.segments,
+      args.budget, algorithm_name(algorithm), args.segments, args.offload ? "on" : "off",
       c10::DeviceTypeName(in.device.type(), /*lower_case=*/true),
       token_file ? "a token file" : "random");
 }
@@ -87,7 +91,9 @@ Chain job_chain(const TrainArgs& args, const ModelInput& in, torch::nn::Sequenti
                                           .name(in.label(args.batch))
                                           .loss(training_loss_of(in, target))
                                           // the step below lets the output go with the loss
-                                          .output_held(false),
+                                          .output_held(false)
+                                          // offloading over the device's own link
+                                          .measure_link(args.offload && args.link.empty()),
                                       bar))
                     .chain;
       } catch (const ProfileError& error) {
@@ -98,7 +104,9 @@ Chain job_chain(const TrainArgs& args, const ModelInput& in, torch::nn::Sequenti
     } else {
       chain = load_chain(args.chain_file);
       check_chain_model(chain, in, args.chain_file);
+      if (args.offload && args.link.empty() && !chain.link) chain.link = measure_link(in.device);
     }
+    apply_link_options(chain, args.link, args.offload);
     if (group) chain_json = chain_to_json(chain);
   }
   if (group) {
@@ -134,10 +142,17 @@ void print_plan(const TrainArgs& args, const ModelInput& in, const Chain& chain,
         group->size(), distributed::backend_name(backend), dp->bucket_bytes().size());
   fmt::print("schedule   {} for {}: {}\n", args.algorithm, format_bytes(budget),
              collapsed_string(s.sequence));
-  fmt::print("predicted  peak {}, {:.1f} ms per step ({} against store-all, whose peak is {})\n\n",
+  fmt::print("predicted  peak {}, {:.1f} ms per step ({} against store-all, whose peak is {})\n",
              format_bytes(s.peak_bytes), s.makespan_ms,
              signed_percent(100 * (s.makespan_ms / s.store_all_makespan_ms - 1)),
              format_bytes(store_all));
+  if (args.offload)
+    fmt::print("offload    {} over a link of {:.3g} GB/s out, {:.3g} GB/s back, {:.3g} ms a copy: "
+               "copies waited for {:.2f} ms, host memory {}\n",
+               counted(s.simulation.offloads, "checkpoint"), chain.link->d2h_gbps,
+               chain.link->h2d_gbps, chain.link->latency_ms, s.simulation.copy_wait_ms,
+               format_bytes(s.simulation.host_peak_bytes));
+  fmt::print("\n");
   if (dp)
     fmt::print("{:>6} {:>12} {:>14} {:>12} {:>14} {:>8}\n", "step", "time", "peak", "loss",
                "all-reduce", "hidden");
@@ -246,6 +261,10 @@ void print_summary(const TrainArgs& args, const ModelInput& in, Checkpointable& 
   fmt::print("{:<12} {:>14} {:>13.1f} ms\n", "predicted", format_bytes(s.peak_bytes),
              s.makespan_ms);
   fmt::print("{:<12} {:>14}\n", "budget", format_bytes(budget));
+  if (s.simulation.offloads > 0)
+    fmt::print("host memory  {} at most in a step (predicted {}), {} kept between steps\n",
+               format_bytes(chk->host_memory().peak_bytes),
+               format_bytes(s.simulation.host_peak_bytes), format_bytes(chk->host_memory().held_bytes));
   if (!args.trace_file.empty()) {
     const TraceSummary t = summarize_trace(chk->last_trace());
     write_text_file(args.trace_file,
@@ -324,7 +343,7 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
   // The schedule. Percentages are of the store-all peak as the runtime needs it; a budget is
   // per rank.
   SolveOptions solve_options(0);
-  solve_options.algorithm(algorithm);
+  solve_options.algorithm(algorithm).offload(args.offload);
   if (args.segments > 0) solve_options.segments(args.segments);
   const std::int64_t budget = parse_budget(args.budget, chk->store_all_peak(),
                                            [&] { return chk->min_budget(solve_options); });
@@ -478,6 +497,10 @@ void add_train_options(CLI::App* cmd, TrainArgs& args) {
   cmd->add_option("--trace", args.trace_file,
                   "Time each operation of the last step, measured against predicted, into FILE "
                   "(Chrome's trace format: chrome://tracing, Perfetto; rank 0's in a job)");
+  add_offload_options(*cmd, args.offload, args.link,
+                      "optimal only: checkpoints may also be copied to host memory and back where "
+                      "that beats keeping or recomputing them, over the device's link (measured "
+                      "while profiling, or the chain's) or --link");
 }
 
 // The options' values checked before any work, in the order given here: an option that would

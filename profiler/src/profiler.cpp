@@ -1213,6 +1213,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     result.timing = time_after_measuring(stages, inputs, context, options, stage_timing, device,
                                          started, result.chain);
   result.chain.output_held = options.output_held();
+  if (options.measure_link()) result.chain.link = measure_link(device, std::int64_t{64} << 20, options.repeat());
   if (options.progress()) options.progress()(length, length, "");
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   result.chain.validate("profile");

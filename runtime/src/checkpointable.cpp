@@ -314,6 +314,34 @@ const Solution& CheckpointableImpl::compute_sequence(const SolveOptions& options
   return *solution_;
 }
 
+void CheckpointableImpl::set_link(std::optional<Link> link) {
+  TORCH_CHECK(chain_, "Checkpointable::set_link: no chain yet; call measure(sample) or set_chain()");
+  Chain chain = *chain_;
+  chain.link = link;
+  solver_call([&] { chain.validate("set_link"); });
+  chain_ = std::move(chain);
+  solution_.reset();
+}
+
+CheckpointableImpl::HostMemory CheckpointableImpl::host_memory() const {
+  HostMemory out;
+  if (!host_pool_) return out;
+  const detail::HostPool::Stats stats = host_pool_->stats();
+  out.in_use_bytes = stats.in_use_bytes;
+  out.peak_bytes = stats.peak_bytes;
+  out.held_bytes = stats.held_bytes;
+  out.blocks = stats.blocks;
+  return out;
+}
+
+void CheckpointableImpl::reset_host_peak() {
+  if (host_pool_) host_pool_->reset_peak();
+}
+
+void CheckpointableImpl::free_host_memory() {
+  if (host_pool_) host_pool_->free_idle();
+}
+
 void CheckpointableImpl::set_outside_bytes(std::int64_t bytes) {
   TORCH_CHECK_VALUE(bytes >= 0 && bytes <= kMaxChainBytes,
                     "Checkpointable::set_outside_bytes: ", bytes,
@@ -430,8 +458,10 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
               " bytes; call compute_sequence with a budget that works");
   check_inputs(inputs, context);
   check_unchanged(inputs);
+  if (!host_pool_ && solution_->simulation.offloads > 0)
+    host_pool_ = std::make_shared<detail::HostPool>();
   auto executor = std::make_shared<detail::Executor>(stages_, *chain_, solution_->sequence,
-                                                     inputs.front().device());
+                                                     inputs.front().device(), host_pool_);
   if (trace_next_) {
     trace_next_ = false;
     executor->record_with(std::make_shared<detail::StepRecorder>(
@@ -469,6 +499,7 @@ const char* traced_kind_name(TracedOperation::Kind kind) {
     case TracedOperation::Kind::kLoss: return "loss";
     case TracedOperation::Kind::kRecomputation: return "recomputation";
     case TracedOperation::Kind::kBackward: return "backward";
+    case TracedOperation::Kind::kCopy: return "copy";
   }
   return "";
 }
@@ -478,7 +509,8 @@ std::vector<TracedOperation::Kind> operation_kinds(const Sequence& sequence) {
   std::vector<Kind> kinds;
   bool after_loss = false;
   for (const Op& op : sequence) {
-    kinds.push_back(op.kind == OpKind::kLoss       ? Kind::kLoss
+    kinds.push_back(op.is_copy()                   ? Kind::kCopy
+                    : op.kind == OpKind::kLoss     ? Kind::kLoss
                     : op.kind == OpKind::kBackward ? Kind::kBackward
                     : after_loss                   ? Kind::kRecomputation
                                                    : Kind::kForward);
@@ -495,6 +527,7 @@ TraceSummary summarize_trace(const std::vector<TracedOperation>& trace) {
     TraceSummary::Part& part = op.kind == Kind::kLoss            ? summary.loss
                                : op.kind == Kind::kBackward      ? summary.backward
                                : op.kind == Kind::kRecomputation ? summary.recompute
+                               : op.kind == Kind::kCopy          ? summary.copy
                                                                  : summary.forward;
     part.operations += static_cast<int>(op.last - op.first + 1);
     part.predicted_ms += op.predicted_ms;

@@ -1,6 +1,8 @@
 #include "executor.h"
 
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
@@ -51,17 +53,25 @@ void BufferCopy::restore_to(const torch::Tensor& t) const {
 }
 
 Executor::Executor(const std::vector<NamedStage>& stages, const Chain& chain,
-                   const Sequence& sequence, c10::Device device)
+                   const Sequence& sequence, c10::Device device, std::shared_ptr<HostPool> pool)
     : stages_(stages),
       sequence_(sequence),
       device_(device),
-      length_(static_cast<int>(stages.size())) {
+      length_(static_cast<int>(stages.size())),
+      pool_(std::move(pool)) {
   REMAT_INTERNAL_ASSERT(chain.length() == length_,
                         "the runtime's chain and network differ in length");
-  for (const Op& op : sequence)
-    REMAT_CHECK(!op.is_copy(), "the runtime does not run schedules that offload yet (",
-                op.str(), "): solve without offload");
   const auto n = static_cast<std::size_t>(length_) + 1;
+  for (const Op& op : sequence) copies_ = copies_ || op.is_copy();
+  if (copies_) {
+    if (!pool_) pool_ = std::make_shared<HostPool>();
+    on_host_.resize(n);
+    if (device_.is_cuda()) {
+      const c10::impl::VirtualGuardImpl impl(device_.type());
+      to_host_ = impl.getStreamFromGlobalPool(device_);
+      to_device_ = impl.getStreamFromGlobalPool(device_);
+    }
+  }
   for (int k = 0; k <= length_; ++k) members_.push_back(chain.members(k));
   lifetimes_ = value_lifetimes(sequence, length_);
   x_.resize(n);
@@ -281,6 +291,9 @@ std::size_t Executor::run(std::size_t index) {
   std::optional<AutocastGuard> autocast;
   if (op.is_forward() && index > loss_index_ && (autocast_.any() || AutocastState::capture().any()))
     autocast.emplace(autocast_);
+  // The first read of a prefetched x_i waits for its copy back.
+  if (copies_ && op.kind != OpKind::kBackward && !op.is_copy())
+    arrive(op.kind == OpKind::kLoss ? length_ : i);
   switch (op.kind) {
     case OpKind::kForwardGrad: {
       before_forward(i);
@@ -355,13 +368,158 @@ std::size_t Executor::run(std::size_t index) {
       return last;
     }
     case OpKind::kOffload:
+      offload(i);
+      break;
     case OpKind::kEvict:
+      evict(i);
+      break;
     case OpKind::kPrefetch:
-      REMAT_INTERNAL_ASSERT(false, "a copy reached the runtime: ", op.str());
+      prefetch(i);
+      break;
   }
   drop_values(index);
   return index;
 }
+
+namespace {
+
+// The current stream of `device`: the step's compute stream.
+c10::Stream current_stream(c10::Device device) {
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+
+// An event recorded on `stream` now.
+std::shared_ptr<c10::Event> record_on(const c10::Stream& stream) {
+  auto event = std::make_shared<c10::Event>(stream.device_type());
+  event->record(stream);
+  return event;
+}
+
+// A storage's bytes as a uint8 tensor on its device (no allocation).
+torch::Tensor storage_bytes(const c10::Storage& storage, c10::Device device) {
+  const auto bytes = static_cast<std::int64_t>(storage.nbytes());
+  return torch::empty({0}, torch::TensorOptions().dtype(torch::kByte).device(device))
+      .set_(storage, 0, {bytes}, {1});
+}
+
+}  // namespace
+
+void Executor::offload(int k) {
+  const auto uk = static_cast<std::size_t>(k);
+  OnHost& h = on_host_[uk];
+  REMAT_INTERNAL_ASSERT(!h.evicting && (h.blocks.empty() || h.returned), "O_", k, " while x_", k,
+                        " has a copy in host memory");
+  const Tensors& values = input_of(k);
+  // A copy back not read yet: written over once that copy has ended (the blocks are given back
+  // and taken again; the copy out waits for their last copy).
+  if (h.copied_back && to_host_) h.copied_back->block(*to_host_);
+  for (HostPool::Lease& block : h.blocks) pool_->give_back(std::move(block));
+  h.blocks.clear();
+  h.returned = false;
+  // One block per distinct storage of the members (a member may share another's storage, or
+  // view part of one): the whole storage goes, so that the same views come back.
+  std::vector<c10::Storage> storages;
+  h.members.clear();
+  for (const torch::Tensor& t : values) {
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    std::size_t s = 0;
+    while (s < storages.size() && storages[s].unsafeGetStorageImpl() != impl) ++s;
+    if (s == storages.size()) storages.push_back(t.storage());
+    h.members.push_back({s, t.storage_offset(), t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+  }
+  // On a GPU the copies start once the compute stream has made x_k.
+  if (to_host_) record_on(current_stream(device_))->block(*to_host_);
+  for (const c10::Storage& storage : storages) {
+    const auto bytes = static_cast<std::int64_t>(storage.nbytes());
+    HostPool::Lease block = pool_->take(bytes, to_host_.has_value());
+    const torch::Tensor source = storage_bytes(storage, device_);
+    if (to_host_) {
+      if (block->last_copy) block->last_copy->block(*to_host_);
+      const c10::StreamGuard on_copy_stream(*to_host_);
+      block->bytes(bytes).copy_(source, /*non_blocking=*/true);
+    } else {
+      block->bytes(bytes).copy_(source);
+    }
+    h.blocks.push_back(std::move(block));
+  }
+  if (to_host_) {
+    h.copied_out = record_on(*to_host_);
+    for (HostPool::Lease& block : h.blocks) block->last_copy = h.copied_out;
+  }
+  h.evicting = true;
+}
+
+void Executor::evict(int k) {
+  const auto uk = static_cast<std::size_t>(k);
+  OnHost& h = on_host_[uk];
+  REMAT_INTERNAL_ASSERT(h.evicting, "E_", k, " without O_", k);
+  // The compute stream waits for the copy out, then x_k's storages go: what reuses their memory
+  // runs after it.
+  if (h.copied_out) h.copied_out->block(current_stream(device_));
+  h.copied_out.reset();
+  x_[uk].clear();
+  h.evicting = false;
+}
+
+void Executor::prefetch(int k) {
+  const auto uk = static_cast<std::size_t>(k);
+  OnHost& h = on_host_[uk];
+  REMAT_INTERNAL_ASSERT(!h.evicting && !h.blocks.empty() && !h.returned && x_[uk].empty(), "P_",
+                        k, " without x_", k, " evicted to host memory");
+  // The new storages are the compute stream's: on a GPU their copy starts where P_k stands in
+  // that stream (what the allocator reused their memory from has run).
+  if (to_device_) record_on(current_stream(device_))->block(*to_device_);
+  std::vector<c10::Storage> storages;
+  for (const HostPool::Lease& block : h.blocks) {
+    torch::Tensor target =
+        torch::empty({block->used}, torch::TensorOptions().dtype(torch::kByte).device(device_));
+    if (to_device_) {
+      if (block->last_copy) block->last_copy->block(*to_device_);
+      const c10::StreamGuard on_copy_stream(*to_device_);
+      target.copy_(block->bytes(block->used), /*non_blocking=*/true);
+    } else {
+      target.copy_(block->bytes(block->used));
+    }
+    storages.push_back(target.storage());
+  }
+  if (to_device_) {
+    h.copied_back = record_on(*to_device_);
+    for (HostPool::Lease& block : h.blocks) block->last_copy = h.copied_back;
+  }
+  Tensors values;
+  for (const MemberLayout& m : h.members)
+    values.push_back(torch::empty({0}, torch::TensorOptions().dtype(m.dtype).device(device_))
+                         .set_(storages[m.storage], m.offset, m.sizes, m.strides));
+  x_[uk] = std::move(values);
+  h.returned = true;
+}
+
+void Executor::arrive(int k) {
+  OnHost& h = on_host_[static_cast<std::size_t>(k)];
+  if (!h.returned) return;
+  if (h.copied_back) h.copied_back->block(current_stream(device_));
+  for (HostPool::Lease& block : h.blocks) pool_->give_back(std::move(block));
+  h.blocks.clear();
+  h.returned = false;
+  h.copied_back.reset();
+}
+
+void Executor::release_copies() noexcept {
+  if (!copies_) return;
+  try {
+    // Nothing is given back, nor freed on the device, while a copy from or into it runs.
+    if (to_host_) to_host_->synchronize();
+    if (to_device_) to_device_->synchronize();
+  } catch (...) {
+    // A GPU that fails here has failed the step already: that error is the one reported.
+  }
+  for (OnHost& h : on_host_) {
+    for (HostPool::Lease& block : h.blocks) pool_->give_back(std::move(block));
+    h = OnHost();
+  }
+}
+
+Executor::~Executor() { release_copies(); }
 
 void Executor::backward(std::size_t first, std::size_t last) {
   const int top = sequence_[first].stage;
@@ -489,6 +647,7 @@ void Executor::check_versions() const {
 }
 
 void Executor::abandon() noexcept {
+  release_copies();
   thaw_norms();
   try {
     if (!caller_cpu_rng_.empty()) set_generator_state(c10::Device(c10::kCPU), caller_cpu_rng_.tensor());
@@ -514,8 +673,20 @@ StepRecorder::StepRecorder(c10::Device device, const Sequence& sequence,
                            const Simulation& predicted,
                            std::shared_ptr<std::vector<TracedOperation>> out)
     : sequence_(sequence), out_(std::move(out)) {
-  for (const OpRecord& record : predicted.trace)
-    predicted_ms_.push_back(record.end_ms - record.start_ms);
+  // A copy's own time is its engine's; on the compute stream, which the trace follows, O_i and
+  // P_i cost what issuing them costs (nothing, to the model), and E_i the wait for its copy out.
+  double compute_end = 0;
+  for (const OpRecord& record : predicted.trace) {
+    if (!record.op.is_copy()) {
+      predicted_ms_.push_back(record.end_ms - record.start_ms);
+      compute_end = record.end_ms;
+    } else {
+      predicted_ms_.push_back(record.op.kind == OpKind::kEvict
+                                  ? std::max(0.0, record.end_ms - compute_end)
+                                  : 0.0);
+      if (record.op.kind == OpKind::kEvict) compute_end = std::max(compute_end, record.end_ms);
+    }
+  }
   operations_.reserve(predicted_ms_.size());
   if (device.is_cuda()) {
     cuda_ = std::make_unique<CudaIntervals>(device.index());

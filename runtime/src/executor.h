@@ -10,11 +10,13 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "autocast.h"
+#include "host_pool.h"
 #include "remat/core/stage.h"
 #include "remat/core/stage_input.h"
 #include "remat/core/cuda_intervals.h"
@@ -96,8 +98,14 @@ class Executor {
  public:
   /// `chain` says which members have gradients and which are carried; the stages must return
   /// what it says (a stage that does not is refused with c10::ValueError).
+  /// `pool`: the host memory of the offloads (O_i, E_i, P_i), where the sequence has any.
   Executor(const std::vector<NamedStage>& stages, const Chain& chain, const Sequence& sequence,
-           c10::Device device);
+           c10::Device device, std::shared_ptr<HostPool> pool = nullptr);
+  /// Gives back the host blocks of a step dropped before its backward (after waiting for its
+  /// copies, on a GPU).
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
   Tensors run_forward(const Tensors& inputs, const Tensors& context);
   Tensors run_backward(Tensors grad_outputs);
   /// Times this step's operations into `recorder` (before run_forward).
@@ -127,6 +135,16 @@ class Executor {
   void restore_buffers(int i);
   // B_i, B_{i-1}, ..., B_j: sequence operations first..last, in one engine call.
   void backward(std::size_t first, std::size_t last);
+  // The copies of docs/cost-model.md, "Offload": O_k starts copying x_k's storages to host
+  // blocks, E_k waits for that copy (on a GPU, the compute stream does) and drops x_k, P_k
+  // allocates x_k's storages again and starts copying them back; the first read of a
+  // prefetched x_k (arrive) waits for that copy and gives the blocks back.
+  void offload(int k);
+  void evict(int k);
+  void prefetch(int k);
+  void arrive(int k);
+  // Waits for every copy in flight and gives every host block back (abandon, destructor).
+  void release_copies() noexcept;
   // After a failure (out of memory) in either phase: restores what a recomputation in flight
   // changed (the caller's generator states, pending buffer snapshots) and frees every tensor.
   void abandon() noexcept;
@@ -217,6 +235,27 @@ class Executor {
   // with a gradient: that gradient is the sum of two stages' contributions, which the runtime
   // adds itself.
   std::vector<std::size_t> backward_end_;
+  // Offloads. on_host_[k]: x_k's copy in host memory, one block per distinct storage of its
+  // members, with where each member lies in them (the same offsets, sizes and strides come
+  // back: the forwards that read it see the tensors they saw).
+  struct MemberLayout {
+    std::size_t storage;
+    std::int64_t offset;
+    std::vector<std::int64_t> sizes, strides;
+    c10::ScalarType dtype;
+  };
+  struct OnHost {
+    std::vector<HostPool::Lease> blocks;
+    std::vector<MemberLayout> members;
+    bool evicting = false;  // between O_k and E_k
+    bool returned = false;  // between P_k and the first read of x_k
+    std::shared_ptr<c10::Event> copied_out, copied_back;  // GPU: the copies' ends
+  };
+  std::shared_ptr<HostPool> pool_;
+  std::vector<OnHost> on_host_;
+  // GPU: one stream per direction, as the cost model's copy engines.
+  std::optional<c10::Stream> to_host_, to_device_;
+  bool copies_ = false;  // whether the sequence has any
 };
 
 }  // namespace remat::detail

@@ -401,6 +401,15 @@ std::int64_t Chain::carried_bytes() const {
   return total;
 }
 
+void Link::validate(const std::string& source) const {
+  for (auto [field, gbps] : {std::pair{"link.d2h_gbps", d2h_gbps}, std::pair{"link.h2d_gbps", h2d_gbps}})
+    if (!(gbps >= kMinLinkGbps && gbps <= kMaxLinkGbps))  // NaN fails too
+      fail(source, field,
+           str_cat("(", gbps, ") must be a bandwidth from ", kMinLinkGbps, " to ", kMaxLinkGbps,
+                   " GB/s"));
+  ChainChecker{source}.ms(latency_ms, "link.latency_ms");
+}
+
 void Chain::validate(const std::string& source) const {
   ChainChecker check{source};
   if (inputs.empty()) fail(source, "inputs", "is empty: the input x_0 needs at least one tensor");
@@ -419,15 +428,7 @@ void Chain::validate(const std::string& source) const {
   check.bytes(context_bytes, "context_bytes");
   check.bytes(loss_tmp_bytes, "loss_tmp_bytes");
   check.ms(restart_ms, "restart_ms");
-  if (link) {
-    for (auto [field, gbps] : {std::pair{"link.d2h_gbps", link->d2h_gbps},
-                               std::pair{"link.h2d_gbps", link->h2d_gbps}})
-      if (!(gbps >= kMinLinkGbps && gbps <= kMaxLinkGbps))  // NaN fails too
-        fail(source, field,
-             str_cat("(", gbps, ") must be a bandwidth from ", kMinLinkGbps, " to ", kMaxLinkGbps,
-                     " GB/s"));
-    check.ms(link->latency_ms, "link.latency_ms");
-  }
+  if (link) link->validate(source);
   for (std::size_t k = 0; k < inputs.size(); ++k) {
     check.add_to_total(inputs[k].bytes, str_cat("inputs[", k, "]"));
     check.add_to_total(inputs[k].gradient_size(), str_cat("inputs[", k, "]"));

@@ -1672,6 +1672,50 @@ TEST_CASE(
   CHECK_THAT(alone6.err, Catch::Contains("rank 1 could not reach the rendezvous at [::1]:9"));
 }
 
+TEST_CASE("train --offload copies checkpoints to host memory, within the budget", "[cli]") {
+  if (!REMAT_CLI_HAS_TORCH) return;  // the refusal without LibTorch: the train test above
+  TempDir dir;
+  // The chain with a fast link, measured with it (profile --measure-link), then given --link.
+  const std::string chain = dir.path() + "/convnet.json";
+  const RunResult profiled =
+      run_remat({"profile", "--model", "convnet", "--batch", "2", "--image", "32", "--classes",
+                 "10", "--repeat", "1", "--measure-link", "-o", chain});
+  INFO(describe(profiled));
+  REQUIRE(profiled.exit_code == 0);
+  CHECK_THAT(profiled.out, Catch::Contains("link             "));
+  const remat::Chain measured = remat::load_chain(chain);
+  REQUIRE(measured.link.has_value());
+  CHECK(measured.link->d2h_gbps > 0.1);
+  CHECK(measured.link->latency_ms >= 0);
+  const std::vector<std::string> base = {"train", "--model", "convnet", "--batch", "2", "--image",
+                                         "32", "--classes", "10", "--chain", chain, "--steps", "3"};
+  // Recomputing costs time on this chain; copying over a link of 10^6 GB/s costs nothing: at
+  // budgets where both fit, the schedule offloads. Each step stays within the budget (exit 0
+  // checks it: a peak above the budget is exit 1) and the host memory comes back to 0.
+  int offloading = 0;
+  for (const char* budget : {"40%+", "55%+", "70%+"}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--budget", budget, "--offload", "--link", "1000000,1000000,0"});
+    const RunResult run = run_remat(args);
+    INFO(describe(run));
+    REQUIRE(run.exit_code == 0);
+    CHECK_THAT(run.out, Catch::Contains("offload    "));
+    if (run.out.find("host memory  ") != std::string::npos) ++offloading;
+  }
+  CHECK(offloading > 0);
+  // --offload with another algorithm, or a bad link: exit 2, named.
+  std::vector<std::string> periodic = base;
+  periodic.insert(periodic.end(), {"--budget", "100%", "--algorithm", "periodic", "--offload"});
+  const RunResult refused = run_remat(periodic);
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("offload"));
+  std::vector<std::string> bad_link = base;
+  bad_link.insert(bad_link.end(), {"--budget", "60%+", "--offload", "--link", "0,1,0"});
+  const RunResult bad = run_remat(bad_link);
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--link"));
+}
+
 TEST_CASE("train --nproc: ranks die with their launcher, even one killed by SIGKILL",
           "[cli][distributed]") {
   if (!REMAT_CLI_HAS_TORCH) return;  // the LibTorch commands' refusal is tested above

@@ -798,3 +798,37 @@ TEST_CASE("on CUDA, times are taken within whole passes by default, memory as ea
     CHECK(s.out_bytes() == alone.chain.stages[i].out_bytes());
   }
 }
+
+TEST_CASE("the link to host memory is measured into the chain when asked", "[profiler]") {
+  const remat::Link link = remat::measure_link(torch::kCPU, std::int64_t{8} << 20, 3);
+  // Memory copies on any machine: more than 0.1 GB/s, a 4 KiB copy in well under a millisecond.
+  CHECK(link.d2h_gbps > 0.1);
+  CHECK(link.h2d_gbps > 0.1);
+  CHECK(link.d2h_gbps <= remat::kMaxLinkGbps);
+  CHECK(link.latency_ms >= 0);
+  CHECK(link.latency_ms < 1);
+  CHECK_NOTHROW(link.validate());
+  CHECK_THROWS_AS(remat::measure_link(torch::kCPU, 1024), c10::ValueError);
+  CHECK_THROWS_AS(remat::measure_link(torch::kCPU, std::int64_t{8} << 20, 0), c10::ValueError);
+  CHECK_THROWS_AS(remat::measure_link(torch::Device(torch::kMeta), std::int64_t{8} << 20),
+                  c10::ValueError);
+  // The CPU tracker counts none of it: the host side is outside LibTorch's allocator, the
+  // device side freed before it returns.
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+  const std::int64_t before = tracker.live();
+  remat::measure_link(torch::kCPU, std::int64_t{2} << 20, 1);
+  CHECK(tracker.live() == before);
+
+  torch::manual_seed(3);
+  torch::nn::Sequential net = remat::test::conv_chain(4);
+  const torch::Tensor sample = torch::randn({2, 3, 16, 16});
+  const remat::Chain plain =
+      remat::profile(net, sample, remat::ProfileOptions().measure_time(false)).chain;
+  CHECK_FALSE(plain.link.has_value());
+  const remat::Chain linked =
+      remat::profile(net, sample, remat::ProfileOptions().measure_time(false).repeat(1).measure_link(true))
+          .chain;
+  REQUIRE(linked.link.has_value());
+  CHECK(linked.link->h2d_gbps > 0.1);
+  CHECK(remat::parse_chain(remat::chain_to_json(linked), "round trip").link.has_value());
+}

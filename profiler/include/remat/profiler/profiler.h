@@ -133,6 +133,10 @@ struct ProfileOptions {
   /// search under cudnn.benchmark, is then not counted (docs/cost-model.md, "How memory is
   /// measured"). On the CPU, where neither happens, only if this is set.
   REMAT_ARG(bool, warm_up_on_cpu) = false;
+  /// Also measure the device's link to host memory (measure_link, with `repeat`) into the
+  /// chain's `link`, which schedules that offload need (the chain is then written as
+  /// remat-chain/3).
+  REMAT_ARG(bool, measure_link) = false;
 };
 
 struct Profile {
@@ -169,6 +173,17 @@ inline Profile profile(const torch::nn::Sequential& sequential, const torch::Ten
                        const ProfileOptions& options = ProfileOptions()) {
   return profile(stages_of(sequential), Tensors{sample}, Tensors{}, options);
 }
+
+/// Measures the link between `device` and host memory (docs/cost-model.md, "Offload"), with
+/// copies as the runtime makes them: on a GPU between pinned host memory and the device, on a
+/// stream of their own; on the CPU between the device's (the CPU's) tensors and host memory
+/// outside LibTorch's allocator. The latency is the time per copy of 64 back-to-back copies of
+/// 4 KiB (the mean of the two directions); each bandwidth is `bytes` over the time of one copy
+/// of `bytes` less that latency, within kMinLinkGbps..kMaxLinkGbps. Medians of `repeat`
+/// measurements, after one copy each way unmeasured. Allocates `bytes` on the device and on
+/// the host while it runs. Throws c10::ValueError for another device type, bytes outside 1 MiB
+/// to 4 GiB or repeat outside 1 to kMaxProfileRepeat.
+Link measure_link(c10::Device device, std::int64_t bytes = std::int64_t{64} << 20, int repeat = 5);
 
 /// Bytes of the storages of `tensors` as their devices' trackers count them (counted_bytes),
 /// each storage once (views share storage).

@@ -46,6 +46,10 @@
 
 namespace remat {
 
+namespace detail {
+class HostPool;
+}
+
 /// The small tensors the runtime itself may hold besides activations at once (the scalar
 /// roots of its inner backward calls, the caller's loss value), each of at most 32 bytes.
 inline constexpr int kRuntimeReserveTensors = 8;
@@ -67,6 +71,7 @@ struct TracedOperation {
     kLoss,           ///< the loss operation
     kRecomputation,  ///< a forward after the loss
     kBackward,       ///< backwards (consecutive ones that one engine call ran)
+    kCopy,           ///< an offload's operation: O_i, E_i or P_i (docs/runtime.md, "Offload")
   };
   /// Its operations: the traced step's sequence()[first] ... sequence()[last].
   std::size_t first = 0;
@@ -84,7 +89,7 @@ struct TracedOperation {
   double predicted_ms = 0;
 };
 
-/// "forward", "loss", "recomputation" or "backward".
+/// "forward", "loss", "recomputation", "backward" or "copy".
 const char* traced_kind_name(TracedOperation::Kind kind);
 /// The kind of each operation of `sequence`, as a traced step reports it: a forward is a
 /// recomputation when it comes after the loss.
@@ -98,8 +103,10 @@ struct TraceSummary {
     double measured_ms = 0;
   };
   /// Forwards before the loss (the forward phase), the loss operation, forwards after it (the
-  /// recomputations) and the backwards.
-  Part forward, loss, recompute, backward;
+  /// recomputations), the backwards, and the offloads' operations: on the compute stream, the
+  /// time to start each copy and, at E_i, the wait for x_i's copy to host memory (a wait for a
+  /// copy back is the time of the forward that reads it).
+  Part forward, loss, recompute, backward, copy;
   /// Time between consecutive operations of a phase: the runtime's own work there (on a GPU,
   /// what of it the GPU waited for). The time between the phases is the caller's (its loss,
   /// and autograd's way to the chain's backward): `caller_ms`, in neither.
@@ -141,6 +148,12 @@ class CheckpointableImpl : public torch::nn::Module {
   /// loss_tmp_memory_usage: a loss given to no one): they come out of every budget with the
   /// runtime's own tensors (reserve_bytes()). 0 unless set; ValueError if negative.
   void set_outside_bytes(std::int64_t bytes);
+  /// The device's link to host memory (Chain::link), which a schedule that offloads
+  /// (SolveOptions::offload) needs: set on the chain (a chain file of version 3 may hold one),
+  /// replaced here, or removed with nullopt. Drops the schedule computed before. Throws
+  /// c10::ValueError for bandwidths or a latency outside the chain format's bounds, c10::Error
+  /// without a chain.
+  void set_link(std::optional<Link> link);
   std::int64_t outside_bytes() const { return outside_bytes_; }
   /// What comes out of every budget before the schedule is solved for the rest, and what every
   /// figure below includes again: runtime_reserve_bytes(device()) + outside_bytes().
@@ -198,6 +211,24 @@ class CheckpointableImpl : public torch::nn::Module {
   /// time; empty until a traced step's backward has run.
   const std::vector<TracedOperation>& last_trace() const { return *last_trace_; }
 
+  /// The host memory of the offloads (docs/runtime.md, "Offload"): blocks that hold the copies of
+  /// offloaded activations, kept from step to step. `in_use_bytes`: the copies held now (0
+  /// between steps); `peak_bytes`: the most held at once since reset_host_peak() (a step's is
+  /// its Solution's simulation.host_peak_bytes, or less where members share a storage);
+  /// `held_bytes`: the blocks kept, taken or idle; `blocks`: how many were ever allocated (a
+  /// step after the first allocates none). On the CPU plain host memory, which the CPU's
+  /// MemoryTracker does not count; on a GPU pinned memory.
+  struct HostMemory {
+    std::int64_t in_use_bytes = 0;
+    std::int64_t peak_bytes = 0;
+    std::int64_t held_bytes = 0;
+    std::int64_t blocks = 0;
+  };
+  HostMemory host_memory() const;
+  void reset_host_peak();
+  /// Frees the host blocks no step holds.
+  void free_host_memory();
+
   /// The wrapped network (null when constructed from stages).
   torch::nn::Sequential& network() { return net_; }
   const std::vector<NamedStage>& stages() const { return stages_; }
@@ -235,6 +266,7 @@ class CheckpointableImpl : public torch::nn::Module {
   std::optional<c10::ScalarType> measured_autocast_;
   std::optional<Solution> solution_;
   std::int64_t outside_bytes_ = 0;
+  std::shared_ptr<detail::HostPool> host_pool_;
   // trace_next_step(): the next step records into a new trace, which becomes last_trace_ when
   // its backward ends (the step's executor may outlive this module: shared).
   bool trace_next_ = false;

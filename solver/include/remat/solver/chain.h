@@ -67,6 +67,9 @@ struct Link {
   double h2d_ms(std::int64_t bytes) const {
     return latency_ms + static_cast<double>(bytes) / (h2d_gbps * 1e6);
   }
+  /// Throws std::invalid_argument, naming `source` and the field, for a bandwidth outside
+  /// kMinLinkGbps..kMaxLinkGbps or a latency that is not a time a chain holds.
+  void validate(const std::string& source = "link") const;
 };
 
 /// One tensor of an activation x_k (activations are tuples of tensors). Either a new storage
