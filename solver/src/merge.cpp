@@ -302,6 +302,9 @@ std::optional<MergedChain> merge_carried_runs(const Chain& chain) {
   out.chain.loss_tmp_bytes = chain.loss_tmp_bytes;
   out.chain.output_held = chain.output_held;
   out.chain.restart_ms = chain.restart_ms;
+  // The merged chain's activation c is the chain's x_{first[c]}: offloading it copies the same
+  // members over the same link.
+  out.chain.link = chain.link;
   for (std::size_t c = 0; c + 1 < out.first.size(); ++c) {
     const int first = out.first[c], end = out.first[c + 1];
     out.chain.stages.push_back(end - first == 1 ? chain.stages[static_cast<std::size_t>(first)]
@@ -344,7 +347,8 @@ Sequence expand_merged(const Sequence& merged, const std::vector<int>& first) {
       case OpKind::kOffload:
       case OpKind::kEvict:
       case OpKind::kPrefetch:
-        REMAT_INTERNAL_ASSERT(false, "a merged chain's sequence offloads: ", op.str());
+        out.push_back(Op{op.kind, begin});  // x_c of the merged chain is x_begin
+        break;
     }
   }
   return out;

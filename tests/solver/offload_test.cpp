@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "merged_chain.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
 #include "remat/solver/simulator.h"
@@ -307,6 +308,69 @@ TEST_CASE("offload: with carried members the DP never overruns", "[solver][offlo
     check_chain(chain, false, checked);
   }
   CHECK(checked.chains == 40);
+}
+
+TEST_CASE("offload: solve() on chains with carried members, merged runs included",
+          "[solver][offload]") {
+  // A fast link: where a checkpoint fits the budget only off the device, it goes there. Every
+  // strategy of solve() runs (the table, the merged chain's, the storage-exact table's), each
+  // sequence is checked by the simulator, and offloading never makes the optimum slower.
+  int offloading = 0, merged_offloading = 0, solved = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    Chain chain = test::random_chain(seed, test::carried_spec(6));
+    chain.link = Link{1e4, 1e4, 0};
+    INFO(chain_to_json(chain));
+    const std::int64_t top = store_all_peak(chain);
+    for (int k = 1; k <= 6; ++k) {
+      const std::int64_t budget = top * k / 6;
+      const Solution with = solve(chain, SolveOptions(budget).offload(true));
+      const Solution without = solve(chain, SolveOptions(budget));
+      INFO("budget " << budget << ": " << collapsed_string(with.sequence));
+      if (without.ok()) CHECK(with.ok());
+      if (!with.ok()) continue;
+      ++solved;
+      CHECK(with.peak_bytes <= budget);
+      const Simulation replayed = simulate(chain, with.sequence);
+      CHECK(replayed.peak_bytes == with.simulation.peak_bytes);
+      CHECK(replayed.makespan_ms == with.simulation.makespan_ms);
+      if (without.ok()) CHECK(with.makespan_ms <= without.makespan_ms * (1 + 1e-12));
+      offloading += with.simulation.offloads > 0;
+      merged_offloading += with.simulation.offloads > 0 && with.merged_stages > 0;
+    }
+  }
+  // The counts on these 30 fixed chains (most of their budgets below any schedule's least).
+  CHECK(solved >= 45);
+  CHECK(offloading >= 5);
+}
+
+TEST_CASE("offload: a merged chain's offloading sequence expands to the chain's",
+          "[solver][offload]") {
+  // The merged chain's x_c is the chain's x_{first[c]}: its O_c, E_c and P_c become the chain's
+  // O, E and P of that activation, with the same peak and time.
+  int expanded = 0;
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    test::RandomChainSpec spec = test::carried_spec(8);
+    Chain chain = test::random_chain(seed, spec);
+    chain.link = Link{1e4, 1e4, 0};
+    const std::optional<detail::MergedChain> merged = detail::merge_carried_runs(chain);
+    if (!merged) continue;
+    REQUIRE(merged->chain.link.has_value());
+    INFO(chain_to_json(chain));
+    const std::int64_t top = store_all_peak(merged->chain);
+    for (int k = 1; k <= 8; ++k) {
+      const Solution s = solve(merged->chain, SolveOptions(top * k / 8).offload(true));
+      if (!s.ok() || s.simulation.offloads == 0) continue;
+      const Sequence fine = detail::expand_merged(s.sequence, merged->first);
+      INFO(collapsed_string(s.sequence) << "\nexpanded: " << collapsed_string(fine));
+      const Simulation sim = simulate(chain, fine);
+      CHECK(sim.offloads == s.simulation.offloads);
+      CHECK(sim.peak_bytes <= s.simulation.peak_bytes);
+      CHECK(sim.makespan_ms == Approx(s.simulation.makespan_ms).epsilon(1e-12));
+      CHECK(sim.host_peak_bytes == s.simulation.host_peak_bytes);
+      ++expanded;
+    }
+  }
+  CHECK(expanded >= 9);  // of these 200 fixed chains
 }
 
 TEST_CASE("offload: an infinitely slow link gives recomputation's optimum", "[solver][offload]") {
