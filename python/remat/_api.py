@@ -6,7 +6,7 @@ import math
 import numbers
 import os
 import sys
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -19,6 +19,40 @@ Budget = Union[int, str]
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1  # C++'s int: counts of repetitions, segments, points
 _MAX_THREADS = 1024  # the CLI's bound (cli/options.cpp)
+
+
+class Link(NamedTuple):
+    """The device's link to host memory, for schedules that offload activations
+    (docs/cost-model.md, "Offload"): bandwidths in GB/s (10**9 bytes per second) each way, and
+    the fixed time of each copy in milliseconds. A copy of ``n`` bytes out takes
+    ``latency_ms + n / (d2h_gbps * 1e6)`` ms."""
+
+    d2h_gbps: float
+    h2d_gbps: float
+    latency_ms: float
+
+
+def _link_tuple(link: Optional[Any]) -> Optional[tuple]:
+    """``link`` (a Link or a 3-tuple) as the C++ core takes it, or TypeError."""
+    if link is None:
+        return None
+    try:
+        d2h, h2d, latency = link
+        return (float(d2h), float(h2d), float(latency))
+    except (TypeError, ValueError):
+        raise TypeError("link must be a remat.Link(d2h_gbps, h2d_gbps, latency_ms) or None, not "
+                        f"{link!r}") from None
+
+
+def measure_link(device: Union[str, torch.device] = "cpu", *, nbytes: int = 64 * 2**20,
+                 repeat: int = 5) -> Link:
+    """Measures the link between ``device`` and host memory, with copies as the runtime makes
+    them (a GPU: pinned memory, a stream of its own; the CPU: host memory outside LibTorch's
+    allocator): the latency of a small copy and the bandwidth of copies of ``nbytes`` each way,
+    medians of ``repeat`` measurements (docs/python.md, "Offload")."""
+    nbytes = _whole("nbytes", nbytes, 2**20, 2**32)
+    repeat = _whole("repeat", repeat, 1, 1000)
+    return Link(*_C.measure_link(str(torch.device(device)), nbytes, repeat))
 
 
 def _whole(name: str, value: Any, low: int, high: int = _INT64_MAX) -> int:
@@ -201,6 +235,18 @@ class Chain:
         measured on a GPU, 0 on the CPU (docs/cost-model.md, "The time model")."""
         return self._chain.restart_ms
 
+    @property
+    def link(self) -> Optional[Link]:
+        """The device's link to host memory (a chain file of version 3 holds one), which a
+        schedule that offloads needs; None without one."""
+        link = self._chain.link
+        return None if link is None else Link(*link)
+
+    def with_link(self, link: Optional[Link]) -> "Chain":
+        """A copy of the chain with ``link`` (None: without one); ValueError for bandwidths
+        outside 0.001 to 10**6 GB/s, or a negative latency."""
+        return Chain(self._chain.with_link(_link_tuple(link)))
+
     def __eq__(self, other: object) -> bool:
         """Chains are equal when their files would be (every figure, every name)."""
         return isinstance(other, Chain) and self.to_json() == other.to_json()
@@ -220,9 +266,10 @@ class Chain:
     def store_all_ms(self) -> float:
         return self._chain.store_all_ms()
 
-    def min_budget(self, algorithm: str = "optimal") -> int:
-        """The least budget ``algorithm`` finds a schedule for."""
-        return _C.min_feasible_budget(self._chain, algorithm)
+    def min_budget(self, algorithm: str = "optimal", *, offload: bool = False) -> int:
+        """The least budget ``algorithm`` finds a schedule for (with ``offload``, one that may
+        offload: it needs the chain's link)."""
+        return _C.min_feasible_budget(self._chain, algorithm, offload=bool(offload))
 
     def svg(self) -> str:
         """Per-stage bars: times above, bytes below (SVG text)."""
@@ -271,6 +318,13 @@ class Solution:
         doc="optimal: whether the storage-exact table (every storage counted once) was solved "
             "too: the schedule is then at least as fast as the best nested one at its unit.")
     warning = property(lambda self: self._solution.warning)
+    offloads = property(lambda self: self._solution.offloads,
+                        doc="Checkpoints the schedule copies to host memory and back (O_i).")
+    copy_wait_ms = property(
+        lambda self: self._solution.copy_wait_ms,
+        doc="Of makespan_ms, the time the computation waits for copies that do not overlap it.")
+    host_peak_bytes = property(lambda self: self._solution.host_peak_bytes,
+                               doc="The most host memory the copies hold at once.")
     sequence = property(lambda self: self._solution.sequence,
                         doc="The operations, runs collapsed: 'CF_0 Fn_1..4 ...'.")
     operations = property(lambda self: self._solution.operations)
@@ -345,16 +399,20 @@ class Tradeoff:
 
 
 def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: int = 0,
-          segments: int = 0, threads: int = 0, exact_storages: bool = True) -> Solution:
+          segments: int = 0, threads: int = 0, exact_storages: bool = True,
+          offload: bool = False) -> Solution:
     """The fastest schedule of ``algorithm`` within ``budget`` (bytes, ``"700MiB"`` or ``"50%"``
     of the chain's store-all peak). An infeasible budget is a result (``ok`` is False), not an
-    exception. ``exact_storages=False`` leaves out the storage-exact table (docs/algorithms.md)."""
+    exception. ``exact_storages=False`` leaves out the storage-exact table (docs/algorithms.md).
+    ``offload=True`` (optimal only; the chain needs a link, ``Chain.with_link``): a checkpoint
+    may also be copied to host memory and back where that beats keeping or recomputing it."""
     slots, segments, threads = _solver_arguments(slots, segments, threads)
     budget_bytes = parse_budget(budget, chain.store_all_peak(),
                                 lambda: _C.min_feasible_budget(chain._chain, algorithm, slots,
-                                                               segments, bool(exact_storages)))
+                                                               segments, bool(exact_storages),
+                                                               bool(offload)))
     return Solution(_C.solve(chain._chain, budget_bytes, algorithm, slots, segments, threads,
-                             bool(exact_storages)), chain)
+                             bool(exact_storages), bool(offload)), chain)
 
 
 def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budget: Budget = 0,

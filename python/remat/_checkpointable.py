@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from . import _C
-from ._api import (Budget, Chain, Solution, _as_list, _measuring, _profile_arguments,
-                   _solver_arguments, _whole, check_budget, format_bytes, parse_budget)
+from ._api import (Budget, Chain, Link, Solution, _as_list, _link_tuple, _measuring,
+                   _profile_arguments, _solver_arguments, _whole, check_budget, format_bytes,
+                   measure_link, parse_budget)
 from ._stages import _stage_specs
 
 StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callable]]]
@@ -38,6 +39,11 @@ class Checkpointable(nn.Module):
     ``output_held=False``: the budget then gains up to the output's size (a language model's
     logits), and a step that keeps the output after all may exceed it by as much.
 
+    ``offload=True`` lets the schedule also copy checkpoints to host memory and bring them back
+    before they are read, where that beats keeping or recomputing them, over ``link``
+    (``remat.Link(d2h_gbps, h2d_gbps, latency_ms)``; default: the device's, measured once by
+    ``remat.measure_link``). The copies' host memory is not in the budget (``host_memory``).
+
     In eval mode or under ``torch.no_grad()`` the modules run plainly.
 
     Example::
@@ -61,7 +67,8 @@ class Checkpointable(nn.Module):
                  progress: bool = True, custom_input: Any = None,
                  mem_limit: Optional[Budget] = None, mem_slots: Optional[int] = None,
                  verbosity: Optional[int] = None, preserve_rng_state: bool = True,
-                 loss_tmp_memory_usage: int = 0):
+                 loss_tmp_memory_usage: int = 0, offload: bool = False,
+                 link: Optional[Link] = None):
         super().__init__()
         # rotor's names for the same arguments, so that its users change only the import.
         sample = _one_of("sample", sample, "custom_input", custom_input)
@@ -101,7 +108,11 @@ class Checkpointable(nn.Module):
         self._output_held = output_held
         self._progress = progress
         # How forward() solves when it must: the last compute_sequence's choices.
-        self._solve_options = {"algorithm": "optimal", "slots": 0, "segments": 0, "threads": 0}
+        self._solve_options = {"algorithm": "optimal", "slots": 0, "segments": 0, "threads": 0,
+                               "offload": bool(offload)}
+        # The device's link to host memory, given here or by set_link: put on every chain
+        # measured or set (a measured chain has none of its own).
+        self._link = _link_tuple(link)
         if mem_slots is not None:
             self._solve_options["slots"] = _whole("mem_slots", mem_slots, 0)
         if budget is not None:
@@ -183,6 +194,7 @@ class Checkpointable(nn.Module):
         state.setdefault("_context_count", 0)  # copies saved before stages were run as one
         state.setdefault("_measured_grads", None)
         state.setdefault("_max_steps", 0.0)  # saved before measuring was bounded: counts
+        state.setdefault("_link", None)  # saved before offloading
         super().__setstate__(state)
         self._build(list(self._callables.items()), state.get("_groups"))
         if chain_json is not None:
@@ -212,6 +224,9 @@ class Checkpointable(nn.Module):
         chain = self._impl.measure(samples, contexts,
                                    *_profile_arguments(self._repeat, 1, True, "", loss, output_held,
                                                        self._progress, max_steps=self._max_steps))
+        if self._link is not None:
+            self._impl.set_link(self._link)
+            chain = self._impl.chain
         return Chain(chain)
 
     @property
@@ -227,9 +242,57 @@ class Checkpointable(nn.Module):
         return Chain(self._impl.chain)
 
     def set_chain(self, chain: Chain) -> None:
-        """Uses a chain measured earlier (``remat.Chain.load``)."""
+        """Uses a chain measured earlier (``remat.Chain.load``), with the link given to the
+        constructor or ``set_link`` if any, else the chain's own."""
         self._impl.set_chain(chain._chain)
+        if self._link is not None:
+            self._impl.set_link(self._link)
         self._measured_grads = None  # the chain's own
+
+    def set_link(self, link: Optional[Link]) -> None:
+        """The device's link to host memory (``remat.Link(d2h_gbps, h2d_gbps, latency_ms)``),
+        which schedules that offload need (``offload=True``): put on the chain now and on every
+        chain measured or set later; None removes it. Drops the schedule computed before.
+        ValueError for bandwidths outside 0.001 to 10**6 GB/s or a negative latency."""
+        link = _link_tuple(link)
+        if link is not None:
+            _C.check_link(link)  # checked before anything changes
+        for impl in self._runtimes():
+            if impl.has_chain():
+                impl.set_link(link)
+        self._link = link
+
+    def _ensure_link(self) -> None:
+        """For a schedule that offloads: a link on every chain that has none, the one given, or
+        else the device's, measured once (measure_link)."""
+        runtimes = [impl for impl in self._runtimes() if impl is not None and impl.has_chain()]
+        if all(impl.chain.link is not None for impl in runtimes):
+            return
+        if self._link is None:
+            self._link = _link_tuple(measure_link(self._impl.device))
+        for impl in runtimes:
+            if impl.chain.link is None:
+                impl.set_link(self._link)
+
+    def _runtimes(self) -> list:
+        """The C++ runtimes whose chains get the link (one here; a model has one per capture)."""
+        return [self._impl]
+
+    @property
+    def host_memory(self) -> dict:
+        """The host memory of the offloads: ``in_use_bytes`` (the copies held now; 0 between
+        steps), ``peak_bytes`` (the most held at once since ``reset_host_peak()``),
+        ``held_bytes`` (the blocks kept from step to step) and ``blocks`` (how many were ever
+        allocated). On a GPU pinned memory; on the CPU memory the device's tracker does not
+        count."""
+        return dict(self._impl.host_memory)
+
+    def reset_host_peak(self) -> None:
+        self._impl.reset_host_peak()
+
+    def free_host_memory(self) -> None:
+        """Frees the host blocks no step holds (they are allocated again when needed)."""
+        self._impl.free_host_memory()
 
     def store_all_peak(self) -> int:
         """Store-all's peak, ``reserve_bytes()`` included: what ``"100%"`` means."""
@@ -244,14 +307,17 @@ class Checkpointable(nn.Module):
         return self._impl.reserve_bytes()
 
     def min_budget(self, algorithm: str = "optimal", *, slots: int = 0, segments: int = 0,
-                   exact_storages: bool = True) -> int:
-        """The least budget ``compute_sequence`` accepts with these options."""
+                   exact_storages: bool = True, offload: Optional[bool] = None) -> int:
+        """The least budget ``compute_sequence`` accepts with these options (``offload``:
+        default, the constructor's or the last ``compute_sequence``'s)."""
         slots, segments, _ = _solver_arguments(slots, segments, 0)
-        return self._impl.min_budget(algorithm, slots, segments, bool(exact_storages))
+        if offload is None:
+            offload = self._solve_options.get("offload", False)
+        return self._impl.min_budget(algorithm, slots, segments, bool(exact_storages), bool(offload))
 
     def compute_sequence(self, budget: Optional[Budget] = None, algorithm: str = "optimal", *,
                          slots: int = 0, segments: int = 0, threads: int = 0,
-                         exact_storages: bool = True,
+                         exact_storages: bool = True, offload: Optional[bool] = None,
                          custom_mem_limit: Optional[Budget] = None,
                          mem_slots: Optional[int] = None,
                          mem_limit: Optional[Budget] = None) -> Solution:
@@ -263,7 +329,11 @@ class Checkpointable(nn.Module):
         algorithm and options. ``custom_mem_limit`` and ``mem_slots`` are rotor's names for
         ``budget`` and ``slots``, and so is ``mem_limit``, its keyword in rotor's documented
         example. ``exact_storages=False`` leaves out the storage-exact table
-        (docs/algorithms.md), to see what it buys on a stage list that carries members."""
+        (docs/algorithms.md), to see what it buys on a stage list that carries members.
+        ``offload=True`` (optimal only): checkpoints may also be copied to host memory and back
+        (docs/python.md, "Offload"), over the link given (``link=``, ``set_link``), else the
+        chain's, else the device's, measured once (``remat.measure_link``); default, the
+        constructor's or the last call's."""
         budget = _one_of("budget", budget, "custom_mem_limit", custom_mem_limit)
         budget = _one_of("budget", budget, "mem_limit", mem_limit)
         if mem_slots is not None:
@@ -271,18 +341,22 @@ class Checkpointable(nn.Module):
         self._check_stages()
         given = budget if budget is not None else self.budget
         slots, segments, threads = _solver_arguments(slots, segments, threads)
+        offload = bool(self._solve_options.get("offload", False) if offload is None else offload)
+        if offload:
+            self._ensure_link()
         budget_bytes = parse_budget(
             given if given is not None else self._default_budget(), self.store_all_peak(),
             lambda: self.min_budget(algorithm, slots=slots, segments=segments,
-                                    exact_storages=exact_storages))
+                                    exact_storages=exact_storages, offload=offload))
         # The runtime's reserve and rotor's loss_tmp_memory_usage come out of the budget in the
         # C++ runtime (reserve_bytes()), and every figure of the solution includes them.
         solution = self._impl.compute_sequence(budget_bytes, algorithm, slots, segments, threads,
-                                               bool(exact_storages))
+                                               bool(exact_storages), offload)
         if budget is not None:
             self.budget = budget
         self._solve_options = {"algorithm": algorithm, "slots": slots, "segments": segments,
-                               "threads": threads, "exact_storages": bool(exact_storages)}
+                               "threads": threads, "exact_storages": bool(exact_storages),
+                               "offload": offload}
         return Solution(solution, self._measured_chain())
 
     @property

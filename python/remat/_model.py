@@ -13,7 +13,8 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from . import _C
-from ._api import Budget, Chain, _measuring, _profile_arguments, _whole, check_budget
+from ._api import (Budget, Chain, Link, _link_tuple, _measuring, _profile_arguments, _whole,
+                   check_budget)
 from ._checkpointable import Checkpointable, _use_wrapped_keys
 from ._graph import CapturedGraph, CaptureError
 
@@ -38,7 +39,8 @@ class ModelCheckpointable(Checkpointable):
     def __init__(self, module: nn.Module, sample: Any = None, budget: Optional[Budget] = None, *,
                  loss: Optional[Callable] = None, output_held: bool = True,
                  repeat: Optional[int] = None, measure_steps: Optional[float] = None,
-                 progress: bool = True, max_stages: int = _DEFAULT_MAX_STAGES, **rotor: Any):
+                 progress: bool = True, max_stages: int = _DEFAULT_MAX_STAGES,
+                 offload: bool = False, link: Optional[Link] = None, **rotor: Any):
         nn.Module.__init__(self)
         unknown = set(rotor) - {"custom_input", "mem_limit", "mem_slots", "verbosity",
                                 "preserve_rng_state", "loss_tmp_memory_usage", "context"}
@@ -62,7 +64,11 @@ class ModelCheckpointable(Checkpointable):
         self._progress = progress
         self._takes_context = False
         self._stages_from_module = False
-        self._solve_options = {"algorithm": "optimal", "slots": 0, "segments": 0, "threads": 0}
+        self._solve_options = {"algorithm": "optimal", "slots": 0, "segments": 0, "threads": 0,
+                               "offload": bool(offload)}
+        self._link = _link_tuple(link)
+        if self._link is not None:
+            _C.check_link(self._link)
         if rotor.get("mem_slots") is not None:
             self._solve_options["slots"] = _whole("mem_slots", rotor["mem_slots"], 0)
         if budget is not None:
@@ -104,6 +110,7 @@ class ModelCheckpointable(Checkpointable):
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("_max_steps", 0.0)  # saved before measuring was bounded: counts
+        state.setdefault("_link", None)  # saved before offloading
         nn.Module.__setstate__(self, state)
         self._captures = OrderedDict()
         self._impl = None
@@ -132,6 +139,9 @@ class ModelCheckpointable(Checkpointable):
         chain = self._impl.measure(flat, [], *_profile_arguments(
             self._repeat, 1, True, type(self.module).__name__, self._loss_of_outputs(),
             self._output_held, self._progress, max_steps=self._max_steps))
+        if self._link is not None:
+            self._impl.set_link(self._link)
+            chain = self._impl.chain
         return Chain(chain)
 
     def measure(self, sample: Any = None, **kwargs: Any) -> Chain:
@@ -168,6 +178,9 @@ class ModelCheckpointable(Checkpointable):
             return None
         captured, loss = self._captured, self._loss
         return lambda *members: loss(_outputs(captured, members))
+
+    def _runtimes(self) -> list:
+        return [impl for _, impl in self._captures.values()]
 
     def _check_stages(self) -> None:  # the stages come from the capture, not from children
         if self._impl is None:

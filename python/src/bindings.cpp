@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -87,14 +88,26 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
 }
 
 SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, std::int64_t slots,
-                           int segments, int threads, bool exact_storages = true) {
+                           int segments, int threads, bool exact_storages = true,
+                           bool offload = false) {
   // solve() refuses the options the algorithm would ignore.
   return SolveOptions(budget)
       .algorithm(parse_algorithm(algorithm))
       .slots(slots)
       .segments(segments)
       .threads(threads)
-      .exact_storages(exact_storages);
+      .exact_storages(exact_storages)
+      .offload(offload);
+}
+
+// A link as Python gives it: (d2h_gbps, h2d_gbps, latency_ms), or None.
+std::optional<Link> link_of(const std::optional<std::tuple<double, double, double>>& link) {
+  if (!link) return std::nullopt;
+  return Link{std::get<0>(*link), std::get<1>(*link), std::get<2>(*link)};
+}
+std::optional<std::tuple<double, double, double>> link_tuple(const std::optional<Link>& link) {
+  if (!link) return std::nullopt;
+  return std::make_tuple(link->d2h_gbps, link->h2d_gbps, link->latency_ms);
 }
 
 // The Python stages of a Python-made Checkpointable (none while it is being constructed).
@@ -219,6 +232,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("loss_tmp_bytes", &Chain::loss_tmp_bytes)
       .def_readonly("output_held", &Chain::output_held)
       .def_readonly("restart_ms", &Chain::restart_ms)
+      .def_property_readonly("link", [](const Chain& c) { return link_tuple(c.link); })
+      // A copy with another link (or none), checked as a chain file's would be.
+      .def("with_link", [](const Chain& c, const std::optional<std::tuple<double, double, double>>& link) {
+        Chain out = c;
+        out.link = link_of(link);
+        out.validate("link");
+        return out;
+      }, py::arg("link"))
       .def_property_readonly("stage_names", [](const Chain& c) {
         std::vector<std::string> names;
         for (const Stage& s : c.stages) names.push_back(s.name);
@@ -259,23 +280,41 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("solve_seconds", &Solution::solve_seconds)
       .def_readonly("parameter", &Solution::parameter)
       .def_readonly("warning", &Solution::warning)
+      .def_property_readonly("offloads", [](const Solution& s) { return s.simulation.offloads; })
+      .def_property_readonly("copy_wait_ms", [](const Solution& s) { return s.simulation.copy_wait_ms; })
+      .def_property_readonly("host_peak_bytes",
+                             [](const Solution& s) { return s.simulation.host_peak_bytes; })
       .def_property_readonly("sequence", [](const Solution& s) { return collapsed_string(s.sequence); })
       .def_property_readonly("operations", [](const Solution& s) { return op_strings(s.sequence); });
 
   m.def("solve", [](const Chain& chain, std::int64_t budget, const std::string& algorithm,
-                    std::int64_t slots, int segments, int threads, bool exact_storages) {
+                    std::int64_t slots, int segments, int threads, bool exact_storages,
+                    bool offload) {
     py::gil_scoped_release release;  // pure C++: other Python threads may run
-    return solve(chain,
-                 solve_options(budget, algorithm, slots, segments, threads, exact_storages));
+    return solve(chain, solve_options(budget, algorithm, slots, segments, threads, exact_storages,
+                                      offload));
   }, py::arg("chain"), py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
-        py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true);
+        py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true,
+        py::arg("offload") = false);
   m.def("min_feasible_budget", [](const Chain& chain, const std::string& algorithm,
-                                  std::int64_t slots, int segments, bool exact_storages) {
+                                  std::int64_t slots, int segments, bool exact_storages,
+                                  bool offload) {
     py::gil_scoped_release release;
-    return min_feasible_budget(chain,
-                               solve_options(0, algorithm, slots, segments, 0, exact_storages));
+    return min_feasible_budget(chain, solve_options(0, algorithm, slots, segments, 0,
+                                                    exact_storages, offload));
   }, py::arg("chain"), py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0,
-        py::arg("exact_storages") = true);
+        py::arg("exact_storages") = true, py::arg("offload") = false);
+  m.def("measure_link", [](const std::string& device, std::int64_t bytes, int repeat) {
+    Link link;
+    {
+      py::gil_scoped_release release;
+      link = measure_link(c10::Device(device), bytes, repeat);
+    }
+    return link_tuple(link);
+  }, py::arg("device"), py::arg("bytes") = std::int64_t{64} << 20, py::arg("repeat") = 5);
+  m.def("check_link", [](const std::tuple<double, double, double>& link) {
+    link_of(link)->validate("link");
+  }, py::arg("link"));
   m.def("schedule_svg", [](const Chain& chain, const Solution& s) { return schedule_svg(chain, s); });
 
   py::class_<TradeoffPoint>(m, "TradeoffPoint")
@@ -373,13 +412,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "compute_sequence",
           [](CheckpointableImpl& self, std::int64_t budget, const std::string& algorithm,
-             std::int64_t slots, int segments, int threads, bool exact_storages) {
+             std::int64_t slots, int segments, int threads, bool exact_storages, bool offload) {
             py::gil_scoped_release release;
-            return Solution(self.compute_sequence(
-                solve_options(budget, algorithm, slots, segments, threads, exact_storages)));
+            return Solution(self.compute_sequence(solve_options(
+                budget, algorithm, slots, segments, threads, exact_storages, offload)));
           },
           py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
-          py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true)
+          py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true,
+          py::arg("offload") = false)
+      .def(
+          "set_link",
+          [](CheckpointableImpl& self, const std::optional<std::tuple<double, double, double>>& link) {
+            self.set_link(link_of(link));
+          },
+          py::arg("link"))
+      .def_property_readonly("host_memory",
+                             [](const CheckpointableImpl& self) {
+                               const CheckpointableImpl::HostMemory h = self.host_memory();
+                               py::dict d;
+                               d["in_use_bytes"] = h.in_use_bytes;
+                               d["peak_bytes"] = h.peak_bytes;
+                               d["held_bytes"] = h.held_bytes;
+                               d["blocks"] = h.blocks;
+                               return d;
+                             })
+      .def("reset_host_peak", &CheckpointableImpl::reset_host_peak)
+      .def("free_host_memory", &CheckpointableImpl::free_host_memory)
       .def(
           "forward",
           [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context) {
@@ -400,11 +458,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "min_budget",
           [](const CheckpointableImpl& self, const std::string& algorithm, std::int64_t slots,
-             int segments, bool exact_storages) {
-            return self.min_budget(solve_options(0, algorithm, slots, segments, 0, exact_storages));
+             int segments, bool exact_storages, bool offload) {
+            return self.min_budget(
+                solve_options(0, algorithm, slots, segments, 0, exact_storages, offload));
           },
           py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0,
-          py::arg("exact_storages") = true)
+          py::arg("exact_storages") = true, py::arg("offload") = false)
       .def_property_readonly("device",
                              [](const CheckpointableImpl& self) { return self.device().str(); })
       .def("trace_next_step", &CheckpointableImpl::trace_next_step)
@@ -438,6 +497,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["loss"] = part(t.loss);
         d["recomputation"] = part(t.recompute);
         d["backward"] = part(t.backward);
+        d["copy"] = part(t.copy);
         d["between_ms"] = t.between_ms;
         d["caller_ms"] = t.caller_ms;
         d["predicted_ms"] = t.predicted_ms;

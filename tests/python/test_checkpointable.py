@@ -745,7 +745,7 @@ def test_a_traced_step_times_each_operation_where_it_ran():
     assert summary["recomputation"]["operations"] == sum(e["kind"] == "recomputation" for e in trace)
     assert summary["recomputation"]["measured_ms"] >= 20
     assert summary["predicted_ms"] == pytest.approx(model.solution.makespan_ms)
-    parts = ("forward", "loss", "recomputation", "backward")
+    parts = ("forward", "loss", "recomputation", "backward", "copy")
     assert summary["measured_ms"] == pytest.approx(
         sum(summary[p]["measured_ms"] for p in parts) + summary["between_ms"])
     # The next step is not traced.
