@@ -78,12 +78,19 @@ def _hf(kind):
 
 
 def _batch(kind):
+    """A batch of two sequences, the second padded at its end (its last two tokens masked), as
+    real batches are. With a mask of ones only, a model run eagerly may skip the mask and take
+    its attention kernel's causal path (Hugging Face does), while its capture, which cannot
+    look at the mask's values, always gives the mask: two kernels whose backwards sum in
+    another order on some CPUs (an AMD EPYC's AVX2 path, Llama and T5: gradients 1e-8 apart).
+    With padding, both run the masked kernel."""
     torch.manual_seed(7)
     ids = torch.randint(96, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, -2:] = 0
     if kind == "t5":
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                "labels": torch.randint(96, (2, 8))}
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+        return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(96, (2, 8))}
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids}
 
 
 def _vision(kind):
@@ -142,9 +149,10 @@ def _train(model, step, steps=2):
     return losses, grads
 
 
-def _assert_trains_as(chk, model, plain, step):
+def _assert_trains_as(chk, model, plain, step, inner=None):
     """Two optimizer steps of ``chk`` (wrapping ``model``) and of ``plain``, the same model run
-    eagerly: the same losses, every gradient, and every parameter and buffer after them."""
+    eagerly (or wrapped itself, around ``inner``): the same losses, every gradient, and every
+    parameter and buffer after them."""
     ours, grads = _train(chk, step)
     theirs, plain_grads = _train(plain, step)
     for a, b in zip(ours, theirs):
@@ -152,8 +160,18 @@ def _assert_trains_as(chk, model, plain, step):
     assert grads.keys() == plain_grads.keys()
     for name, grad in grads.items():
         assert torch.equal(grad, plain_grads[name]), name
-    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
+    reference = plain if inner is None else inner
+    for (name, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
         assert torch.equal(a, b), name  # parameters after the step, BatchNorm's statistics
+
+
+def _capture_rounds_otherwise(kind):
+    """Whether the captured model itself (remat at store-all, nothing recomputed) differs from
+    the model run eagerly in the last bits: T5 on a CPU without AVX-512 (an AMD EPYC, AVX2:
+    every gradient, up to 4e-8 apart, from the first backward operation on). The capture's
+    kernels, not the schedule's: there the schedule is compared bit for bit with store-all's,
+    and store-all with the eager model to rounding."""
+    return kind == "t5" and "AVX512" not in torch.backends.cpu.get_cpu_capability()
 
 
 def _issue_budgets(full, least):
@@ -198,6 +216,21 @@ def test_trains_as_the_model_run_eagerly_bit_for_bit(kind):
         assert any(name.endswith(":transformer.h.1.mlp.c_proj") for name in names)
     if kind == "llama":  # views of the rotary tables in each layer glue no layers together
         assert len(names) > 50 and least < 0.4 * full  # 92 stages, 27%; glued: 24, 61%
+    if _capture_rounds_otherwise(kind):
+        # Store-all against the eager model, to rounding...
+        stored = remat.Checkpointable(copy.deepcopy(plain), sample, "100%", progress=False,
+                                      repeat=1)
+        theirs, plain_grads = _train(copy.deepcopy(plain), step)
+        ours, grads = _train(stored, step)
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b)
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, plain_grads[name], msg=name)
+        # ...and the schedule against store-all, bit for bit.
+        inner = copy.deepcopy(plain)
+        store_all = remat.Checkpointable(inner, sample, "100%", progress=False, repeat=1)
+        _assert_trains_as(chk, model, store_all, step, inner=inner)
+        return
     _assert_trains_as(chk, model, plain, step)
 
 
