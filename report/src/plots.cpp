@@ -67,16 +67,21 @@ std::string title_or(const PlotOptions& options, const std::string& fallback) {
 // Where the schedule picture's parts go: the timeline's band, the memory plot's, and the time
 // axis they share.
 struct ScheduleLayout {
-  explicit ScheduleLayout(const PlotOptions& options, double makespan_ms)
+  // `copies`: the schedule offloads, and its copies get a lane of their own under the timeline.
+  ScheduleLayout(const PlotOptions& options, double makespan_ms, bool copies)
       : width(std::max(600, options.width())),
         plot_w(width - kLeft - kRight),
+        copies_h(copies ? 16 : 0),
+        memory_top(timeline_top + timeline_h + (copies ? 6 + copies_h : 0) + 44),
+        height(memory_top + memory_h + 64),
         makespan(std::max(makespan_ms, 1e-9)),
         x{0, makespan, kLeft, kLeft + plot_w} {}
   const double width;
   const double plot_w;
   const double timeline_top = 82, timeline_h = 34;
-  const double memory_top = timeline_top + timeline_h + 44, memory_h = 330;
-  const double height = memory_top + memory_h + 64;
+  const double copies_h;
+  const double memory_top, memory_h = 330;
+  const double height;
   const double makespan;
   const Scale x;
 };
@@ -94,12 +99,16 @@ void schedule_header(Svg& svg, const Chain& chain, const Solution& solution,
                " ms (store-all " + num(solution.store_all_makespan_ms) + " ms), peak " +
                format_bytes(sim.peak_bytes),
            "start", 12, "fill=\"#333\"");
-  legend(svg, kLeft, 64,
-         {{op_color(OpKind::kForwardGrad), "Fe forward with autograd"},
-          {op_color(OpKind::kForwardNoGrad), "Fn forward without"},
-          {op_color(OpKind::kForwardCheckpoint), "CF checkpointing forward"},
-          {op_color(OpKind::kBackward), "B backward"},
-          {op_color(OpKind::kLoss), "L loss"}});
+  std::vector<LegendEntry> entries = {{op_color(OpKind::kForwardGrad), "Fe forward with autograd"},
+                                      {op_color(OpKind::kForwardNoGrad), "Fn forward without"},
+                                      {op_color(OpKind::kForwardCheckpoint), "CF checkpointing forward"},
+                                      {op_color(OpKind::kBackward), "B backward"},
+                                      {op_color(OpKind::kLoss), "L loss"}};
+  if (layout.copies_h > 0) {
+    entries.push_back({op_color(OpKind::kOffload), "O copy to host"});
+    entries.push_back({op_color(OpKind::kPrefetch), "P copy back"});
+  }
+  legend(svg, kLeft, 64, entries);
 }
 
 // Timeline: one mark per operation, or per run of same-kind operations when there are more
@@ -138,6 +147,28 @@ std::size_t schedule_timeline(Svg& svg, const std::vector<OpRecord>& trace, int 
   svg.close_group();
   svg.text(kLeft - 8, timeline_top + timeline_h / 2 + 4, "ops", "end", 12, "fill=\"#333\"");
   return marks;
+}
+
+// The copy engines' lane, under the timeline: each copy to host memory (O_i, upper half) and
+// back (P_i, lower half) from its start to its end on its engine, beside the computation. The
+// number of copies drawn.
+std::size_t schedule_copies(Svg& svg, const std::vector<OpRecord>& trace,
+                            const ScheduleLayout& layout) {
+  const double top = layout.timeline_top + layout.timeline_h + 6, h = layout.copies_h;
+  svg.open_group("class=\"copies\"");
+  std::size_t drawn = 0;
+  for (const OpRecord& record : trace) {
+    if (record.op.kind != OpKind::kOffload && record.op.kind != OpKind::kPrefetch) continue;
+    const double x0 = layout.x(record.start_ms);
+    const double w = std::max(layout.x(record.end_ms) - x0, 1.0);
+    const bool out = record.op.kind == OpKind::kOffload;
+    svg.rect(x0, top + (out ? 0 : h / 2), w, h / 2, op_color(record.op.kind),
+             "class=\"copy\" data-op=\"" + record.op.str() + "\"");
+    ++drawn;
+  }
+  svg.close_group();
+  svg.text(kLeft - 8, top + h / 2 + 4, "copies", "end", 12, "fill=\"#333\"");
+  return drawn;
 }
 
 // Memory: for each pixel column the operation with the largest memory in it, drawn as stacked
@@ -231,7 +262,7 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
   if (!solution.ok() || solution.simulation.trace.empty())
     throw std::invalid_argument("schedule plot: the solution is infeasible; nothing to draw");
   const Simulation& sim = solution.simulation;
-  const ScheduleLayout layout(options, sim.makespan_ms);
+  const ScheduleLayout layout(options, sim.makespan_ms, sim.offloads > 0);
   Svg svg(layout.width, layout.height);
   svg.root_attribute("data-kind", "schedule");
   svg.root_attribute("data-ops", std::to_string(solution.sequence.size()));
@@ -245,6 +276,8 @@ std::string schedule_svg(const Chain& chain, const Solution& solution, const Plo
     if (!record.op.is_copy()) compute.push_back(record);
   const std::size_t marks = schedule_timeline(svg, compute, options.max_op_marks(), layout);
   svg.root_attribute("data-op-marks", std::to_string(marks));
+  if (sim.offloads > 0)
+    svg.root_attribute("data-copies", std::to_string(schedule_copies(svg, sim.trace, layout)));
   const Scale y = schedule_memory(svg, solution, layout);
   schedule_budget_and_peak(svg, solution, layout, y);
   return svg.str();

@@ -133,6 +133,41 @@ TEST_CASE("schedule plot: one mark per operation, budget and peak as solved", "[
   }
 }
 
+TEST_CASE("schedule plot: an offloading schedule's copies have a lane of their own",
+          "[report][offload]") {
+  remat::Chain chain = remat::test::uniform_chain(8, 1000, 1, 2, 1000);
+  chain.name = "eight";
+  chain.link = remat::Link{10, 10, 0.01};
+  const std::int64_t budget = remat::store_all_peak(chain) / 2;
+  const remat::Solution offloading = remat::solve(chain, remat::SolveOptions(budget).offload(true));
+  REQUIRE(offloading.simulation.offloads > 0);
+  const auto svg = parse_xml(remat::schedule_svg(chain, offloading));
+  // Two copies per offload, each where the simulation runs it on its engine; O above, P below.
+  const auto copies = svg->find_all("rect", "copy");
+  REQUIRE(copies.size() == 2 * static_cast<std::size_t>(offloading.simulation.offloads));
+  CHECK(as_int(svg->attr("data-copies")) == 2 * offloading.simulation.offloads);
+  std::size_t next = 0;
+  double out_y = -1, back_y = -1;
+  for (const remat::OpRecord& record : offloading.simulation.trace) {
+    if (record.op.kind != remat::OpKind::kOffload && record.op.kind != remat::OpKind::kPrefetch)
+      continue;
+    const auto* rect = copies[next++];
+    CHECK(rect->attr("data-op") == record.op.str());
+    (record.op.kind == remat::OpKind::kOffload ? out_y : back_y) = std::stod(rect->attr("y"));
+  }
+  CHECK(out_y >= 0);
+  CHECK(back_y > out_y);
+  // The timeline holds the compute operations only; the memory plot starts below the lane.
+  CHECK(svg->find_all("rect", "op").size() ==
+        offloading.sequence.size() - 3 * static_cast<std::size_t>(offloading.simulation.offloads));
+  // Without copies, no lane and the picture's geometry as before.
+  const remat::Solution recomputing = remat::solve(chain, remat::SolveOptions(budget));
+  const auto plain = parse_xml(remat::schedule_svg(chain, recomputing));
+  CHECK(plain->find_all("rect", "copy").empty());
+  CHECK(plain->attr("data-copies").empty());
+  CHECK(std::stod(svg->attr("height")) == std::stod(plain->attr("height")) + 22);
+}
+
 TEST_CASE("schedule plot: long schedules are aggregated, every operation still counted",
           "[report]") {
   const remat::Chain chain = remat::test::uniform_chain(300, 10);
