@@ -93,6 +93,7 @@ if [ "$mode" = gpu ]; then
   transformer_args=(--models gpt2,gpt2-medium --batch 8 --seq 1024 --steps 10 --warmup 3)
   transformer_repeat=(--repeat 3)
   python_bench_args=(--device cuda --steps 10)
+  offload_args=(--device cuda --steps 10)
   granularity_args=(--device cuda --batch 32)
   models_args=(--device cuda --size gpu --steps 5 --warmup 2 --compile-budgets 0.1,0.4,0.7,1.0
                --models resnet50,vit_b_16,gpt2,llama,unet)
@@ -109,6 +110,7 @@ else
   transformer_args=(--models gpt2 --batch 1 --seq 32 --steps 1 --warmup 0)
   transformer_repeat=(--repeat 1)
   python_bench_args=(--device cpu --steps 1 --quick)
+  offload_args=(--device cpu --steps 1 --quick --models transformer --fractions 0.75,0.5)
   granularity_args=(--device cpu --quick)
   models_args=(--device cpu --size tiny --steps 1 --warmup 0 --budgets 75,50 --compile-budgets 0.5
                --models unet,gpt2)
@@ -314,6 +316,9 @@ if has python; then
     --markdown "$out/python.md" || status=1
   say "finer stages: a ResNet by block, by convolution unit and by operation (predictions)"
   run "$python" bench/granularity_bench.py "${granularity_args[@]}" --markdown "$out/granularity.md" || status=1
+  say "offload: remat with offload against recomputation only (and save_on_cpu on a GPU), 75-15% of store-all"
+  run "$python" bench/offload_bench.py "${offload_args[@]}" --json "$out/offload.json" \
+    --markdown "$out/offload.md" || status=1
 fi
 
 if has models; then
