@@ -224,10 +224,7 @@ class Checkpointable(nn.Module):
         chain = self._impl.measure(samples, contexts,
                                    *_profile_arguments(self._repeat, 1, True, "", loss, output_held,
                                                        self._progress, max_steps=self._max_steps))
-        if self._link is not None:
-            self._impl.set_link(self._link)
-            chain = self._impl.chain
-        return Chain(chain)
+        return Chain(self._with_link(chain))
 
     @property
     def chain(self) -> Optional[Chain]:
@@ -261,6 +258,14 @@ class Checkpointable(nn.Module):
             if impl.has_chain():
                 impl.set_link(link)
         self._link = link
+
+    def _with_link(self, chain: "_C.Chain") -> "_C.Chain":
+        """The chain the runtime has just measured, with the link given (``link=``,
+        ``set_link``) put on it, if any."""
+        if self._link is None:
+            return chain
+        self._impl.set_link(self._link)
+        return self._impl.chain
 
     def _ensure_link(self) -> None:
         """For a schedule that offloads: a link on every chain that has none, the one given, or

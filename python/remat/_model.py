@@ -139,10 +139,7 @@ class ModelCheckpointable(Checkpointable):
         chain = self._impl.measure(flat, [], *_profile_arguments(
             self._repeat, 1, True, type(self.module).__name__, self._loss_of_outputs(),
             self._output_held, self._progress, max_steps=self._max_steps))
-        if self._link is not None:
-            self._impl.set_link(self._link)
-            chain = self._impl.chain
-        return Chain(chain)
+        return Chain(self._with_link(chain))
 
     def measure(self, sample: Any = None, **kwargs: Any) -> Chain:
         """Measures the model on ``sample`` (a tensor, a tuple of positional arguments or a dict

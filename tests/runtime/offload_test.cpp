@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,21 @@ int count(const remat::Sequence& sequence, remat::OpKind kind) {
   return n;
 }
 
+// A fresh network from `make`, trained two steps under the offloading schedule of `chain` for
+// `budget`, checked equal to `plain` bit for bit. Returns it, with its schedule.
+remat::Checkpointable train_offloading(const std::function<nn::Sequential()>& make,
+                                       const remat::Chain& chain, std::int64_t budget,
+                                       const torch::Tensor& sample, const Trained& plain) {
+  nn::Sequential net = make();
+  remat::Checkpointable chk(net);
+  chk->set_chain(chain);
+  const remat::Solution& s = chk->compute_sequence(remat::SolveOptions(budget).offload(true));
+  REQUIRE(s.ok());
+  INFO("budget " << budget << ": " << remat::collapsed_string(s.sequence));
+  check_equal(plain, train(*net, [&](const torch::Tensor& x) { return chk->forward(x); }, sample));
+  return chk;
+}
+
 // Budgets from the least to store-all's peak, reserve included.
 std::vector<std::int64_t> budgets(const remat::Chain& chain, c10::Device device) {
   const std::int64_t kR = remat::runtime_reserve_bytes(device);
@@ -117,18 +133,13 @@ TEST_CASE("offloading training equals plain training, bit for bit", "[runtime][o
   const remat::Chain chain = offloading_chain(probe, sample);
   int offloading = 0;
   for (const std::int64_t budget : budgets(chain, torch::kCPU)) {
-    nn::Sequential net = fresh(64);
-    remat::Checkpointable chk(net);
-    chk->set_chain(chain);
-    const remat::Solution& s = chk->compute_sequence(remat::SolveOptions(budget).offload(true));
-    REQUIRE(s.ok());
+    const remat::Checkpointable chk =
+        train_offloading([] { return fresh(64); }, chain, budget, sample, plain);
+    const remat::Solution& s = chk->solution();
     INFO("budget " << budget << ": " << remat::collapsed_string(s.sequence));
     offloading += s.simulation.offloads > 0;
     CHECK(count(s.sequence, remat::OpKind::kOffload) == s.simulation.offloads);
     CHECK(count(s.sequence, remat::OpKind::kPrefetch) == s.simulation.offloads);
-    const Trained ours =
-        train(*net, [&](const torch::Tensor& x) { return chk->forward(x); }, sample);
-    check_equal(plain, ours);
     CHECK(chk->host_memory().in_use_bytes == 0);  // every copy given back
   }
   CHECK(offloading >= 2);  // the test means something only where schedules offload
@@ -302,15 +313,10 @@ TEST_CASE("on CUDA, offloading training equals plain training and its peak the p
   remat::Chain chain = offloading_chain(probe, sample);
   int offloading = 0;
   for (const std::int64_t budget : budgets(chain, cuda)) {
-    nn::Sequential net = make();
-    remat::Checkpointable chk(net);
-    chk->set_chain(chain);
-    const remat::Solution& s = chk->compute_sequence(remat::SolveOptions(budget).offload(true));
-    REQUIRE(s.ok());
+    remat::Checkpointable chk = train_offloading(make, chain, budget, sample, plain);
+    const remat::Solution& s = chk->solution();
     INFO("budget " << budget << ": " << remat::collapsed_string(s.sequence));
     offloading += s.simulation.offloads > 0;
-    const Trained ours = train(*net, [&](const torch::Tensor& x) { return chk->forward(x); }, sample);
-    check_equal(plain, ours);
     remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(cuda);
     remat::synchronize(cuda);
     const std::int64_t base = tracker.live();
