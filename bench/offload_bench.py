@@ -3,6 +3,8 @@ equal memory: measured peak, step time, the prediction, and the host memory the 
 
     python bench/offload_bench.py [--models resnet50,transformer] [--fractions 0.75,0.5,0.35,0.25,0.15]
         [--steps 5] [--device cpu|cuda] [--link D2H,H2D,LATENCY] [--json out.json] [--quick]
+        [--plot out.svg]
+    python bench/offload_bench.py --from-json out.json [--plot out.svg]
 
 The networks, step and measurement are python_bench.py's (same chains, loss, taking turns,
 medians; peak of one more step above what was live before it). For each budget, a fraction of
@@ -17,11 +19,18 @@ And once, for reference:
 - "save_on_cpu" (CUDA only): torch.autograd.graph.save_on_cpu(pin_memory=True) around the whole
   step: every saved tensor goes to host memory and comes back, without overlap (pytorch#106360).
   On the CPU it saves nothing (the tensors are already there) and is not measured.
+- "torchtune" (CUDA only, where torchtune is installed): torchtune's recipe of activation
+  checkpointing with activation offloading, each stage under torch.utils.checkpoint
+  (use_reentrant=False, as torchtune wraps each layer) and the whole forward under
+  torchtune.training.OffloadActivations (pinned buffers, a copy stream): the stages' inputs go
+  to host memory and come back. Its peak is what it is; no budget steers it.
 
 On the CPU the copies are memory copies on the host's own time, so offloading buys little or
 nothing there; the bench measures the logic and the prediction. The gain is the GPU's.
 
-Output: a table on stdout (also --markdown), progress on stderr, --json the raw figures.
+Output: a table on stdout (also --markdown), progress on stderr, --json the raw figures,
+--plot the step time against the measured peak, one panel per network (matplotlib, where it is
+installed; --from-json draws it from an earlier run's figures elsewhere).
 """
 
 from __future__ import annotations
@@ -37,8 +46,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import python_bench as pb  # noqa: E402  (sets the allocator's settings before torch loads)
 
 import torch  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 import remat  # noqa: E402
+
+
+def torchtune_offloading():
+    """torchtune's OffloadActivations, or None with the reason it is not available."""
+    if not torch.cuda.is_available():
+        return None, "CUDA only"
+    try:
+        from torchtune.training import OffloadActivations
+    except Exception as error:  # ImportError, or torchtune's own check of torchao
+        return None, f"torchtune is not installed ({type(error).__name__}: {error})".split("\n")[0]
+    return OffloadActivations, ""
 
 
 def parse_link(text: str) -> remat.Link:
@@ -65,6 +86,18 @@ def bench_model(name: str, args, device: torch.device, link: remat.Link) -> dict
                 value = loss(out)
             value.backward()
         configurations["save_on_cpu"] = saved_on_cpu
+        offloading, why = torchtune_offloading()
+        if offloading is None:
+            print(f"offload_bench: no torchtune configuration: {why}", file=sys.stderr)
+        else:
+            def torchtune_recipe():
+                with offloading():
+                    out = x
+                    for stage in chain_module:
+                        out = checkpoint(stage, out, use_reentrant=False)
+                    value = loss(out)
+                value.backward()
+            configurations["torchtune"] = torchtune_recipe
     rows = []
     solutions = {}
     for fraction in args.fractions:
@@ -92,7 +125,7 @@ def bench_model(name: str, args, device: torch.device, link: remat.Link) -> dict
         else:
             row["least_bytes"] = solution.min_feasible_budget_bytes
         rows.append(row)
-    reference = {k: measured[k] for k in ("plain", "save_on_cpu") if k in measured}
+    reference = {k: measured[k] for k in ("plain", "save_on_cpu", "torchtune") if k in measured}
     return {"model": name, "description": description, "store_all_peak_bytes": peak_all,
             "link": link._asdict(), "rows": rows, "reference": reference}
 
@@ -128,6 +161,42 @@ def table(results: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: list, path: Path) -> None:
+    """Step time against measured peak, one panel per network: the two of remat's curves over
+    the budgets, the references as points."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"offload_bench: no plot: matplotlib is not installed (bench/offload_bench.py "
+              f"--from-json FILE --plot {path} draws it elsewhere)", file=sys.stderr)
+        return
+    matplotlib.use("svg" if path.suffix == ".svg" else "agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.0), squeeze=False)
+    for ax, r in zip(axes.flat, results):
+        for method, color, marker in (("recompute", "C0", "o"), ("offload", "C2", "^")):
+            points = sorted((row["peak_bytes"] / 2**20, row["step_ms"]) for row in r["rows"]
+                            if row["method"] == method and row["feasible"])
+            if points:
+                ax.plot(*zip(*points), color=color, marker=marker, label=f"remat, {method}")
+        for name, color, marker in (("plain", "k", "s"), ("save_on_cpu", "C1", "D"),
+                                    ("torchtune", "C3", "P")):
+            if name in r["reference"]:
+                m = r["reference"][name]
+                ax.plot([m["peak_bytes"] / 2**20], [m["step_ms"]], color=color, marker=marker,
+                        linestyle="none", label=name)
+        ax.set_title(f"{r['model']} ({r['description']})", fontsize=9)
+        ax.set_xlabel("measured peak (MiB)")
+        ax.set_ylabel("step (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"offload_bench: plot in {path}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="resnet50,transformer")
@@ -139,7 +208,20 @@ def main() -> None:
     parser.add_argument("--json", default="")
     parser.add_argument("--markdown", default="")
     parser.add_argument("--quick", action="store_true", help="small sizes (CI, the CPU mode)")
+    parser.add_argument("--plot", type=Path, help="step time against peak (.svg or .png)")
+    parser.add_argument("--from-json", type=Path, help="draw and print an earlier run's --json")
     args = parser.parse_args()
+    if args.from_json:
+        try:
+            data = json.loads(args.from_json.read_text())
+            text = data["header"] + table(data["results"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise SystemExit(f"offload_bench.py: --from-json {args.from_json}: not this bench's "
+                             f"figures ({type(error).__name__}: {error})")
+        print(text)
+        if args.plot:
+            plot(data["results"], args.plot)
+        return
     args.fractions = [float(f) for f in args.fractions.split(",")]
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -147,13 +229,16 @@ def main() -> None:
     device = torch.device(args.device)
     link = parse_link(args.link) if args.link else remat.measure_link(device)
     results = [bench_model(name, args, device, link) for name in args.models.split(",")]
-    text = (f"offload_bench on {platform.node()} ({device}, torch {torch.__version__}), "
-            f"medians of {args.steps} steps taking turns\n" + table(results))
+    header = (f"offload_bench on {platform.node()} ({device}, torch {torch.__version__}), "
+              f"medians of {args.steps} steps taking turns\n")
+    text = header + table(results)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({"header": header, "results": results}, indent=1))
+    if args.plot:
+        plot(results, args.plot)
 
 
 if __name__ == "__main__":

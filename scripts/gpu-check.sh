@@ -317,7 +317,7 @@ if has python; then
   say "finer stages: a ResNet by block, by convolution unit and by operation (predictions)"
   run "$python" bench/granularity_bench.py "${granularity_args[@]}" --markdown "$out/granularity.md" || status=1
   say "offload: remat with offload against recomputation only (and save_on_cpu on a GPU), 75-15% of store-all"
-  run "$python" bench/offload_bench.py "${offload_args[@]}" --json "$out/offload.json" \
+  run "$python" bench/offload_bench.py "${offload_args[@]}" --json "$out/offload.json" --plot "$out/offload.svg" \
     --markdown "$out/offload.md" || status=1
 fi
 

@@ -14,9 +14,14 @@ part that ran, with every target of docs/gpu-check.md checked row by row:
 - the published reference point (resnet152, batch 16, 5459 MiB -> 2455 MiB at 10% lower
   speed): remat's peak and throughput against plain at each budget;
 - transformers: remat's schedules against Hugging Face's gradient_checkpointing_enable() at
-  its measured peak.
+  its measured peak;
+- offload: at every budget where remat offloads, the measured peak at most the budget and the
+  step within 10% of the prediction; reported beside them, the throughput against remat's
+  recomputation-only schedule at the same budget and the share of the recomputation overhead
+  (recomputing against plain) the offloads removed, POFO's mark being about a third; and the
+  references (plain, save_on_cpu, torchtune's recipe) with their peaks.
 --img-dir writes each network's throughput plot as its own SVG (gpu-throughput-MODEL.svg,
-gpu-reference-MODEL.svg), for docs/img/. --chains-dir copies the chains the check profiled
+gpu-reference-MODEL.svg) and the offload plot (gpu-offload.svg), for docs/img/. --chains-dir copies the chains the check profiled
 (chains/*.json: each model's measured stage costs on that GPU) into DIR, for
 bench/gpu-profiles/: `remat schedule --chain FILE` solves them again on any machine. Exit
 status: 0; with --strict, 1 when a target was missed; 2 when RESULTS cannot be read.
@@ -303,6 +308,52 @@ def transformers(data: dict, report: Report) -> None:
                        "speed vs HF checkpointing ratio", "within HF's peak"], rows), "")
 
 
+POFO_MARK = 1 / 3  # POFO removed about a third of the recomputation overhead (NeurIPS 2021)
+
+
+def offload(data: dict, report: Report) -> None:
+    report.add("### Offload against recomputation only", "", data["header"].strip(), "")
+    for r in data["results"]:
+        link = r["link"]
+        report.add(f"{r['model']} ({r['description']}); link {link['d2h_gbps']:.3g} GB/s out, "
+                   f"{link['h2d_gbps']:.3g} GB/s back, {link['latency_ms']:.3g} ms a copy.", "")
+        references = ", ".join(f"{name} {m['step_ms']:.1f} ms at {mib(m['peak_bytes'])}"
+                               for name, m in r["reference"].items())
+        if references:
+            report.add(f"References: {references}.", "")
+        plain = r["reference"].get("plain", {}).get("step_ms")
+        by = {(row["fraction"], row["method"]): row for row in r["rows"]}
+        rows = []
+        for fraction in sorted({row["fraction"] for row in r["rows"]}, reverse=True):
+            rec, off = by.get((fraction, "recompute")), by.get((fraction, "offload"))
+            where = f"offload: {r['model']} at {fraction:.0%}"
+            if off is None or not off["feasible"]:
+                rows.append([f"{fraction:.0%}", "infeasible" if rec is None or not rec["feasible"]
+                             else f"{rec['step_ms']:.1f}", "infeasible", "", "", "", "", "", ""])
+                continue
+            time_ratio = off["step_ms"] / off["predicted_ms"]
+            cells = [f"{fraction:.0%}", f"{rec['step_ms']:.1f}" if rec and rec["feasible"] else "infeasible",
+                     f"{off['step_ms']:.1f} ({off['predicted_ms']:.1f})", str(off["offloads"]),
+                     f"{mib(off['peak_bytes'])} of {mib(off['budget_bytes'])} "
+                     + report.verdict(off["peak_bytes"] <= off["budget_bytes"],
+                                      f"{where}: measured peak above the budget"),
+                     f"{time_ratio:.3f} " + report.verdict(abs(time_ratio - 1) <= TIME_TOLERANCE,
+                                                          f"{where}: step {time_ratio:.3f} of the prediction")]
+            if rec and rec["feasible"]:
+                cells.append(f"{rec['step_ms'] / off['step_ms']:.3f}")
+                overhead = rec["step_ms"] - plain if plain is not None else 0
+                cells.append(f"{(rec['step_ms'] - off['step_ms']) / overhead:.0%}"
+                             if overhead > 0 and off["offloads"] else "-")
+            else:
+                cells += ["below recomputation's least", "-"]
+            cells.append(mib(off["host_bytes"]))
+            rows.append(cells)
+        report.add(*table(["budget", "recompute ms", "offload ms (predicted)", "offloads",
+                           "measured peak MiB", "step / predicted", "throughput ratio",
+                           "overhead removed %", "host MiB"], rows), "")
+    report.add(f"POFO's mark: about {POFO_MARK:.0%} of the recomputation overhead removed.", "")
+
+
 def split_svgs(html: Path, prefix: str, runs: list[dict], out: Path) -> list[Path]:
     """Each <svg> of the check's HTML page, in the order of `runs`, as prefix-MODEL.svg."""
     svgs = re.findall(r"<svg\b.*?</svg>", html.read_text(), flags=re.S)
@@ -366,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             parts = [("environment.json", environment), ("fidelity.json", fidelity),
                      ("throughput.json", throughput),
                      ("reference.json", lambda d, r: throughput(d, r, reference=True)),
-                     ("transformers.json", transformers)]
+                     ("transformers.json", transformers), ("offload.json", offload)]
             for name, part in parts:
                 if name in files:
                     part(json.loads(files[name].read_text()), report)
@@ -377,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
                         for path in split_svgs(files[f"{prefix}.html"], f"gpu-{prefix}",
                                                json.loads(files[f"{prefix}.json"].read_text()), args.img_dir):
                             print(f"gpu_results: wrote {path}", file=sys.stderr)
+                if "offload.svg" in files:
+                    path = args.img_dir / "gpu-offload.svg"
+                    path.write_text(files["offload.svg"].read_text())
+                    print(f"gpu_results: wrote {path}", file=sys.stderr)
             if args.chains_dir:
                 for path in copy_chains(folder / "chains", args.chains_dir):
                     print(f"gpu_results: wrote {path}", file=sys.stderr)

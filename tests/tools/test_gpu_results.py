@@ -120,6 +120,55 @@ def test_transformers_within_hugging_face_peak(tmp_path: Path) -> None:
     assert "optimal/half: peak above Hugging Face's" in text
 
 
+def offload_results(off_peak: int, off_ms: float, predicted_ms: float) -> dict:
+    def row(fraction: float, method: str, **more) -> dict:
+        return {"model": "resnet50", "fraction": fraction, "budget_bytes": int(fraction * 100 * MIB),
+                "method": method, "feasible": True, **more}
+    rows = [row(0.5, "recompute", step_ms=130.0, predicted_ms=128.0, peak_bytes=49 * MIB, offloads=0),
+            row(0.5, "offload", step_ms=off_ms, predicted_ms=predicted_ms, peak_bytes=off_peak,
+                offloads=3, host_bytes=12 * MIB),
+            {**row(0.15, "recompute"), "feasible": False, "least_bytes": 20 * MIB},
+            row(0.15, "offload", step_ms=150.0, predicted_ms=149.0, peak_bytes=14 * MIB, offloads=6,
+                host_bytes=30 * MIB)]
+    return {"header": "offload_bench on gpu (cuda, torch 2.11.0), medians of 10 steps taking turns\n",
+            "results": [{"model": "resnet50", "description": "batch 8, 224x224",
+                         "link": {"d2h_gbps": 50.0, "h2d_gbps": 52.0, "latency_ms": 0.01},
+                         "store_all_peak_bytes": 100 * MIB, "rows": rows,
+                         "reference": {"plain": {"step_ms": 100.0, "peak_bytes": 100 * MIB},
+                                       "save_on_cpu": {"step_ms": 160.0, "peak_bytes": 30 * MIB}}}]}
+
+
+@pytest.mark.parametrize("off_peak, off_ms, predicted_ms, missed", [
+    (48 * MIB, 120.0, 118.0, None),
+    (50 * MIB + 512, 120.0, 118.0, "offload: resnet50 at 50%: measured peak above the budget"),
+    (48 * MIB, 120.0, 105.0, "offload: resnet50 at 50%: step 1.143 of the prediction"),
+])
+def test_offload_targets_and_overhead_removed(tmp_path: Path, off_peak: int, off_ms: float,
+                                              predicted_ms: float, missed: str | None) -> None:
+    code, text = judge(tmp_path, {"offload.json": offload_results(off_peak, off_ms, predicted_ms)})
+    assert code == (0 if missed is None else 1), text
+    if missed is not None:
+        assert missed in text
+    assert "References: plain 100.0 ms at 100.0 MiB, save_on_cpu 160.0 ms at 30.0 MiB." in text
+    # 130 ms recomputing, 100 plain: 30 ms of overhead, of which 10 removed at 120 ms.
+    if off_ms == 120.0:
+        assert f"| 130.0 | 120.0 ({predicted_ms:.1f}) | 3 |" in text
+        assert "| 1.083 | 33% | 12.0 MiB |" in text
+    # Below recomputation's least, offloading is the only schedule: no ratio, still judged.
+    assert "| 15% | infeasible | 150.0 (149.0) | 6 | 14.0 MiB of 15.0 MiB yes | 1.007 yes | below recomputation's least | - | 30.0 MiB |" in text
+
+
+def test_offload_plot_copied(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "gpu-check.log").write_text("== done\n")
+    (folder / "offload.json").write_text(json.dumps(offload_results(48 * MIB, 120.0, 118.0)))
+    (folder / "offload.svg").write_text("<svg>o</svg>\n")
+    images = tmp_path / "img"
+    assert gpu_results.main([str(folder), "--img-dir", str(images), "--strict"]) == 0
+    assert (images / "gpu-offload.svg").read_text() == "<svg>o</svg>\n"
+
+
 def test_tarball_and_plots(tmp_path: Path) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
