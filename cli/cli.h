@@ -75,9 +75,13 @@ void check_solver_threads(int threads);
 /// and each copy's latency in ms (25,25,0.01). Throws std::invalid_argument naming the part.
 Link parse_link(const std::string& text);
 
-/// Adds --offload (its help: `offload_help`) and --link to a solving command.
-void add_offload_options(CLI::App& cmd, bool& offload, std::string& link,
+/// Adds --offload (its help: `offload_help`), --link and --host-memory to a solving command.
+void add_offload_options(CLI::App& cmd, bool& offload, std::string& link, std::string& host_memory,
                          const std::string& offload_help);
+
+/// The bound a --host-memory argument sets (SolveOptions::host_memory_bytes): -1 where it was
+/// not given; a size as parse_size reads it, with --offload only. Throws std::invalid_argument.
+std::int64_t host_memory_option(const std::string& text, bool offload);
 
 /// The chain as a command solves it: `link`, if given (--link), replaces the chain's own; with
 /// `offload` (--offload) the chain must then have one.

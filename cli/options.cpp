@@ -66,12 +66,25 @@ Link parse_link(const std::string& text) {
   return Link{values[0], values[1], values[2]};
 }
 
-void add_offload_options(CLI::App& cmd, bool& offload, std::string& link,
+void add_offload_options(CLI::App& cmd, bool& offload, std::string& link, std::string& host_memory,
                          const std::string& offload_help) {
   cmd.add_flag("--offload", offload, offload_help);
   cmd.add_option("--link", link,
                  "The device's link to host memory as D2H,H2D,LATENCY: GB/s out, GB/s back, ms "
                  "per copy (25,25,0.01); replaces the chain's own");
+  cmd.add_option("--host-memory", host_memory,
+                 "With --offload: the most host memory the offloaded copies may hold at once "
+                 "(a size: 16GiB); default: no bound");
+}
+
+std::int64_t host_memory_option(const std::string& text, bool offload) {
+  if (text.empty()) return -1;
+  REMAT_CHECK(offload, "--host-memory ", text, " bounds the offloaded copies: give --offload too");
+  try {
+    return parse_size(text);
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(std::string("--host-memory: ") + error.what());
+  }
 }
 
 void apply_link_options(Chain& chain, const std::string& link, bool offload) {

@@ -26,6 +26,7 @@ struct ScheduleArgs {
   bool no_exact_storages = false;
   bool offload = false;
   std::string link;
+  std::string host_memory;
   std::string plot;
 };
 
@@ -105,11 +106,14 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
   fmt::print("solve time   {:.3f} s\n", solution.solve_seconds);
   if (solution.ok() && options.offload()) {
     const Simulation& sim = solution.simulation;
-    fmt::print("offload      {} checkpoint{} over a link of {} GB/s out, {} GB/s back, {} ms "
-               "latency; copies waited for {:.3f} ms; host memory {}\n",
-               sim.offloads, sim.offloads == 1 ? "" : "s", chain.link->d2h_gbps,
-               chain.link->h2d_gbps, chain.link->latency_ms, sim.copy_wait_ms,
-               format_bytes_exact(sim.host_peak_bytes));
+    fmt::print(
+        "offload      {} checkpoint{} over a link of {} GB/s out, {} GB/s back, {} ms "
+        "latency; copies waited for {:.3f} ms; host memory {}{}\n",
+        sim.offloads, sim.offloads == 1 ? "" : "s", chain.link->d2h_gbps, chain.link->h2d_gbps,
+        chain.link->latency_ms, sim.copy_wait_ms, format_bytes_exact(sim.host_peak_bytes),
+        options.host_memory_bytes() >= 0
+            ? " of at most " + format_bytes_exact(options.host_memory_bytes())
+            : std::string());
   }
   if (solution.ok()) {
     const auto nograd = solution.simulation.nograd_forwards;
@@ -149,6 +153,7 @@ void print_json(const Chain& chain, const Solution& solution, const SolveOptions
     out["copy_wait_ms"] = solution.simulation.copy_wait_ms;
     out["host_peak_bytes"] = solution.simulation.host_peak_bytes;
   }
+  if (options.host_memory_bytes() >= 0) out["host_memory_bytes"] = options.host_memory_bytes();
   if (chain.restart_ms > 0) {
     out["restart_ms"] = chain.restart_ms;
     out["restarts"] =
@@ -203,7 +208,7 @@ Action add_schedule_command(CLI::App& app) {
   cmd->add_flag("--no-merged-runs", args->no_merged_runs,
                 "optimal, with carried members: do not also solve the chain with each run of "
                 "stages that carries a member merged into one stage");
-  add_offload_options(*cmd, args->offload, args->link,
+  add_offload_options(*cmd, args->offload, args->link, args->host_memory,
                       "optimal: also offload checkpoints to host memory over the chain's link and "
                       "copy them back, where that beats keeping or recomputing them "
                       "(docs/cost-model.md, \"Offload\")");
@@ -234,17 +239,19 @@ Action add_schedule_command(CLI::App& app) {
                 "--offload and --reference-recurrence exclude each other");
     Chain chain = load_chain(args->chain_path);
     apply_link_options(chain, args->link, args->offload);
-    SolveOptions options = SolveOptions(0)
-                               .algorithm(algorithm)
-                               .segments(args->segments)
-                               .slots(args->slots)
-                               .threads(args->threads)
-                               .use_nograd_time(!args->ignore_nograd_time)
-                               .reference_recurrence(args->reference_recurrence)
-                               .search_above_budget(!args->no_search_above_budget)
-                               .merge_carried_runs(!args->no_merged_runs)
-                               .exact_storages(!args->no_exact_storages)
-                               .offload(args->offload);
+    SolveOptions options =
+        SolveOptions(0)
+            .algorithm(algorithm)
+            .segments(args->segments)
+            .slots(args->slots)
+            .threads(args->threads)
+            .use_nograd_time(!args->ignore_nograd_time)
+            .reference_recurrence(args->reference_recurrence)
+            .search_above_budget(!args->no_search_above_budget)
+            .merge_carried_runs(!args->no_merged_runs)
+            .exact_storages(!args->no_exact_storages)
+            .offload(args->offload)
+            .host_memory_bytes(host_memory_option(args->host_memory, args->offload));
     const std::int64_t budget = parse_budget(args->budget, store_all_peak(chain), [&] {
       return min_feasible_budget(chain, options);
     });

@@ -21,6 +21,7 @@ struct TradeoffArgs {
   int threads = 0;
   bool offload = false;
   std::string link;
+  std::string host_memory;
 };
 
 std::string cell(const TradeoffPoint& p, double store_all_ms, const char* parameter_name) {
@@ -60,7 +61,7 @@ Action add_tradeoff_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "Output: text or json")->capture_default_str();
   cmd->add_option("--plot", args->plot, "Draw the curves into FILE.svg");
   cmd->add_option("--threads", args->threads, "Solver threads (default: all cores)");
-  add_offload_options(*cmd, args->offload, args->link,
+  add_offload_options(*cmd, args->offload, args->link, args->host_memory,
                       "Also optimal with offload over the chain's link, at every budget (a column "
                       "and a curve of their own)");
   return [args]() -> int {
@@ -74,6 +75,7 @@ Action add_tradeoff_command(CLI::App& app) {
     apply_link_options(chain, args->link, args->offload);
     TradeoffOptions options;
     options.points(args->points).slots(args->slots).threads(args->threads).offload(args->offload);
+    options.host_memory_bytes(host_memory_option(args->host_memory, args->offload));
     for (const auto& [option, text] : {std::pair{"--from", &args->from}, std::pair{"--to", &args->to}})
       REMAT_CHECK(!budget_needs_least(*text), option, " ", *text,
                   ": the table's budgets are sizes or percentages; it starts at the least budget "

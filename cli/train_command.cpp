@@ -56,6 +56,7 @@ struct TrainArgs {
   // measured while profiling.
   bool offload = false;
   std::string link;
+  std::string host_memory;
 };
 
 // What every rank of a job must be given alike, one setting a line (a mismatch names its line):
@@ -66,9 +67,10 @@ std::string training_settings(const TrainArgs& args, Algorithm algorithm, const 
                               const std::unique_ptr<TokenFile>& token_file) {
   return fmt::format(
       "--model {}\n--batch {}\ninput {}\n--classes {}\n--steps {}\n--lr {}\n--budget {}\n"
-      "--algorithm {}\n--segments {}\n--offload {}\n--device {}\ndata {}\n",
+      "--algorithm {}\n--segments {}\n--offload {}\n--host-memory {}\n--device {}\ndata {}\n",
       in.info->name, args.batch, in.label(args.batch), args.classes, args.steps, args.lr,
       args.budget, algorithm_name(algorithm), args.segments, args.offload ? "on" : "off",
+      args.host_memory.empty() ? "none" : args.host_memory,
       c10::DeviceTypeName(in.device.type(), /*lower_case=*/true),
       token_file ? "a token file" : "random");
 }
@@ -147,11 +149,13 @@ void print_plan(const TrainArgs& args, const ModelInput& in, const Chain& chain,
              signed_percent(100 * (s.makespan_ms / s.store_all_makespan_ms - 1)),
              format_bytes(store_all));
   if (args.offload)
-    fmt::print("offload    {} over a link of {:.3g} GB/s out, {:.3g} GB/s back, {:.3g} ms a copy: "
-               "copies waited for {:.2f} ms, host memory {}\n",
-               counted(s.simulation.offloads, "checkpoint"), chain.link->d2h_gbps,
-               chain.link->h2d_gbps, chain.link->latency_ms, s.simulation.copy_wait_ms,
-               format_bytes(s.simulation.host_peak_bytes));
+    fmt::print(
+        "offload    {} over a link of {:.3g} GB/s out, {:.3g} GB/s back, {:.3g} ms a copy: "
+        "copies waited for {:.2f} ms, host memory {}{}\n",
+        counted(s.simulation.offloads, "checkpoint"), chain.link->d2h_gbps, chain.link->h2d_gbps,
+        chain.link->latency_ms, s.simulation.copy_wait_ms,
+        format_bytes(s.simulation.host_peak_bytes),
+        args.host_memory.empty() ? std::string() : " of at most " + args.host_memory);
   fmt::print("\n");
   if (dp)
     fmt::print("{:>6} {:>12} {:>14} {:>12} {:>14} {:>8}\n", "step", "time", "peak", "loss",
@@ -343,7 +347,9 @@ int train_steps(const TrainArgs& args, Algorithm algorithm,
   // The schedule. Percentages are of the store-all peak as the runtime needs it; a budget is
   // per rank.
   SolveOptions solve_options(0);
-  solve_options.algorithm(algorithm).offload(args.offload);
+  solve_options.algorithm(algorithm)
+      .offload(args.offload)
+      .host_memory_bytes(host_memory_option(args.host_memory, args.offload));
   if (args.segments > 0) solve_options.segments(args.segments);
   const std::int64_t budget = parse_budget(args.budget, chk->store_all_peak(),
                                            [&] { return chk->min_budget(solve_options); });
@@ -497,7 +503,7 @@ void add_train_options(CLI::App* cmd, TrainArgs& args) {
   cmd->add_option("--trace", args.trace_file,
                   "Time each operation of the last step, measured against predicted, into FILE "
                   "(Chrome's trace format: chrome://tracing, Perfetto; rank 0's in a job)");
-  add_offload_options(*cmd, args.offload, args.link,
+  add_offload_options(*cmd, args.offload, args.link, args.host_memory,
                       "optimal only: checkpoints may also be copied to host memory and back where "
                       "that beats keeping or recomputing them, over the device's link (measured "
                       "while profiling, or the chain's) or --link");

@@ -137,6 +137,16 @@ MUTATIONS = [
      "const std::int64_t size = storage[u].gradient_size();",
      "const std::int64_t size = storage[u].bytes;",
      "the merged stage counts its inner gradients at their members' storage sizes"),
+    ("host-right-level", "solver/src/host_table.cpp",
+     "const RowView& moved = row(j, l, false, k - levels_.size(i));",
+     "const RowView& moved = row(j, l, false, k);",
+     "under a host bound, an offloading leaf's right part may fill the host as if x_i's copy "
+     "were not there"),
+    ("host-least-level", "solver/src/host_table.cpp",
+     "const std::int64_t moved = at(j, l, false, k - levels_.size(i));",
+     "const std::int64_t moved = at(j, l, false, k);",
+     "under a host bound, the least memory lets an offloading leaf's right part fill the host "
+     "as if x_i's copy were not there"),
     ("plot-off-scale", "report/src/plots.cpp",
      "const bool off_scale = p.makespan_ms > y.d1;", "const bool off_scale = false;",
      "points above the trade-off plot's scale are drawn outside it"),
@@ -544,6 +554,8 @@ HELPERS = ["remat_dp_worker"]
 # whole-suite runs). Only an order: a mutation this test does not notice still meets every
 # other test. A name no test has any more stops the run (rename it here).
 KILLED_BY = {
+    'host-right-level': 'solver:host bound: the table is the fastest offloading nested schedule within both bounds',
+    'host-least-level': 'solver:host bound: the table is the fastest offloading nested schedule within both bounds',
     'sim-fwd-tmp': 'solver:every algorithm returns a valid sequence within the budget',
     'sim-nograd-tmp': 'solver:merge: a residual block cut by layer becomes one stage, its fields derived by hand',
     'sim-loss-tmp': 'solver:every algorithm returns a valid sequence within the budget',

@@ -73,6 +73,11 @@ void solve_optimal(const Chain& chain, const SolveOptions& options, Solution& ou
         out.discretization = outcome.discretization;
         out.warning = outcome.warning;
       }
+      // Under a bound on host memory, a strategy that does not know it may still offload
+      // more: its candidate is dropped.
+      if (outcome.candidate && options.host_memory_bytes() >= 0 &&
+          outcome.candidate->simulation.host_peak_bytes > options.host_memory_bytes())
+        outcome.candidate.reset();
       if (outcome.candidate &&
           (!best || detail::faster(outcome.candidate->simulation.makespan_ms,
                                    best->simulation.makespan_ms)))
@@ -170,6 +175,12 @@ void check_options(const SolveOptions& options) {
   REMAT_CHECK(!options.offload() || !options.reference_recurrence(),
               "offload and the reference recurrence exclude each other (the reference has no "
               "offload)");
+  REMAT_CHECK(options.host_memory_bytes() >= -1, "host_memory_bytes (", options.host_memory_bytes(),
+              ") must be at least 0 (-1: no bound)");
+  REMAT_CHECK(options.host_memory_bytes() < 0 || options.offload(), "host_memory_bytes (",
+              options.host_memory_bytes(), ") bounds the offloaded copies: it needs offload");
+  REMAT_CHECK(options.host_slots() >= 1 && options.host_slots() <= kMaxHostSlots, "host_slots (",
+              options.host_slots(), ") must be from 1 to ", kMaxHostSlots);
 }
 // Offload needs the chain's link.
 void check_link(const Chain& chain, const SolveOptions& options) {

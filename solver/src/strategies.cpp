@@ -7,10 +7,12 @@
 
 #include "discretization.h"
 #include "heuristics.h"
+#include "host_table.h"
 #include "merged_chain.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
 #include "remat/base/check.h"
+#include "remat/base/units.h"
 #include "storage_dp.h"
 #include "unit_chain.h"
 
@@ -59,6 +61,8 @@ class PersistentTableStrategy final : public Strategy {
       least_ = min_feasible_budget_for_slots(
           chain_, unit_model(options_),
           automatic_ ? slot_count(chain_, 0) : reference_slots(ignored), automatic_);
+      if (options_.host_memory_bytes() >= 0 && *least_ >= 0)
+        least_ = std::max(*least_, least_budget_under_host_bound());
     }
     return *least_;
   }
@@ -138,6 +142,10 @@ class PersistentTableStrategy final : public Strategy {
       REMAT_INTERNAL_ASSERT(sim.peak_bytes <= budget, "simulated peak ", sim.peak_bytes,
                             " exceeds the budget ", budget);
     }
+    if (options_.host_memory_bytes() >= 0 && sim.host_peak_bytes > options_.host_memory_bytes()) {
+      out.candidate = host_bounded_candidate(*units, disc, available, warning);
+      return out;
+    }
     out.candidate = candidate_of(std::move(sequence), std::move(sim), disc, budget);
     out.candidate->warning = std::move(warning);
     return out;
@@ -152,6 +160,68 @@ class PersistentTableStrategy final : public Strategy {
     if (options_.slots() > 0) return slots;
     return slots_within_memory(memory_, limit_, std::numeric_limits<std::int64_t>::max(), slots,
                                false, warning);
+  }
+
+  // The table under the bound on host memory (host_table.h), in the device units of the
+  // table without it: its sequence, or none where nothing fits both bounds in these units. The
+  // host units are coarsened where the table would pass the memory limit.
+  std::optional<Candidate> host_bounded_candidate(const UnitChain& units,
+                                                  const Discretization& disc,
+                                                  std::int64_t available,
+                                                  std::string warning) const {
+    const std::int64_t bound = options_.host_memory_bytes();
+    const int length = chain_.length();
+    for (std::int64_t slots = options_.host_slots();; slots /= 2) {
+      const HostUnits host = host_units(chain_, bound, slots);
+      const HostLevels levels(units, host);
+      const HostMinMemory least(units, levels);
+      if (least.at(0, length, false, host.capacity) > available) return std::nullopt;
+      const double needed = HostBoundedTable::bytes_needed(units, levels, least, available);
+      if (needed > static_cast<double>(limit_.bytes)) {
+        REMAT_CHECK(slots > 1, "the optimal solver's table under the host memory bound for ",
+                    length, " stages and ", disc.capacity_units, " memory slots may need ",
+                    format_bytes(static_cast<std::int64_t>(needed)),
+                    " even with one host unit, more than ", limit_.description,
+                    ": use fewer memory slots or stages");
+        continue;
+      }
+      if (slots < options_.host_slots())
+        warning = joined(warning, str_cat("the host memory bound divided into ", slots,
+                                          " units instead of ", options_.host_slots(),
+                                          " for its table to fit in ", limit_.description));
+      const HostBoundedTable table(units, levels, least, available);
+      Sequence sequence = table.rebuild(available);
+      Simulation sim = simulate(chain_, sequence, TimeModel{options_.use_nograd_time()});
+      const double predicted = table.value(0, length, available, false, host.capacity);
+      REMAT_INTERNAL_ASSERT(
+          std::fabs(sim.makespan_ms - predicted) <= 1e-9 * std::max(1.0, predicted),
+          "simulated makespan ", sim.makespan_ms, " differs from the host-bounded table's ",
+          predicted);
+      REMAT_INTERNAL_ASSERT(sim.peak_bytes <= options_.budget_bytes(), "simulated peak ",
+                            sim.peak_bytes, " exceeds the budget ", options_.budget_bytes());
+      REMAT_INTERNAL_ASSERT(sim.host_peak_bytes <= bound, "simulated host peak ",
+                            sim.host_peak_bytes, " exceeds the host memory bound ", bound);
+      Candidate out =
+          candidate_of(std::move(sequence), std::move(sim), disc, options_.budget_bytes());
+      out.warning = std::move(warning);
+      return out;
+    }
+  }
+
+  // The least budget under the bound on host memory, in exact bytes (in the host units the
+  // solve uses): the least-memory sequence's where it holds no more than the bound on the host.
+  std::int64_t least_budget_under_host_bound() const {
+    const UnitChain exact = make_unit_chain(chain_, 1, options_.use_nograd_time(), false, true);
+    const Simulation unbounded =
+        simulate(chain_, MinMemoryTable(exact).least_memory_sequence(exact));
+    if (unbounded.host_peak_bytes <= options_.host_memory_bytes()) return 0;
+    const HostUnits host = host_units(chain_, options_.host_memory_bytes(), options_.host_slots());
+    const HostLevels levels(exact, host);
+    const std::int64_t least =
+        exact.context +
+        std::max<std::int64_t>(
+            exact.x[0] + 1, HostMinMemory(exact, levels).at(0, exact.length, false, host.capacity));
+    return automatic_ ? std::min(least, store_all_peak(chain_)) : least;
   }
 
   // A budget so close to the least memory the chain can run in that no discretization the

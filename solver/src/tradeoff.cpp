@@ -241,7 +241,8 @@ class TradeoffRun {
   void offload_points() {
     if (!options_.offload()) return;
     for (const std::int64_t budget : out_.budgets) {
-      const Solution own = solve(chain_, solve_options(budget).offload(true));
+      const Solution own = solve(chain_, solve_options(budget).offload(true).host_memory_bytes(
+                                             options_.host_memory_bytes()));
       TradeoffPoint point{budget, false, 0, 0, 0};
       if (own.ok()) {
         point = point_of(chain_, own.sequence, time_, budget);

@@ -972,6 +972,47 @@ TEST_CASE("schedule --offload: copies over the link, within the budget, checked 
   }
 }
 
+TEST_CASE("schedule --host-memory: the copies stay within it", "[cli]") {
+  // resnet50-synthetic at 30% offloads 6 checkpoints over a fast link.
+  const std::string resnet50 =
+      std::string(remat::test_paths::source_dir) + "/examples/chains/resnet50-synthetic.json";
+  const std::vector<std::string> args = {"--chain",   resnet50, "--budget",     "30%",
+                                         "--offload", "--link", "450,450,0.005"};
+  const json free = schedule_json(args, 0);
+  const auto held = free["host_peak_bytes"].get<std::int64_t>();
+  REQUIRE(free["offloads"].get<int>() >= 2);
+  CHECK_FALSE(free.contains("host_memory_bytes"));
+  // Half of what the fastest schedule holds: fewer copies, within it, no faster.
+  std::vector<std::string> bounded = args;
+  bounded.insert(bounded.end(), {"--host-memory", std::to_string(held / 2)});
+  const json half = schedule_json(bounded, 0);
+  INFO(half.dump(2));
+  CHECK(half["status"] == "optimal");
+  CHECK(half["host_memory_bytes"] == held / 2);
+  CHECK(half["host_peak_bytes"].get<std::int64_t>() <= held / 2);
+  CHECK(half["offloads"].get<int>() < free["offloads"].get<int>());
+  CHECK(half["makespan_ms"].get<double>() >= free["makespan_ms"].get<double>());
+  std::vector<std::string> text = {"schedule"};
+  text.insert(text.end(), args.begin(), args.end());
+  text.insert(text.end(), {"--host-memory", "1MiB"});
+  const RunResult run = run_remat(text);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.out, Catch::Contains("of at most 1.00 MiB (1048576 bytes)"));
+  // Bad input: exit 2, naming what is wrong.
+  for (const auto& [extra, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--host-memory", "1GiB"},
+            "--host-memory 1GiB bounds the offloaded copies: give --offload too"},
+           {{"--offload", "--link", "12,12,0", "--host-memory", "lots"}, "--host-memory: "},
+       }) {
+    std::vector<std::string> bad = {"schedule", "--chain", kResnet18, "--budget", "50%"};
+    bad.insert(bad.end(), extra.begin(), extra.end());
+    const RunResult refused = run_remat(bad);
+    INFO(describe(refused));
+    CHECK(refused.exit_code == 2);
+    CHECK_THAT(refused.err, Catch::Contains(message));
+  }
+}
+
 TEST_CASE("tradeoff --offload: a column, a JSON field and a curve of its own", "[cli][plot]") {
   TempDir dir;
   const std::string plot = dir.path() + "/offload.svg";

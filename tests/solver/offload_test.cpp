@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "host_table.h"
 #include "merged_chain.h"
 #include "min_memory_table.h"
 #include "persistent_table.h"
@@ -173,6 +174,97 @@ void check_chain(const Chain& chain, bool exact, Checked& checked) {
     CHECK(got <= recompute);
     if (got < recompute) ++checked.faster;
     if (std::isinf(recompute)) ++checked.below_recompute;
+  }
+}
+
+// The table under a bound of `host` bytes on host memory, in exact bytes and host units of one
+// byte; +inf if it finds nothing. Its sequence in `sequence`.
+double host_dp_value(const Chain& chain, std::int64_t budget, std::int64_t host,
+                     Sequence* sequence) {
+  const detail::UnitChain units = detail::make_unit_chain(chain, 1, true, false, true);
+  const detail::HostUnits host_units = detail::host_units(chain, host, 0);
+  const detail::HostLevels levels(units, host_units);
+  const detail::HostMinMemory least(units, levels);
+  const std::int64_t frame = budget - units.context;
+  if (frame - units.x[0] < 1 || least.at(0, chain.length(), false, host_units.capacity) > frame)
+    return kInf;
+  const detail::HostBoundedTable table(units, levels, least, frame);
+  if (sequence) *sequence = table.rebuild(frame);
+  return table.value(0, chain.length(), frame, false, host_units.capacity);
+}
+
+struct HostChecked {
+  // binding: the bound makes the optimum slower; partly: slower, yet faster than offloading
+  // nothing (some copies fit, not all that would pay).
+  int chains = 0, bounds = 0, binding = 0, partly = 0, feasible = 0;
+};
+
+// At budgets from the family's least to the store-all peak and host bounds from 0 to the most
+// any sequence of the family holds: the table's value is the fastest sequence of the family
+// within both (`exact`), or never below it; its sequence fits both and takes the time it says;
+// its least memory is the least of the family's sequences within the host bound.
+void check_host_bounds(const Chain& chain, bool exact, HostChecked& checked) {
+  INFO(chain_to_json(chain));
+  struct Run {
+    std::int64_t peak, host;
+    double time;
+  };
+  std::vector<Run> family;
+  std::int64_t most_host = 0;
+  for (const Sequence& sequence : OffloadFamily(chain).sequences()) {
+    const Simulation sim = simulate(chain, sequence);
+    family.push_back({sim.peak_bytes, sim.host_peak_bytes, sim.makespan_ms});
+    most_host = std::max(most_host, sim.host_peak_bytes);
+  }
+  ++checked.chains;
+  const std::int64_t top = store_all_peak(chain);
+  const detail::UnitChain units = detail::make_unit_chain(chain, 1, true, false, true);
+  for (std::int64_t host = 0; host <= most_host + 1;
+       host += std::max<std::int64_t>(1, most_host / 5)) {
+    INFO("host bound " << host);
+    ++checked.bounds;
+    std::int64_t least = top;
+    for (const Run& run : family)
+      if (run.host <= host) least = std::min(least, run.peak);
+    // The least memory under the bound, in exact bytes.
+    const detail::HostUnits host_units = detail::host_units(chain, host, 0);
+    const detail::HostLevels levels(units, host_units);
+    const std::int64_t table_least =
+        units.context +
+        std::max<std::int64_t>(
+            units.x[0] + 1,
+            detail::HostMinMemory(units, levels).at(0, chain.length(), false, host_units.capacity));
+    if (exact)
+      CHECK(table_least == least);
+    else
+      CHECK(table_least >= least);
+    const std::int64_t step = std::max<std::int64_t>(1, (top - least) / 6);
+    for (std::int64_t budget = std::max<std::int64_t>(0, least - 1); budget <= top;
+         budget += budget < least + 2 ? 1 : step) {
+      INFO("budget " << budget);
+      double best = kInf, unbounded = kInf, nothing = kInf;
+      for (const Run& run : family) {
+        if (run.peak > budget) continue;
+        unbounded = std::min(unbounded, run.time);
+        if (run.host <= host) best = std::min(best, run.time);
+        if (run.host == 0) nothing = std::min(nothing, run.time);
+      }
+      Sequence sequence;
+      const double got = host_dp_value(chain, budget, host, &sequence);
+      if (exact)
+        CHECK(same_time(got, best));
+      else
+        CHECK((std::isinf(got) || got >= best - 1e-9 * std::max(1.0, best)));
+      if (best > unbounded) ++checked.binding;
+      if (best > unbounded && best < nothing) ++checked.partly;
+      if (std::isinf(got)) continue;
+      ++checked.feasible;
+      INFO("dp: " << collapsed_string(sequence));
+      const Simulation sim = simulate(chain, sequence);
+      CHECK(sim.peak_bytes <= budget);
+      CHECK(sim.host_peak_bytes <= host);
+      CHECK(same_time(sim.makespan_ms, got));
+    }
   }
 }
 
@@ -477,6 +569,147 @@ TEST_CASE("the chain file keeps the link as version 3, and stays version 2 witho
   std::string missing = text;
   missing.replace(missing.find("\"latency_ms\""), 12, "\"latency\"");
   CHECK_THROWS_WITH(parse_chain(missing, "missing.json"), Catch::Contains("link"));
+}
+
+TEST_CASE("host bound: the table is the fastest offloading nested schedule within both bounds",
+          "[solver][offload][oracle]") {
+  HostChecked checked;
+  for (std::uint64_t seed = 1; seed <= 80; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 5;
+    spec.max_bytes = 12;
+    spec.partial_keeps = seed % 2 == 0;
+    spec.restarts = seed % 3 == 0;
+    Chain chain = test::random_chain(seed, spec);
+    // Half with a link that costs nothing but its bandwidth: copies pay, and nest.
+    chain.link = seed % 2 == 0 ? Link{1e-2, 1e-2, 0} : random_link(seed);
+    // The caller's x_L held to the end: exact only without it (as without a host bound).
+    check_host_bounds(chain, !spec.partial_keeps || !chain.output_held, checked);
+  }
+  // Equal stages and a free link: at tight budgets the fastest schedules keep several copies
+  // on the host at once, nested, which a bound lets through in part.
+  for (const int length : {4, 5, 6}) {
+    Chain chain = test::uniform_chain(length, 10, 1, 2, 10);
+    chain.output_held = false;
+    chain.link = Link{1e-2, 1e-2, 0};
+    check_host_bounds(chain, true, checked);
+  }
+  INFO(checked.chains << " chains, " << checked.bounds << " host bounds, " << checked.binding
+                      << " binding, " << checked.partly << " partly, " << checked.feasible
+                      << " feasible");
+  CHECK(checked.binding >= 20);  // the bound changes the optimum at many budgets,
+  CHECK(checked.partly >= 6);    // and lets some copies through at some
+  CHECK(checked.feasible >= 2000);
+}
+
+TEST_CASE("host bound: with carried members the table never overruns either bound",
+          "[solver][offload][oracle]") {
+  HostChecked checked;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    Chain chain = test::random_chain(seed, test::carried_spec(5));
+    chain.link = random_link(seed);
+    check_host_bounds(chain, false, checked);
+  }
+  CHECK(checked.chains == 20);
+}
+
+TEST_CASE("host bound: above what any schedule holds, the table is the persistent table",
+          "[solver][offload]") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 9;
+    spec.partial_keeps = seed % 2 == 0;
+    Chain chain = test::random_chain(seed, spec);
+    chain.link = random_link(seed);
+    INFO(chain_to_json(chain));
+    const detail::UnitChain units = detail::make_unit_chain(chain, 1, true, false, true);
+    std::int64_t all = 0;
+    for (int i = 1; i < chain.length(); ++i) all += chain.activation_bytes(i);
+    const std::int64_t top = store_all_peak(chain);
+    const detail::MinMemoryTable min_memory(units);
+    const detail::HostUnits host = detail::host_units(chain, all, 0);
+    const detail::HostLevels levels(units, host);
+    const detail::HostMinMemory least(units, levels);
+    const std::int64_t frame = top - units.context;
+    const detail::PersistentTable table(units, min_memory, frame, 1);
+    const detail::HostBoundedTable bounded(units, levels, least, frame);
+    int differences = 0, compared = 0;
+    for (int i = 0; i <= chain.length(); ++i)
+      for (int l = i; l <= chain.length(); ++l)
+        for (const bool taped : {false, true}) {
+          CHECK(least.at(i, l, taped, host.capacity) == min_memory.at(i, l, taped));
+          for (std::int64_t m = 0; m <= frame; ++m, ++compared)
+            differences +=
+                table.value(i, l, m, taped) == bounded.value(i, l, m, taped, host.capacity) ? 0 : 1;
+        }
+    CHECK(differences == 0);
+    CHECK(compared > 0);
+  }
+}
+
+TEST_CASE("host bound: solve() keeps the copies within it", "[solver][offload]") {
+  Chain chain = test::uniform_chain(8, 1000, 1, 2, 1000);
+  chain.name = "eight";
+  chain.link = Link{10, 10, 0.01};
+  const std::int64_t budget = store_all_peak(chain) / 2;
+  const Solution free = solve(chain, SolveOptions(budget).offload(true));
+  REQUIRE(free.ok());
+  REQUIRE(free.simulation.host_peak_bytes >= 3000);
+  // A bound no lower than what the fastest schedule holds changes nothing.
+  const Solution loose = solve(
+      chain, SolveOptions(budget).offload(true).host_memory_bytes(free.simulation.host_peak_bytes));
+  CHECK(collapsed_string(loose.sequence) == collapsed_string(free.sequence));
+  CHECK(loose.status == SolveStatus::kOptimal);
+  // Tighter bounds: the copies stay within each, never faster as the bound shrinks, down to
+  // recomputation's schedule at 0.
+  double previous = free.makespan_ms;
+  for (const std::int64_t bound : {free.simulation.host_peak_bytes - 1000, std::int64_t{1000},
+                                   std::int64_t{999}, std::int64_t{0}}) {
+    INFO("host bound " << bound);
+    const Solution bounded =
+        solve(chain, SolveOptions(budget).offload(true).host_memory_bytes(bound));
+    REQUIRE(bounded.ok());
+    CHECK(bounded.status == SolveStatus::kOptimal);
+    CHECK(bounded.peak_bytes <= budget);
+    CHECK(bounded.simulation.host_peak_bytes <= bound);
+    CHECK(bounded.makespan_ms >= previous);
+    previous = bounded.makespan_ms;
+  }
+  CHECK(previous == Approx(solve(chain, SolveOptions(budget)).makespan_ms));
+  CHECK(solve(chain, SolveOptions(budget).offload(true).host_memory_bytes(1000)).makespan_ms >
+        free.makespan_ms);
+  // Bad options are refused, naming them.
+  CHECK_THROWS_WITH(
+      solve(chain, SolveOptions(budget).host_memory_bytes(1000)),
+      Catch::Contains("host_memory_bytes (1000) bounds the offloaded copies: it needs offload"));
+  CHECK_THROWS_WITH(solve(chain, SolveOptions(budget).offload(true).host_memory_bytes(-2)),
+                    Catch::Contains("host_memory_bytes (-2) must be at least 0"));
+  CHECK_THROWS_WITH(
+      solve(chain, SolveOptions(budget).offload(true).host_memory_bytes(10).host_slots(0)),
+      Catch::Contains("host_slots (0) must be from 1 to 4096"));
+}
+
+TEST_CASE("host bound: the least budget under it", "[solver][offload]") {
+  // Where offloading lowers the least budget (a taped checkpoint beside a chain step that
+  // recomputation would keep), a host bound of 0 gives recomputation's back.
+  int lower = 0;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    test::RandomChainSpec spec;
+    spec.max_length = 5;
+    spec.max_bytes = 12;
+    spec.partial_keeps = true;
+    Chain chain = test::random_chain(seed, spec);
+    chain.link = random_link(seed);
+    INFO(chain_to_json(chain));
+    const std::int64_t with = min_feasible_budget(chain, SolveOptions(0).offload(true));
+    const std::int64_t without = min_feasible_budget(chain, SolveOptions(0));
+    if (with < without) ++lower;
+    CHECK(min_feasible_budget(chain, SolveOptions(0).offload(true).host_memory_bytes(0)) ==
+          without);
+    CHECK(min_feasible_budget(chain, SolveOptions(0).offload(true).host_memory_bytes(1 << 20)) ==
+          with);
+  }
+  CHECK(lower >= 1);
 }
 
 }  // namespace remat

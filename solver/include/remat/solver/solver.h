@@ -97,7 +97,20 @@ struct SolveOptions {
   /// overlap (docs/cost-model.md, "Offload"). Budgets below the least of recomputation alone
   /// may become feasible. Off by default.
   REMAT_ARG(bool, offload) = false;
+  /// `offload` only: the most host memory, in bytes, the offloaded copies may hold at once
+  /// (Simulation::host_peak_bytes); -1, the default, sets no bound. Where the fastest schedule
+  /// without a bound holds more, the dynamic program is solved again with the host memory as
+  /// one more dimension, in `host_slots` units (docs/algorithms.md, "A bound on host memory").
+  REMAT_ARG(std::int64_t, host_memory_bytes) = -1;
+  /// The units a host bound is divided into: each copy's size is rounded up to whole units of
+  /// ceil(host_memory_bytes / host_slots) bytes, so a schedule never exceeds the bound, and the
+  /// table under the bound takes up to host_slots + 1 times the work and memory of the one
+  /// without (fewer where the memory limit requires, with a warning). 1 to kMaxHostSlots.
+  REMAT_ARG(std::int64_t, host_slots) = 32;
 };
+
+/// Most units a host bound may be divided into (SolveOptions::host_slots).
+inline constexpr std::int64_t kMaxHostSlots = 4096;
 
 /// The most stages a chain may have for SolveOptions::exact_storages to apply: beyond, even its
 /// coarsest table (500 slots) would pass its work allowance (kStorageDpWork) on the chains

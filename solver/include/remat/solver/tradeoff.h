@@ -43,6 +43,8 @@ struct TradeoffOptions {
   /// a link) at every budget of the grid, in Tradeoff::offloading: each point a solve() of its
   /// own.
   REMAT_ARG(bool, offload) = false;
+  /// With offload: SolveOptions::host_memory_bytes for each of those solves (-1: no bound).
+  REMAT_ARG(std::int64_t, host_memory_bytes) = -1;
 };
 
 struct TradeoffPoint {

@@ -1,0 +1,333 @@
+// The dynamic program under a bound on host memory (docs/algorithms.md, "A bound on host
+// memory").
+//
+// Offloaded checkpoints nest: an offloading leaf of segment (i, l) keeps x_i's copy on the host
+// from its O_i until its left part first reads x_i again, that is while its right part runs,
+// and the right part's own copies come back within it. A plain leaf's right part and left part
+// run one after the other, and a chain step's rest runs alone. So the most host memory a
+// schedule of (i, l) fills is
+//   offloading leaf j:  max(size(i) + H(j, l), H(i, j-1))
+//   plain leaf j:       max(H(j, l), H(i, j-1))
+//   chain step:         H(i+1, l)
+// (a left part that offloads x_i again writes over the same copy: size(i) once), which is the
+// simulator's Simulation::host_peak_bytes for the nested form. With k host units left, Opt and
+// MinMem get k as one more index: a plain leaf and a chain step give their parts k, an
+// offloading leaf gives its right part k - size(i) and its left part k. Everything else is the
+// persistent table's recurrence (persistent_dp.cpp), candidate for candidate, so that without
+// a binding bound the two tables agree value for value.
+//
+// A segment (i, l) can offload only x_i .. x_{l-1}, so the host memory its schedules hold is a
+// sum of some of their sizes: its rows change only at those sums, and are stored once for each
+// (HostLevels; with copies of 25 units and 32 units of host memory, two levels, not 33). The
+// rows are computed in the persistent table's order without its blocks and tiles, on one
+// thread.
+#include "host_table.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "nested_form.h"
+#include "remat/base/check.h"
+
+namespace remat {
+namespace detail {
+namespace {
+
+// The offsets of a table of levels: for each (state, i, l), its first level's index, levels
+// 0 .. cap(i, l) following it. Returns the total.
+std::size_t level_offsets(const UnitChain& chain, const HostLevels& levels,
+                          std::vector<std::size_t>& offsets) {
+  const auto stride = static_cast<std::size_t>(chain.length) + 1;
+  offsets.assign(2 * stride * stride, 0);
+  std::size_t total = 0;
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i <= chain.length; ++i) {
+      if (s == 1 && !chain.two_states(i)) continue;
+      for (int l = i; l <= chain.length; ++l) {
+        offsets[(static_cast<std::size_t>(s) * stride + static_cast<std::size_t>(i)) * stride +
+                static_cast<std::size_t>(l)] = total;
+        total += levels.count(i, l);
+      }
+    }
+  return total;
+}
+
+constexpr std::int64_t kFirstBlock = 1 << 12;                  // doubles
+constexpr std::int64_t kLargestBlock = std::int64_t{1} << 22;  // 32 MiB
+
+}  // namespace
+
+HostUnits host_units(const Chain& chain, std::int64_t bytes, std::int64_t slots) {
+  REMAT_INTERNAL_ASSERT(bytes >= 0 && slots >= 0);
+  HostUnits out;
+  out.unit_bytes = slots == 0 ? 1 : std::max<std::int64_t>(1, bytes / slots + (bytes % slots != 0));
+  out.capacity = bytes / out.unit_bytes;
+  const int length = chain.length();
+  out.size.assign(static_cast<std::size_t>(length) + 1, 0);
+  for (int i = 1; i < length; ++i) {
+    const std::int64_t b = chain.activation_bytes(i);
+    out.size[static_cast<std::size_t>(i)] = b / out.unit_bytes + (b % out.unit_bytes != 0);
+  }
+  return out;
+}
+
+HostLevels::HostLevels(const UnitChain& chain, const HostUnits& host)
+    : stride_(static_cast<std::size_t>(chain.length) + 1),
+      first_(stride_ * stride_, 0),
+      count_(stride_ * stride_, 0),
+      size_(host.size),
+      capacity_(host.capacity) {
+  REMAT_INTERNAL_ASSERT(size_.size() == stride_ && capacity_ >= 0);
+  // The sums reachable with x_i .. x_{l-1}, as bits 0 .. capacity, grown one size at a time.
+  const std::size_t bits = static_cast<std::size_t>(capacity_) + 1;
+  const std::size_t words = (bits + 63) / 64;
+  std::vector<std::uint64_t> reach(words), grown(words);
+  for (int i = 0; i <= chain.length; ++i) {
+    std::fill(reach.begin(), reach.end(), 0);
+    reach[0] = 1;
+    for (int l = i; l <= chain.length; ++l) {
+      const std::int64_t add = l > i ? size_[static_cast<std::size_t>(l) - 1] : 0;
+      if (add > 0 && add <= capacity_) {  // reach |= reach << add, within the capacity
+        const auto shift_words = static_cast<std::size_t>(add) / 64;
+        const auto shift_bits = static_cast<unsigned>(add % 64);
+        std::fill(grown.begin(), grown.end(), 0);
+        for (std::size_t w = words; w-- > shift_words;) {
+          std::uint64_t v = reach[w - shift_words] << shift_bits;
+          if (shift_bits != 0 && w > shift_words)
+            v |= reach[w - shift_words - 1] >> (64 - shift_bits);
+          grown[w] = v;
+        }
+        if (bits % 64 != 0) grown[words - 1] &= (std::uint64_t{1} << (bits % 64)) - 1;
+        for (std::size_t w = 0; w < words; ++w) reach[w] |= grown[w];
+      }
+      first_[pair(i, l)] = sums_.size();
+      for (std::size_t w = 0; w < words; ++w)
+        for (std::uint64_t v = reach[w]; v != 0; v &= v - 1)
+          sums_.push_back(
+              static_cast<std::int64_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(v))));
+      count_[pair(i, l)] = sums_.size() - first_[pair(i, l)];
+    }
+  }
+}
+
+std::size_t HostLevels::index(int i, int l, std::int64_t k) const {
+  const auto begin = sums_.begin() + static_cast<std::ptrdiff_t>(first_[pair(i, l)]);
+  const auto end = begin + static_cast<std::ptrdiff_t>(count_[pair(i, l)]);
+  REMAT_INTERNAL_ASSERT(k >= 0);
+  return static_cast<std::size_t>(std::upper_bound(begin, end, k) - begin) - 1;
+}
+
+HostMinMemory::HostMinMemory(const UnitChain& c, const HostLevels& levels)
+    : levels_(levels), stride_(static_cast<std::size_t>(c.length) + 1) {
+  for (int i = 0; i <= c.length; ++i) two_states_.push_back(c.two_states(i));
+  values_.assign(level_offsets(c, levels, offsets_), kUnreachable);
+  const auto at = [&](int i, int l, bool taped, std::int64_t k) {
+    return values_[slot(i, l, taped) + levels_.index(i, l, k)];
+  };
+  for (int i = c.length; i >= 0; --i) {
+    const auto ui = static_cast<std::size_t>(i);
+    const int states = c.two_states(i) ? 2 : 1;
+    for (int s = 0; s < states; ++s)
+      values_[slot(i, i, s == 1)] = std::max(c.forward_memory(i, i), c.backward_memory(i, s == 1));
+    for (int l = i + 1; l <= c.length; ++l) {
+      const auto ul = static_cast<std::size_t>(l);
+      for (int s = 0; s < states; ++s) {
+        const bool taped = s == 1;
+        const bool offloadable = c.offloadable(i, taped);
+        for (std::size_t n = 0; n < levels_.count(i, l); ++n) {
+          const std::int64_t k = levels_.sum(i, l, n);
+          std::int64_t best = kUnreachable;
+          const std::int64_t rest = at(i + 1, l, true, k);
+          if (rest < kUnreachable)
+            best = std::max(c.chain_step_memory(i, l, taped), c.chain_shift(i, taped) + rest);
+          std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+          for (int j = i + 1; j <= l; ++j) {
+            const auto uj = static_cast<std::size_t>(j);
+            if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+            const std::int64_t left = at(i, j - 1, taped, k);
+            if (left >= kUnreachable) continue;
+            const std::int64_t forwards = c.x[ui] + c.g[ul + 1] + lf;
+            const std::int64_t left_memory = c.left_shift(l) + left;
+            const std::int64_t right = at(j, l, false, k);
+            if (right < kUnreachable)
+              best = std::min(best, std::max({forwards, c.x[ui] + right, left_memory}));
+            if (offloadable && k >= levels_.size(i)) {
+              const std::int64_t moved = at(j, l, false, k - levels_.size(i));
+              if (moved < kUnreachable)
+                best =
+                    std::min(best, std::max({forwards, moved,
+                                             c.x[ui] + c.last_backward_memory(j, l), left_memory}));
+            }
+          }
+          values_[slot(i, l, taped) + n] = best;
+        }
+      }
+    }
+  }
+}
+
+double HostBoundedTable::bytes_needed(const UnitChain& chain, const HostLevels& levels,
+                                      const HostMinMemory& least, std::int64_t capacity) {
+  double total = 0;
+  for (int i = 0; i <= chain.length; ++i)
+    for (int s = 0; s < (chain.two_states(i) ? 2 : 1); ++s)
+      for (int l = i; l <= chain.length; ++l)
+        for (std::size_t n = 0; n < levels.count(i, l); ++n) {
+          const std::int64_t lo = least.at(i, l, s == 1, levels.sum(i, l, n));
+          if (lo <= capacity) total += static_cast<double>(capacity - lo + 1) * sizeof(double);
+        }
+  return total;
+}
+
+HostBoundedTable::HostBoundedTable(const UnitChain& chain, const HostLevels& levels,
+                                   const HostMinMemory& least, std::int64_t capacity)
+    : chain_(chain),
+      levels_(levels),
+      least_(least),
+      capacity_(capacity),
+      stride_(static_cast<std::size_t>(chain.length) + 1) {
+  REMAT_INTERNAL_ASSERT(capacity >= 0);
+  rows_.resize(level_offsets(chain, levels, offsets_));
+  std::vector<double> best(static_cast<std::size_t>(capacity) + 1);
+  for (int i = chain.length; i >= 0; --i)
+    for (int l = i; l <= chain.length; ++l)
+      for (int s = 0; s < (chain.two_states(i) ? 2 : 1); ++s)
+        for (std::size_t n = 0; n < levels.count(i, l); ++n) compute_row(i, l, s == 1, n, best);
+}
+
+double* HostBoundedTable::allocate(std::int64_t count) {
+  if (blocks_.empty() || used_ + count > block_size_) {
+    block_size_ =
+        std::max(count, blocks_.empty() ? kFirstBlock : std::min(2 * block_size_, kLargestBlock));
+    blocks_.emplace_back(new double[static_cast<std::size_t>(block_size_)]);
+    used_ = 0;
+    stored_bytes_ += block_size_ * static_cast<std::int64_t>(sizeof(double));
+  }
+  double* out = blocks_.back().get() + used_;
+  used_ += count;
+  return out;
+}
+
+void HostBoundedTable::compute_row(int i, int l, bool taped, std::size_t n,
+                                   std::vector<double>& scratch) {
+  const UnitChain& c = chain_;
+  const auto ui = static_cast<std::size_t>(i);
+  const std::int64_t k = levels_.sum(i, l, n);
+  RowView& out = rows_[slot(i, l, taped) + n];
+  const std::int64_t lo = least_.at(i, l, taped, k);
+  if (lo > capacity_) return;  // +inf everywhere: an empty row
+  if (i == l) {
+    double* value = allocate(1);
+    *value = c.fw[ui] + c.bw[ui];
+    out = RowView{value, lo, lo, *value};
+    return;
+  }
+  const std::int64_t width = capacity_ - lo + 1;
+  double* best = scratch.data();
+  std::fill(best, best + width, kInfinity);
+  const std::int64_t tail = c.left_shift(l);
+  const bool offloadable = c.offloadable(i, taped) && k >= levels_.size(i);
+  double sum = 0;
+  std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+  for (int j = i + 1; j <= l; ++j) {
+    const auto uj = static_cast<std::size_t>(j);
+    sum += c.nf[uj - 1];
+    if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+    const RowView& left = row(i, j - 1, taped, k);
+    if (left.empty()) continue;
+    const double prefix = sum + c.restart_after(j);
+    const std::int64_t forward_lo = c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf;
+    const RowView& right = row(j, l, false, k);
+    if (!right.empty())
+      relax_pair(best, lo, capacity_,
+                 std::max({lo, forward_lo, c.x[ui] + right.lo, tail + left.lo}), prefix, right,
+                 c.x[ui], left, tail);
+    if (!offloadable) continue;
+    const RowView& moved = row(j, l, false, k - levels_.size(i));
+    if (!moved.empty())
+      relax_pair(best, lo, capacity_,
+                 std::max({lo, forward_lo, c.x[ui] + c.last_backward_memory(j, l), moved.lo,
+                           tail + left.lo}),
+                 prefix + c.copy_wait(i, j, sum), moved, 0, left, tail);
+  }
+  const RowView& rest = row(i + 1, l, true, k);
+  if (!rest.empty()) {
+    const std::int64_t shift = c.chain_shift(i, taped);
+    relax_one(best, lo, capacity_,
+              std::max({lo, c.chain_step_memory(i, l, taped), shift + rest.lo}),
+              c.fw[ui] + c.bw[ui], rest, shift);
+  }
+  REMAT_INTERNAL_ASSERT(best[0] < kInfinity, "host-bounded row (", i, ", ", l,
+                        taped ? ", taped" : "", ", ", k, ") infinite at its minimum");
+  std::int64_t last = width - 1;
+  while (last > 0 && best[last - 1] == best[width - 1]) --last;
+  double* values = allocate(last + 1);
+  std::memcpy(values, best, static_cast<std::size_t>(last + 1) * sizeof(double));
+  out = RowView{values, lo, lo + last, values[last]};
+}
+
+Sequence HostBoundedTable::rebuild(std::int64_t m) const {
+  REMAT_INTERNAL_ASSERT(value(0, chain_.length, m, false, levels_.capacity()) < kInfinity);
+  Sequence out;
+  rebuild(0, chain_.length, m, false, levels_.capacity(), out);
+  return out;
+}
+
+// As PersistentTable::rebuild: the first candidate equal to the optimum, leaves by increasing
+// j (each before its offloading form), then the chain step.
+void HostBoundedTable::rebuild(int i, int l, std::int64_t m, bool taped, std::int64_t k,
+                               Sequence& out) const {
+  const UnitChain& c = chain_;
+  const auto ui = static_cast<std::size_t>(i);
+  if (i == l) {
+    append_single_stage(i, c.length, out);
+    return;
+  }
+  const double target = value(i, l, m, taped, k);
+  const bool offloadable = c.offloadable(i, taped) && k >= levels_.size(i);
+  double prefix = 0;
+  std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+  const std::int64_t rest = m - c.x[ui];
+  const std::int64_t tail = c.left_shift(l);
+  for (int j = i + 1; j <= l; ++j) {
+    const auto uj = static_cast<std::size_t>(j);
+    prefix += c.nf[uj - 1];
+    if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+    if (m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
+    const double left = row(i, j - 1, taped, k).at(m - tail);
+    const double candidate =
+        rest < 0 ? kInfinity
+                 : ((prefix + c.restart_after(j)) + row(j, l, false, k).at(rest)) + left;
+    if (candidate == target) {
+      append_leaf_forwards(i, j, out);
+      rebuild(j, l, rest, false, k, out);
+      rebuild(i, j - 1, m - tail, taped, k, out);
+      return;
+    }
+    if (offloadable && m >= c.x[ui] + c.last_backward_memory(j, l)) {
+      const std::int64_t moved_k = k - levels_.size(i);
+      const double offloading = ((prefix + c.restart_after(j)) + c.copy_wait(i, j, prefix)) +
+                                row(j, l, false, moved_k).at(m) + left;
+      if (offloading == target) {
+        append_offload_leaf_forwards(i, j, out);
+        rebuild(j, l, m, false, moved_k, out);
+        finish_offload_leaf(i, out);
+        rebuild(i, j - 1, m - tail, taped, k, out);
+        return;
+      }
+    }
+  }
+  const std::int64_t after = m - c.chain_shift(i, taped);
+  const bool chain_ok = after >= 0 && m >= c.chain_step_memory(i, l, taped);
+  REMAT_INTERNAL_ASSERT(
+      chain_ok && (c.fw[ui] + c.bw[ui]) + row(i + 1, l, true, k).at(after) == target,
+      "no choice reaches the host-bounded Opt(", i, ", ", l, ", ", m, taped ? ", taped" : "", ", ",
+      k, ")");
+  out.push_back(fe(i));
+  rebuild(i + 1, l, after, true, k, out);
+  out.push_back(bwd(i));
+}
+
+}  // namespace detail
+}  // namespace remat
