@@ -266,10 +266,13 @@ class Chain:
     def store_all_ms(self) -> float:
         return self._chain.store_all_ms()
 
-    def min_budget(self, algorithm: str = "optimal", *, offload: bool = False) -> int:
+    def min_budget(self, algorithm: str = "optimal", *, offload: bool = False,
+                   host_memory: Optional[Union[int, str]] = None) -> int:
         """The least budget ``algorithm`` finds a schedule for (with ``offload``, one that may
-        offload: it needs the chain's link)."""
-        return _C.min_feasible_budget(self._chain, algorithm, offload=bool(offload))
+        offload: it needs the chain's link; ``host_memory`` bounds what its copies hold)."""
+        return _C.min_feasible_budget(
+            self._chain, algorithm, offload=bool(offload),
+            host_memory=host_memory_bytes(_host_memory_option(host_memory, offload)))
 
     def svg(self) -> str:
         """Per-stage bars: times above, bytes below (SVG text)."""
@@ -398,21 +401,52 @@ class Tradeoff:
                 f"periodic {at_least(t.periodic_best)})")
 
 
+def host_memory_bytes(host_memory: Optional[Union[int, str]]) -> int:
+    """A bound on host memory as the solver takes it: -1 for None (no bound), else bytes, from an
+    int or a size (``"16GiB"``). Raises ValueError naming it."""
+    if host_memory is None:
+        return -1
+    if isinstance(host_memory, bool) or not isinstance(host_memory, (int, str)):
+        raise TypeError(f"host_memory: {host_memory!r} is neither bytes (an int) nor a size "
+                        "such as '16GiB'")
+    if isinstance(host_memory, str):
+        try:
+            return _C.parse_size(host_memory)
+        except ValueError as error:
+            raise ValueError(f"host_memory: {error}") from None
+    if host_memory < 0:
+        raise ValueError(f"host_memory ({host_memory}) must be at least 0 bytes (None: no bound)")
+    return host_memory
+
+
+def _host_memory_option(host_memory: Optional[Union[int, str]], offload: bool
+                        ) -> Optional[Union[int, str]]:
+    """``host_memory`` as given, checked now (and needing ``offload``), for a later solve."""
+    if host_memory is not None:
+        host_memory_bytes(host_memory)
+        if not offload:
+            raise ValueError(f"host_memory={host_memory!r} bounds the offloaded copies: it needs "
+                             "offload=True")
+    return host_memory
+
+
 def solve(chain: Chain, budget: Budget, algorithm: str = "optimal", *, slots: int = 0,
           segments: int = 0, threads: int = 0, exact_storages: bool = True,
-          offload: bool = False) -> Solution:
+          offload: bool = False, host_memory: Optional[Union[int, str]] = None) -> Solution:
     """The fastest schedule of ``algorithm`` within ``budget`` (bytes, ``"700MiB"`` or ``"50%"``
     of the chain's store-all peak). An infeasible budget is a result (``ok`` is False), not an
     exception. ``exact_storages=False`` leaves out the storage-exact table (docs/algorithms.md).
     ``offload=True`` (optimal only; the chain needs a link, ``Chain.with_link``): a checkpoint
-    may also be copied to host memory and back where that beats keeping or recomputing it."""
+    may also be copied to host memory and back where that beats keeping or recomputing it;
+    ``host_memory`` (bytes or ``"16GiB"``) bounds what the copies hold at once."""
     slots, segments, threads = _solver_arguments(slots, segments, threads)
+    host = host_memory_bytes(_host_memory_option(host_memory, offload))
     budget_bytes = parse_budget(budget, chain.store_all_peak(),
                                 lambda: _C.min_feasible_budget(chain._chain, algorithm, slots,
                                                                segments, bool(exact_storages),
-                                                               bool(offload)))
+                                                               bool(offload), host))
     return Solution(_C.solve(chain._chain, budget_bytes, algorithm, slots, segments, threads,
-                             bool(exact_storages), bool(offload)), chain)
+                             bool(exact_storages), bool(offload), host), chain)
 
 
 def tradeoff(chain: Chain, *, points: int = 25, from_budget: Budget = 0, to_budget: Budget = 0,

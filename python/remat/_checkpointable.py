@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from . import _C
-from ._api import (Budget, Chain, Link, Solution, _as_list, _link_tuple, _measuring,
-                   _profile_arguments, _solver_arguments, _whole, check_budget, format_bytes,
-                   measure_link, parse_budget)
+from ._api import (Budget, Chain, Link, Solution, _as_list, _host_memory_option, _link_tuple,
+                   _measuring, _profile_arguments, _solver_arguments, _whole, check_budget,
+                   format_bytes, host_memory_bytes, measure_link, parse_budget)
 from ._stages import _stage_specs
 
 StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callable]]]
@@ -42,7 +42,8 @@ class Checkpointable(nn.Module):
     ``offload=True`` lets the schedule also copy checkpoints to host memory and bring them back
     before they are read, where that beats keeping or recomputing them, over ``link``
     (``remat.Link(d2h_gbps, h2d_gbps, latency_ms)``; default: the device's, measured once by
-    ``remat.measure_link``). The copies' host memory is not in the budget (``host_memory``).
+    ``remat.measure_link``). The copies' host memory is not in the budget (the ``host_memory``
+    property measures it); ``host_memory=`` (bytes or ``"16GiB"``) bounds it.
 
     In eval mode or under ``torch.no_grad()`` the modules run plainly.
 
@@ -68,7 +69,7 @@ class Checkpointable(nn.Module):
                  mem_limit: Optional[Budget] = None, mem_slots: Optional[int] = None,
                  verbosity: Optional[int] = None, preserve_rng_state: bool = True,
                  loss_tmp_memory_usage: int = 0, offload: bool = False,
-                 link: Optional[Link] = None):
+                 link: Optional[Link] = None, host_memory: Optional[Union[int, str]] = None):
         super().__init__()
         # rotor's names for the same arguments, so that its users change only the import.
         sample = _one_of("sample", sample, "custom_input", custom_input)
@@ -109,7 +110,8 @@ class Checkpointable(nn.Module):
         self._progress = progress
         # How forward() solves when it must: the last compute_sequence's choices.
         self._solve_options = {"algorithm": "optimal", "slots": 0, "segments": 0, "threads": 0,
-                               "offload": bool(offload)}
+                               "offload": bool(offload),
+                               "host_memory": _host_memory_option(host_memory, offload)}
         # The device's link to host memory, given here or by set_link: put on every chain
         # measured or set (a measured chain has none of its own).
         self._link = _link_tuple(link)
@@ -312,17 +314,22 @@ class Checkpointable(nn.Module):
         return self._impl.reserve_bytes()
 
     def min_budget(self, algorithm: str = "optimal", *, slots: int = 0, segments: int = 0,
-                   exact_storages: bool = True, offload: Optional[bool] = None) -> int:
-        """The least budget ``compute_sequence`` accepts with these options (``offload``:
-        default, the constructor's or the last ``compute_sequence``'s)."""
+                   exact_storages: bool = True, offload: Optional[bool] = None,
+                   host_memory: Union[int, str, None, type(...)] = ...) -> int:
+        """The least budget ``compute_sequence`` accepts with these options (``offload`` and
+        ``host_memory``: default, the constructor's or the last ``compute_sequence``'s)."""
         slots, segments, _ = _solver_arguments(slots, segments, 0)
         if offload is None:
             offload = self._solve_options.get("offload", False)
-        return self._impl.min_budget(algorithm, slots, segments, bool(exact_storages), bool(offload))
+        if host_memory is ...:
+            host_memory = self._solve_options.get("host_memory")
+        return self._impl.min_budget(algorithm, slots, segments, bool(exact_storages), bool(offload),
+                                     host_memory_bytes(_host_memory_option(host_memory, offload)))
 
     def compute_sequence(self, budget: Optional[Budget] = None, algorithm: str = "optimal", *,
                          slots: int = 0, segments: int = 0, threads: int = 0,
                          exact_storages: bool = True, offload: Optional[bool] = None,
+                         host_memory: Union[int, str, None, type(...)] = ...,
                          custom_mem_limit: Optional[Budget] = None,
                          mem_slots: Optional[int] = None,
                          mem_limit: Optional[Budget] = None) -> Solution:
@@ -338,6 +345,8 @@ class Checkpointable(nn.Module):
         ``offload=True`` (optimal only): checkpoints may also be copied to host memory and back
         (docs/python.md, "Offload"), over the link given (``link=``, ``set_link``), else the
         chain's, else the device's, measured once (``remat.measure_link``); default, the
+        constructor's or the last call's. ``host_memory`` (bytes or ``"16GiB"``, with offload;
+        None: no bound) bounds what the copies hold on the host at once; default, the
         constructor's or the last call's."""
         budget = _one_of("budget", budget, "custom_mem_limit", custom_mem_limit)
         budget = _one_of("budget", budget, "mem_limit", mem_limit)
@@ -347,21 +356,26 @@ class Checkpointable(nn.Module):
         given = budget if budget is not None else self.budget
         slots, segments, threads = _solver_arguments(slots, segments, threads)
         offload = bool(self._solve_options.get("offload", False) if offload is None else offload)
+        if host_memory is ...:
+            host_memory = self._solve_options.get("host_memory") if offload else None
+        host_memory = _host_memory_option(host_memory, offload)
         if offload:
             self._ensure_link()
         budget_bytes = parse_budget(
             given if given is not None else self._default_budget(), self.store_all_peak(),
             lambda: self.min_budget(algorithm, slots=slots, segments=segments,
-                                    exact_storages=exact_storages, offload=offload))
+                                    exact_storages=exact_storages, offload=offload,
+                                    host_memory=host_memory))
         # The runtime's reserve and rotor's loss_tmp_memory_usage come out of the budget in the
         # C++ runtime (reserve_bytes()), and every figure of the solution includes them.
         solution = self._impl.compute_sequence(budget_bytes, algorithm, slots, segments, threads,
-                                               bool(exact_storages), offload)
+                                               bool(exact_storages), offload,
+                                               host_memory_bytes(host_memory))
         if budget is not None:
             self.budget = budget
         self._solve_options = {"algorithm": algorithm, "slots": slots, "segments": segments,
                                "threads": threads, "exact_storages": bool(exact_storages),
-                               "offload": offload}
+                               "offload": offload, "host_memory": host_memory}
         return Solution(solution, self._measured_chain())
 
     @property

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
 from . import _C
-from ._api import (Budget, Chain, Link, _link_tuple, _measuring, _profile_arguments, _whole,
-                   check_budget)
+from ._api import (Budget, Chain, Link, _host_memory_option, _link_tuple, _measuring,
+                   _profile_arguments, _whole, check_budget)
 from ._checkpointable import Checkpointable, _use_wrapped_keys
 from ._graph import CapturedGraph, CaptureError
 
@@ -40,7 +40,8 @@ class ModelCheckpointable(Checkpointable):
                  loss: Optional[Callable] = None, output_held: bool = True,
                  repeat: Optional[int] = None, measure_steps: Optional[float] = None,
                  progress: bool = True, max_stages: int = _DEFAULT_MAX_STAGES,
-                 offload: bool = False, link: Optional[Link] = None, **rotor: Any):
+                 offload: bool = False, link: Optional[Link] = None,
+                 host_memory: Optional[Union[int, str]] = None, **rotor: Any):
         nn.Module.__init__(self)
         unknown = set(rotor) - {"custom_input", "mem_limit", "mem_slots", "verbosity",
                                 "preserve_rng_state", "loss_tmp_memory_usage", "context"}
@@ -65,7 +66,8 @@ class ModelCheckpointable(Checkpointable):
         self._takes_context = False
         self._stages_from_module = False
         self._solve_options = {"algorithm": "optimal", "slots": 0, "segments": 0, "threads": 0,
-                               "offload": bool(offload)}
+                               "offload": bool(offload),
+                               "host_memory": _host_memory_option(host_memory, offload)}
         self._link = _link_tuple(link)
         if self._link is not None:
             _C.check_link(self._link)

@@ -89,7 +89,7 @@ ProfileOptions profile_options(int repeat, int warmup, bool measure_time, const 
 
 SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, std::int64_t slots,
                            int segments, int threads, bool exact_storages = true,
-                           bool offload = false) {
+                           bool offload = false, std::int64_t host_memory = -1) {
   // solve() refuses the options the algorithm would ignore.
   return SolveOptions(budget)
       .algorithm(parse_algorithm(algorithm))
@@ -97,7 +97,8 @@ SolveOptions solve_options(std::int64_t budget, const std::string& algorithm, st
       .segments(segments)
       .threads(threads)
       .exact_storages(exact_storages)
-      .offload(offload);
+      .offload(offload)
+      .host_memory_bytes(host_memory);
 }
 
 // A link as Python gives it: (d2h_gbps, h2d_gbps, latency_ms), or None.
@@ -289,21 +290,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("solve", [](const Chain& chain, std::int64_t budget, const std::string& algorithm,
                     std::int64_t slots, int segments, int threads, bool exact_storages,
-                    bool offload) {
+                    bool offload, std::int64_t host_memory) {
     py::gil_scoped_release release;  // pure C++: other Python threads may run
     return solve(chain, solve_options(budget, algorithm, slots, segments, threads, exact_storages,
-                                      offload));
+                                      offload, host_memory));
   }, py::arg("chain"), py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
         py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true,
-        py::arg("offload") = false);
+        py::arg("offload") = false, py::arg("host_memory") = -1);
   m.def("min_feasible_budget", [](const Chain& chain, const std::string& algorithm,
                                   std::int64_t slots, int segments, bool exact_storages,
-                                  bool offload) {
+                                  bool offload, std::int64_t host_memory) {
     py::gil_scoped_release release;
     return min_feasible_budget(chain, solve_options(0, algorithm, slots, segments, 0,
-                                                    exact_storages, offload));
+                                                    exact_storages, offload, host_memory));
   }, py::arg("chain"), py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0,
-        py::arg("exact_storages") = true, py::arg("offload") = false);
+        py::arg("exact_storages") = true, py::arg("offload") = false, py::arg("host_memory") = -1);
   m.def("measure_link", [](const std::string& device, std::int64_t bytes, int repeat) {
     Link link;
     {
@@ -412,14 +413,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "compute_sequence",
           [](CheckpointableImpl& self, std::int64_t budget, const std::string& algorithm,
-             std::int64_t slots, int segments, int threads, bool exact_storages, bool offload) {
+             std::int64_t slots, int segments, int threads, bool exact_storages, bool offload,
+             std::int64_t host_memory) {
             py::gil_scoped_release release;
             return Solution(self.compute_sequence(solve_options(
-                budget, algorithm, slots, segments, threads, exact_storages, offload)));
+                budget, algorithm, slots, segments, threads, exact_storages, offload, host_memory)));
           },
           py::arg("budget"), py::arg("algorithm") = "optimal", py::arg("slots") = 0,
           py::arg("segments") = 0, py::arg("threads") = 0, py::arg("exact_storages") = true,
-          py::arg("offload") = false)
+          py::arg("offload") = false, py::arg("host_memory") = -1)
       .def(
           "set_link",
           [](CheckpointableImpl& self, const std::optional<std::tuple<double, double, double>>& link) {
@@ -458,12 +460,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "min_budget",
           [](const CheckpointableImpl& self, const std::string& algorithm, std::int64_t slots,
-             int segments, bool exact_storages, bool offload) {
-            return self.min_budget(
-                solve_options(0, algorithm, slots, segments, 0, exact_storages, offload));
+             int segments, bool exact_storages, bool offload, std::int64_t host_memory) {
+            return self.min_budget(solve_options(0, algorithm, slots, segments, 0, exact_storages,
+                                                 offload, host_memory));
           },
           py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0,
-          py::arg("exact_storages") = true, py::arg("offload") = false)
+          py::arg("exact_storages") = true, py::arg("offload") = false,
+          py::arg("host_memory") = -1)
       .def_property_readonly("device",
                              [](const CheckpointableImpl& self) { return self.device().str(); })
       .def("trace_next_step", &CheckpointableImpl::trace_next_step)

@@ -1744,6 +1744,15 @@ TEST_CASE("train --offload copies checkpoints to host memory, within the budget"
     if (run.out.find("host memory  ") != std::string::npos) ++offloading;
   }
   CHECK(offloading > 0);
+  // A bound on host memory that no copy fits in: no copies, the plan says so, within budget.
+  std::vector<std::string> bounded = base;
+  bounded.insert(bounded.end(), {"--budget", "40%+", "--offload", "--link", "1000000,1000000,0",
+                                 "--host-memory", "1KiB"});
+  const RunResult within = run_remat(bounded);
+  INFO(describe(within));
+  CHECK(within.exit_code == 0);
+  CHECK_THAT(within.out, Catch::Contains("offload    0 checkpoints"));
+  CHECK_THAT(within.out, Catch::Contains("host memory 0 B of at most 1KiB"));
   // --offload with another algorithm, or a bad link: exit 2, named.
   std::vector<std::string> periodic = base;
   periodic.insert(periodic.end(), {"--budget", "100%", "--algorithm", "periodic", "--offload"});

@@ -125,6 +125,56 @@ def test_offloading_steps_stay_within_the_budget_and_reuse_host_memory():
     assert chk.host_memory["held_bytes"] == 0
 
 
+def test_host_memory_bounds_the_copies_and_training_holds_it():
+    torch.manual_seed(0)
+    model = deep_mlp()
+    x = torch.randn(16, 64)
+    chk = remat.Checkpointable(model, x, progress=False, link=FAST)
+    free = max((chk.compute_sequence(int(p * chk.store_all_peak()), offload=True)
+                for p in (0.4, 0.5, 0.6, 0.7)), key=lambda s: s.offloads)
+    assert free.offloads >= 2, free.sequence
+    bound = free.host_peak_bytes // 2
+    bounded = chk.compute_sequence(free.budget_bytes, offload=True, host_memory=bound)
+    assert bounded.ok and bounded.status == "optimal"
+    assert 0 < bounded.host_peak_bytes <= bound and bounded.offloads < free.offloads
+    assert bounded.makespan_ms >= free.makespan_ms
+    # The bound given as a size; and remat.solve keeps the bound on the chain too.
+    again = chk.compute_sequence(free.budget_bytes, offload=True, host_memory=f"{bound}B")
+    assert again.sequence == bounded.sequence
+    alone = remat.solve(chk.chain, free.budget_bytes, offload=True, host_memory=bound)
+    assert alone.ok and alone.host_peak_bytes <= bound
+    # Training keeps the host memory within the bound, and the next solve keeps the bound.
+    chk.reset_host_peak()
+    train_step(chk, x, 1)
+    assert 0 < chk.host_memory["peak_bytes"] <= bound
+    assert chk.compute_sequence(free.budget_bytes).sequence == bounded.sequence
+    # None: no bound again.
+    assert chk.compute_sequence(free.budget_bytes, host_memory=None).sequence == free.sequence
+    # From the constructor.
+    made = remat.Checkpointable(deep_mlp(), x, progress=False, link=FAST, offload=True,
+                                host_memory=bound)
+    assert made.compute_sequence(free.budget_bytes).host_peak_bytes <= bound
+    assert made.min_budget() >= made.min_budget(host_memory=None)
+
+
+def test_host_memory_refuses_what_it_cannot_mean():
+    torch.manual_seed(0)
+    chain = remat.profile(deep_mlp(), torch.randn(16, 64), progress=False).with_link(FAST)
+    with pytest.raises(ValueError, match="host_memory=1024 bounds the offloaded copies: it needs "
+                                         "offload=True"):
+        remat.solve(chain, "60%", host_memory=1024)
+    with pytest.raises(ValueError, match=r"host_memory \(-1\) must be at least 0 bytes"):
+        remat.solve(chain, "60%", offload=True, host_memory=-1)
+    with pytest.raises(ValueError, match="host_memory: "):
+        remat.solve(chain, "60%", offload=True, host_memory="lots")
+    with pytest.raises(TypeError, match="host_memory: 1.5 is neither bytes"):
+        remat.solve(chain, "60%", offload=True, host_memory=1.5)
+    with pytest.raises(ValueError, match="needs offload=True"):
+        remat.Checkpointable(deep_mlp(), progress=False, host_memory="1GiB")
+    # With no host memory at all, the least budget is recomputation's.
+    assert chain.min_budget(offload=True, host_memory=0) == chain.min_budget()
+
+
 def test_set_link_checks_and_applies_to_later_measurements():
     torch.manual_seed(0)
     chk = remat.Checkpointable(deep_mlp(), progress=False)
