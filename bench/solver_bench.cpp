@@ -8,7 +8,7 @@
 // largest one for all of them.
 //
 // Usage: remat_solver_bench [--quick] [--L N] [--slots N] [--threads T] [--reps R]
-//                           [--offload D2H,H2D,LATENCY]
+//                           [--offload D2H,H2D,LATENCY [--host-percent P]]
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -51,11 +51,12 @@ struct Args {
   int threads = 0;         // 0: one per available core
   int reps = 0;            // 0: 5; 3 for L >= 1000; 1 for L >= 1000 with more than 500 slots
   std::optional<remat::Link> link;  // --offload: solve with offload over this link
+  int host_percent = 0;  // --host-percent: bound the host memory to P% of what it holds unbounded
 };
 
 void print_usage(std::ostream& out) {
   out << "usage: remat_solver_bench [--quick] [--L N] [--slots N] [--threads T] [--reps R]\n"
-         "                          [--offload D2H,H2D,LATENCY]\n"
+         "                          [--offload D2H,H2D,LATENCY [--host-percent P]]\n"
          "  --quick      only L in {30, 100, 300}\n"
          "  --L N        only chains of N stages\n"
          "  --slots N    only N memory slots (default: 500 and 2000)\n"
@@ -63,7 +64,10 @@ void print_usage(std::ostream& out) {
          "  --reps R     repetitions per configuration (default 5; 3 for L >= 1000, 1 there\n"
          "               above 500 slots)\n"
          "  --offload D2H,H2D,LATENCY\n"
-         "               solve with offload over a link of D2H and H2D GB/s and LATENCY ms\n";
+         "               solve with offload over a link of D2H and H2D GB/s and LATENCY ms\n"
+         "  --host-percent P\n"
+         "               with --offload: bound the host memory to P% (1 to 99) of what the\n"
+         "               schedule without a bound holds (SolveOptions::host_memory_bytes)\n";
 }
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -119,11 +123,15 @@ Args parse_args(int argc, char** argv) {
       args.reps = static_cast<int>(parse_positive(flag, value, 1));
     } else if (flag == "--offload") {
       args.link = parse_link(flag, value);
+    } else if (flag == "--host-percent") {
+      args.host_percent = static_cast<int>(parse_positive(flag, value, 1));
+      if (args.host_percent > 99) usage_error("--host-percent expects 1 to 99");
     } else {
       usage_error("unknown argument '" + flag + "'");
     }
     ++i;
   }
+  if (args.host_percent > 0 && !args.link) usage_error("--host-percent needs --offload");
   return args;
 }
 
@@ -179,6 +187,7 @@ struct Measurement {
   double makespan_ms = 0;
   std::int64_t peak_bytes = 0;
   std::int64_t min_feasible_budget_bytes = 0;
+  std::int64_t host_peak_bytes = 0;
   std::int64_t rss_before_bytes = 0;
   std::int64_t max_rss_bytes = 0;
 };
@@ -209,6 +218,7 @@ Measurement solve_here(const remat::Chain& chain, const remat::SolveOptions& opt
     m.makespan_ms = solution.makespan_ms;
     m.peak_bytes = solution.peak_bytes;
     m.min_feasible_budget_bytes = solution.min_feasible_budget_bytes;
+    m.host_peak_bytes = solution.simulation.host_peak_bytes;
     m.ok = true;
   } catch (const std::exception& error) {
     std::snprintf(m.error, sizeof m.error, "%s", error.what());
@@ -345,13 +355,26 @@ int main(int argc, char** argv) {
       std::int64_t budget = nominal_budget;
       std::vector<Measurement> runs;
       std::string failure;
+      std::int64_t host_bound = -1;  // --host-percent: from the first solve without a bound
       while (static_cast<int>(runs.size()) < reps) {
         std::cerr << "solving L=" << length << " slots=" << slots << " (rep " << runs.size() + 1
                   << "/" << reps << ") ..." << std::flush;
-        const remat::SolveOptions options = remat::SolveOptions(budget)
-                                                .slots(slots)
-                                                .threads(args.threads)
-                                                .offload(args.link.has_value());
+        remat::SolveOptions options = remat::SolveOptions(budget)
+                                          .slots(slots)
+                                          .threads(args.threads)
+                                          .offload(args.link.has_value());
+        if (args.host_percent > 0 && host_bound < 0) {
+          const Measurement free = solve_in_child(chain, options);
+          if (free.ok && free.status != static_cast<int>(remat::SolveStatus::kInfeasible)) {
+            host_bound = free.host_peak_bytes * args.host_percent / 100;
+            notes.push_back("L=" + std::to_string(length) + " slots=" + std::to_string(slots) +
+                            ": host bound " + mib(host_bound) + " MiB, " +
+                            std::to_string(args.host_percent) + "% of " +
+                            mib(free.host_peak_bytes) + " MiB held without it (makespan " +
+                            fixed(free.makespan_ms, 2) + " ms)");
+          }
+        }
+        if (host_bound >= 0) options.host_memory_bytes(host_bound);
         const Measurement m = solve_in_child(chain, options);
         if (!m.ok) {
           std::cerr << " failed: " << m.error << "\n";
@@ -388,6 +411,7 @@ int main(int argc, char** argv) {
         row.cells = fixed(median(seconds), 4) + " | " + mib(peak_rss) + " | " + mib(table_bytes) +
                     " | " + fixed(last.makespan_ms, 2) + " | " +
                     std::string(remat::status_name(status));
+        if (host_bound >= 0) row.cells += ", host " + mib(last.host_peak_bytes) + " MiB";
         if (!failure.empty()) row.cells += " (then: " + failure + ")";
       }
       rows.push_back(std::move(row));

@@ -29,6 +29,8 @@
 
 #include "nested_form.h"
 #include "remat/base/check.h"
+#include "remat/base/cores.h"
+#include "worker_pool.h"
 
 namespace remat {
 namespace detail {
@@ -53,6 +55,8 @@ std::size_t level_offsets(const UnitChain& chain, const HostLevels& levels,
   return total;
 }
 
+// A segment's levels are handed to the workers where its leaves times its memories reach this.
+constexpr double kParallelWork = 20000;
 constexpr std::int64_t kFirstBlock = 1 << 12;                  // doubles
 constexpr std::int64_t kLargestBlock = std::int64_t{1} << 22;  // 32 MiB
 
@@ -112,10 +116,16 @@ HostLevels::HostLevels(const UnitChain& chain, const HostUnits& host)
 }
 
 std::size_t HostLevels::index(int i, int l, std::int64_t k) const {
-  const auto begin = sums_.begin() + static_cast<std::ptrdiff_t>(first_[pair(i, l)]);
-  const auto end = begin + static_cast<std::ptrdiff_t>(count_[pair(i, l)]);
   REMAT_INTERNAL_ASSERT(k >= 0);
-  return static_cast<std::size_t>(std::upper_bound(begin, end, k) - begin) - 1;
+  const std::size_t first = first_[pair(i, l)], count = count_[pair(i, l)];
+  // Every sum up to the last reachable (most long segments): the level is k itself.
+  const std::int64_t last = sums_[first + count - 1];
+  if (static_cast<std::size_t>(last) + 1 == count)
+    return static_cast<std::size_t>(k < last ? k : last);
+  const auto begin = sums_.begin() + static_cast<std::ptrdiff_t>(first);
+  return static_cast<std::size_t>(
+             std::upper_bound(begin, begin + static_cast<std::ptrdiff_t>(count), k) - begin) -
+         1;
 }
 
 HostMinMemory::HostMinMemory(const UnitChain& c, const HostLevels& levels)
@@ -181,7 +191,7 @@ double HostBoundedTable::bytes_needed(const UnitChain& chain, const HostLevels& 
 }
 
 HostBoundedTable::HostBoundedTable(const UnitChain& chain, const HostLevels& levels,
-                                   const HostMinMemory& least, std::int64_t capacity)
+                                   const HostMinMemory& least, std::int64_t capacity, int threads)
     : chain_(chain),
       levels_(levels),
       least_(least),
@@ -189,28 +199,44 @@ HostBoundedTable::HostBoundedTable(const UnitChain& chain, const HostLevels& lev
       stride_(static_cast<std::size_t>(chain.length) + 1) {
   REMAT_INTERNAL_ASSERT(capacity >= 0);
   rows_.resize(level_offsets(chain, levels, offsets_));
-  std::vector<double> best(static_cast<std::size_t>(capacity) + 1);
+  WorkerPool pool(std::max(1, threads > 0 ? threads : available_cores()));
+  arenas_.resize(static_cast<std::size_t>(pool.size()));
+  std::vector<std::vector<double>> scratch(
+      arenas_.size(), std::vector<double>(static_cast<std::size_t>(capacity) + 1));
   for (int i = chain.length; i >= 0; --i)
-    for (int l = i; l <= chain.length; ++l)
-      for (int s = 0; s < (chain.two_states(i) ? 2 : 1); ++s)
-        for (std::size_t n = 0; n < levels.count(i, l); ++n) compute_row(i, l, s == 1, n, best);
+    for (int l = i; l <= chain.length; ++l) {
+      const int states = chain.two_states(i) ? 2 : 1;
+      const auto count = static_cast<std::int64_t>(levels.count(i, l)) * states;
+      const auto row = [&](std::int64_t task, int worker) {
+        const auto w = static_cast<std::size_t>(worker);
+        compute_row(i, l, task % states == 1, static_cast<std::size_t>(task / states), scratch[w],
+                    arenas_[w]);
+      };
+      // The levels of a long segment side by side; a short one's on this thread (a hand-off
+      // costs more than its rows).
+      if (pool.size() > 1 && count > 1 &&
+          static_cast<double>(l - i) * static_cast<double>(capacity) >= kParallelWork)
+        pool.run(count, row);
+      else
+        for (std::int64_t task = 0; task < count; ++task) row(task, 0);
+    }
+  for (const Arena& arena : arenas_) stored_bytes_ += arena.bytes;
 }
 
-double* HostBoundedTable::allocate(std::int64_t count) {
-  if (blocks_.empty() || used_ + count > block_size_) {
-    block_size_ =
-        std::max(count, blocks_.empty() ? kFirstBlock : std::min(2 * block_size_, kLargestBlock));
-    blocks_.emplace_back(new double[static_cast<std::size_t>(block_size_)]);
-    used_ = 0;
-    stored_bytes_ += block_size_ * static_cast<std::int64_t>(sizeof(double));
+double* HostBoundedTable::Arena::allocate(std::int64_t count) {
+  if (blocks.empty() || used + count > size) {
+    size = std::max(count, blocks.empty() ? kFirstBlock : std::min(2 * size, kLargestBlock));
+    blocks.emplace_back(new double[static_cast<std::size_t>(size)]);
+    used = 0;
+    bytes += size * static_cast<std::int64_t>(sizeof(double));
   }
-  double* out = blocks_.back().get() + used_;
-  used_ += count;
+  double* out = blocks.back().get() + used;
+  used += count;
   return out;
 }
 
 void HostBoundedTable::compute_row(int i, int l, bool taped, std::size_t n,
-                                   std::vector<double>& scratch) {
+                                   std::vector<double>& scratch, Arena& arena) {
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
   const std::int64_t k = levels_.sum(i, l, n);
@@ -218,7 +244,7 @@ void HostBoundedTable::compute_row(int i, int l, bool taped, std::size_t n,
   const std::int64_t lo = least_.at(i, l, taped, k);
   if (lo > capacity_) return;  // +inf everywhere: an empty row
   if (i == l) {
-    double* value = allocate(1);
+    double* value = arena.allocate(1);
     *value = c.fw[ui] + c.bw[ui];
     out = RowView{value, lo, lo, *value};
     return;
@@ -262,7 +288,7 @@ void HostBoundedTable::compute_row(int i, int l, bool taped, std::size_t n,
                         taped ? ", taped" : "", ", ", k, ") infinite at its minimum");
   std::int64_t last = width - 1;
   while (last > 0 && best[last - 1] == best[width - 1]) --last;
-  double* values = allocate(last + 1);
+  double* values = arena.allocate(last + 1);
   std::memcpy(values, best, static_cast<std::size_t>(last + 1) * sizeof(double));
   out = RowView{values, lo, lo + last, values[last]};
 }

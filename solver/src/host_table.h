@@ -85,11 +85,12 @@ class HostMinMemory {
 // Opt(i, l, m, s, k): the persistent table's Opt with at most k host units of offloaded
 // checkpoints in the segment (x_i's own copy included where it offloads x_i). Rows stored as
 // the persistent table's: +inf below their least memory, constant from where they saturate.
-// Computed on the calling thread.
+// The levels of a segment are computed side by side by `threads` workers (0: one per
+// available core), each segment after the ones it reads.
 class HostBoundedTable {
  public:
   HostBoundedTable(const UnitChain& chain, const HostLevels& levels, const HostMinMemory& least,
-                   std::int64_t capacity);
+                   std::int64_t capacity, int threads = 1);
   double value(int i, int l, std::int64_t m, bool taped, std::int64_t k) const {
     return row(i, l, taped, k).at(m);
   }
@@ -112,9 +113,15 @@ class HostBoundedTable {
   const RowView& row(int i, int l, bool taped, std::int64_t k) const {
     return rows_[slot(i, l, taped) + levels_.index(i, l, k)];
   }
-  void compute_row(int i, int l, bool taped, std::size_t n, std::vector<double>& best);
+  // Rows are allocated from one arena per worker.
+  struct Arena {
+    std::vector<std::unique_ptr<double[]>> blocks;
+    std::int64_t used = 0, size = 0, bytes = 0;
+    double* allocate(std::int64_t count);
+  };
+  void compute_row(int i, int l, bool taped, std::size_t n, std::vector<double>& best,
+                   Arena& arena);
   void rebuild(int i, int l, std::int64_t m, bool taped, std::int64_t k, Sequence& out) const;
-  double* allocate(std::int64_t count);
 
   const UnitChain& chain_;
   const HostLevels& levels_;
@@ -123,8 +130,7 @@ class HostBoundedTable {
   std::size_t stride_;
   std::vector<std::size_t> offsets_;
   std::vector<RowView> rows_;
-  std::vector<std::unique_ptr<double[]>> blocks_;
-  std::int64_t used_ = 0, block_size_ = 0;
+  std::vector<Arena> arenas_;
   std::int64_t stored_bytes_ = 0;
 };
 

@@ -46,8 +46,10 @@ class PersistentTable {
   double value(int i, int l, std::int64_t m, bool taped = false) const {
     return row(i, l, taped).at(m);
   }
-  // The sequence achieving value(0, L, m), ties broken as the reference does.
-  Sequence rebuild(std::int64_t m) const;
+  // The sequence achieving value(0, L, m), ties broken as the reference does; with
+  // `fewest_copies`, a choice that offloads nothing first where another ties with it (fewer
+  // copies on the host, SolveOptions::host_memory_bytes).
+  Sequence rebuild(std::int64_t m, bool fewest_copies = false) const;
   // Bytes held by the table's rows.
   std::int64_t stored_bytes() const { return stored_bytes_; }
   // The work it took to compute the table.
@@ -93,7 +95,7 @@ class PersistentTable {
                 const Row& left, const Row& right, Pending& p, TableStats& stats);
   void finish_row(int i, int l, bool taped, int worker, Pending& p, TableStats& stats);
   double* allocate(int worker, std::int64_t count);
-  void rebuild(int i, int l, std::int64_t m, bool taped, Sequence& out) const;
+  void rebuild(int i, int l, std::int64_t m, bool taped, bool fewest_copies, Sequence& out) const;
 
   const UnitChain& chain_;
   const MinMemoryTable& min_memory_;

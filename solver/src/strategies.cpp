@@ -143,8 +143,20 @@ class PersistentTableStrategy final : public Strategy {
                             " exceeds the budget ", budget);
     }
     if (options_.host_memory_bytes() >= 0 && sim.host_peak_bytes > options_.host_memory_bytes()) {
-      out.candidate = host_bounded_candidate(*units, disc, available, warning);
-      return out;
+      // An optimum that offloads less, where one ties: within the bound, it is the optimum
+      // under it too. Else the table under the bound.
+      Sequence fewer = table.rebuild(available, true);
+      Simulation fewer_sim = simulate(chain_, fewer, TimeModel{options_.use_nograd_time()});
+      if (fewer_sim.host_peak_bytes > options_.host_memory_bytes()) {
+        out.candidate = host_bounded_candidate(*units, disc, available, warning);
+        return out;
+      }
+      REMAT_INTERNAL_ASSERT(
+          fewer_sim.makespan_ms == sim.makespan_ms && fewer_sim.peak_bytes <= budget,
+          "the optimum with the fewest copies takes ", fewer_sim.makespan_ms, " ms and peaks at ",
+          fewer_sim.peak_bytes, " bytes, not ", sim.makespan_ms, " ms within ", budget);
+      sequence = std::move(fewer);
+      sim = std::move(fewer_sim);
     }
     out.candidate = candidate_of(std::move(sequence), std::move(sim), disc, budget);
     out.candidate->warning = std::move(warning);
@@ -189,7 +201,7 @@ class PersistentTableStrategy final : public Strategy {
         warning = joined(warning, str_cat("the host memory bound divided into ", slots,
                                           " units instead of ", options_.host_slots(),
                                           " for its table to fit in ", limit_.description));
-      const HostBoundedTable table(units, levels, least, available);
+      const HostBoundedTable table(units, levels, least, available, options_.threads());
       Sequence sequence = table.rebuild(available);
       Simulation sim = simulate(chain_, sequence, TimeModel{options_.use_nograd_time()});
       const double predicted = table.value(0, length, available, false, host.capacity);

@@ -196,7 +196,7 @@ double host_dp_value(const Chain& chain, std::int64_t budget, std::int64_t host,
 struct HostChecked {
   // binding: the bound makes the optimum slower; partly: slower, yet faster than offloading
   // nothing (some copies fit, not all that would pay).
-  int chains = 0, bounds = 0, binding = 0, partly = 0, feasible = 0;
+  int chains = 0, bounds = 0, binding = 0, partly = 0, feasible = 0, solved = 0;
 };
 
 // At budgets from the family's least to the store-all peak and host bounds from 0 to the most
@@ -257,6 +257,27 @@ void check_host_bounds(const Chain& chain, bool exact, HostChecked& checked) {
         CHECK((std::isinf(got) || got >= best - 1e-9 * std::max(1.0, best)));
       if (best > unbounded) ++checked.binding;
       if (best > unbounded && best < nothing) ++checked.partly;
+      // solve() under the bound, in host units of one byte: the table's optimum, or the
+      // unbounded optimum's sequence with the fewest copies where that one is within it (or,
+      // where the table is not exact, store-all at the store-all peak).
+      const Solution solved =
+          solve(chain, SolveOptions(budget).offload(true).host_memory_bytes(host).host_slots(
+                           std::max<std::int64_t>(1, host)));
+      INFO("solve(): " << status_name(solved.status) << " " << collapsed_string(solved.sequence)
+                       << ", host " << solved.simulation.host_peak_bytes << ", "
+                       << solved.makespan_ms << " ms");
+      if (exact) {
+        CHECK(solved.ok() == !std::isinf(best));
+        if (solved.ok()) CHECK(same_time(solved.makespan_ms, best));
+      } else if (solved.ok()) {
+        CHECK(solved.makespan_ms >= best - 1e-9 * std::max(1.0, best));
+        CHECK((std::isinf(got) || solved.makespan_ms <= got + 1e-9 * std::max(1.0, got)));
+      }
+      if (solved.ok()) {
+        CHECK(solved.peak_bytes <= budget);
+        CHECK(solved.simulation.host_peak_bytes <= host);
+        ++checked.solved;
+      }
       if (std::isinf(got)) continue;
       ++checked.feasible;
       INFO("dp: " << collapsed_string(sequence));
@@ -599,6 +620,7 @@ TEST_CASE("host bound: the table is the fastest offloading nested schedule withi
                       << " feasible");
   CHECK(checked.binding >= 20);  // the bound changes the optimum at many budgets,
   CHECK(checked.partly >= 6);    // and lets some copies through at some
+  CHECK(checked.solved >= checked.feasible);
   CHECK(checked.feasible >= 2000);
 }
 
@@ -645,6 +667,42 @@ TEST_CASE("host bound: above what any schedule holds, the table is the persisten
     CHECK(differences == 0);
     CHECK(compared > 0);
   }
+}
+
+TEST_CASE("host bound: the table's levels side by side on two threads are the same",
+          "[solver][offload]") {
+  int parallel = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    test::RandomChainSpec spec;
+    spec.min_length = 12;
+    spec.max_length = 14;
+    spec.max_bytes = 400;
+    spec.partial_keeps = seed % 2 == 0;
+    Chain chain = test::random_chain(seed, spec);
+    chain.link = Link{1e-2, 1e-2, 0};
+    INFO(chain_to_json(chain));
+    const detail::UnitChain units = detail::make_unit_chain(chain, 1, true, false, true);
+    std::int64_t all = 0;
+    for (int i = 1; i < chain.length(); ++i) all += chain.activation_bytes(i);
+    const detail::HostUnits host = detail::host_units(chain, all / 2, 8);
+    const detail::HostLevels levels(units, host);
+    const detail::HostMinMemory least(units, levels);
+    const std::int64_t frame = store_all_peak(chain) - units.context;
+    // Segments of 7 stages and more are handed to the workers (kParallelWork) from 3000 units.
+    if (frame >= 3000) ++parallel;
+    const detail::HostBoundedTable one(units, levels, least, frame, 1);
+    const detail::HostBoundedTable two(units, levels, least, frame, 2);
+    int differences = 0;
+    for (int i = 0; i <= chain.length(); ++i)
+      for (int l = i; l <= chain.length(); ++l)
+        for (const bool taped : {false, true})
+          for (std::int64_t k = 0; k <= host.capacity; ++k)
+            for (std::int64_t m = 0; m <= frame; m += 7)
+              differences += one.value(i, l, m, taped, k) == two.value(i, l, m, taped, k) ? 0 : 1;
+    CHECK(differences == 0);
+    CHECK(collapsed_string(one.rebuild(frame)) == collapsed_string(two.rebuild(frame)));
+  }
+  CHECK(parallel >= 3);
 }
 
 TEST_CASE("host bound: solve() keeps the copies within it", "[solver][offload]") {
