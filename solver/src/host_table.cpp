@@ -151,10 +151,9 @@ HostMinMemory::HostMinMemory(const UnitChain& c, const HostLevels& levels)
           const std::int64_t rest = at(i + 1, l, true, k);
           if (rest < kUnreachable)
             best = std::max(c.chain_step_memory(i, l, taped), c.chain_shift(i, taped) + rest);
-          std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+          std::int64_t lf = 0;
           for (int j = i + 1; j <= l; ++j) {
-            const auto uj = static_cast<std::size_t>(j);
-            if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+            lf = c.leaf_forwards(i, j, lf);
             const std::int64_t left = at(i, j - 1, taped, k);
             if (left >= kUnreachable) continue;
             const std::int64_t forwards = c.x[ui] + c.g[ul + 1] + lf;
@@ -255,11 +254,11 @@ void HostBoundedTable::compute_row(int i, int l, bool taped, std::size_t n,
   const std::int64_t tail = c.left_shift(l);
   const bool offloadable = c.offloadable(i, taped) && k >= levels_.size(i);
   double sum = 0;
-  std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+  std::int64_t lf = 0;
   for (int j = i + 1; j <= l; ++j) {
     const auto uj = static_cast<std::size_t>(j);
     sum += c.nf[uj - 1];
-    if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+    lf = c.leaf_forwards(i, j, lf);
     const RowView& left = row(i, j - 1, taped, k);
     if (left.empty()) continue;
     const double prefix = sum + c.restart_after(j);
@@ -313,13 +312,13 @@ void HostBoundedTable::rebuild(int i, int l, std::int64_t m, bool taped, std::in
   const double target = value(i, l, m, taped, k);
   const bool offloadable = c.offloadable(i, taped) && k >= levels_.size(i);
   double prefix = 0;
-  std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+  std::int64_t lf = 0;
   const std::int64_t rest = m - c.x[ui];
   const std::int64_t tail = c.left_shift(l);
   for (int j = i + 1; j <= l; ++j) {
     const auto uj = static_cast<std::size_t>(j);
     prefix += c.nf[uj - 1];
-    if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+    lf = c.leaf_forwards(i, j, lf);
     if (m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
     const double left = row(i, j - 1, taped, k).at(m - tail);
     const double candidate =

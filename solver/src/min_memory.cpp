@@ -116,10 +116,10 @@ void MinMemoryTable::build(const UnitChain& c, std::int64_t limit) {
       at(i, i, taped) = clamp(std::max(c.forward_memory(i, i), c.backward_memory(i, taped)));
     }
     mm_t[ui * stride_ + ui] = at(i, i, false);
-    std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+    std::int64_t lf = 0;
     for (int l = i + 1; l <= length; ++l) {
       const auto ul = static_cast<std::size_t>(l);
-      if (l > i + 1) lf = std::max(lf, c.x[ul - 1] + c.x[ul] + c.nt[ul - 1]);
+      lf = c.leaf_forwards(i, l, lf);
       forward[ul] = clamp(lf);  // lf(i, l)
       const T a = clamp(c.x[ui]);
       const T b = clamp(c.x[ui] + c.g[ul + 1]);
@@ -180,12 +180,12 @@ class MinMemoryTable::LeastMemory {
     const std::int64_t target = t_.at(i, l, taped);
     double best = kInfinity;
     int best_choice = kNone;  // j for a leaf, -j for an offloading one, 0 for the chain step
-    std::int64_t lf = c_.x[ui + 1] + c_.nt[ui];
+    std::int64_t lf = 0;
     double prefix = 0;
     for (int j = i + 1; j <= l; ++j) {
       const auto uj = static_cast<std::size_t>(j);
       prefix += c_.nf[uj - 1];
-      if (j > i + 1) lf = std::max(lf, c_.x[uj - 1] + c_.x[uj] + c_.nt[uj - 1]);
+      lf = c_.leaf_forwards(i, j, lf);
       const std::int64_t leaf =
           std::max({c_.x[ui] + c_.g[static_cast<std::size_t>(l) + 1] + lf,
                     c_.x[ui] + t_.at(j, l, false), c_.left_shift(l) + t_.at(i, j - 1, taped)});

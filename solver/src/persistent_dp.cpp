@@ -206,13 +206,13 @@ void PersistentTable::run_block(int start, int end, int tile, int worker, double
   std::vector<std::int64_t> forward(static_cast<std::size_t>(count) * columns, 0);
   for (int k = 0; k < count; ++k) {
     double sum = 0;
-    const auto i = static_cast<std::size_t>(start + k);
-    std::int64_t lf = c.x[i + 1] + c.nt[i];
+    const int i = start + k;
+    std::int64_t lf = 0;
     for (int j = start + k + 1; j <= length; ++j) {
       const auto uj = static_cast<std::size_t>(j);
       const std::size_t at = static_cast<std::size_t>(k) * columns + uj;
       sum += c.nf[uj - 1];
-      if (uj > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+      lf = c.leaf_forwards(i, j, lf);
       prefix[at] = sum + c.restart_after(j);
       if (c.offload()) offload_prefix[at] = prefix[at] + c.copy_wait(start + k, j, sum);
       forward[at] = lf;
@@ -386,11 +386,11 @@ void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, bool few
   const std::int64_t rest = m - c.x[ui];
   const auto leaves = [&](bool plain, bool offloading) {
     double prefix = 0;
-    std::int64_t lf = c.x[ui + 1] + c.nt[ui];
+    std::int64_t lf = 0;
     for (int j = i + 1; j <= l; ++j) {
       const auto uj = static_cast<std::size_t>(j);
       prefix += c.nf[uj - 1];
-      if (j > i + 1) lf = std::max(lf, c.x[uj - 1] + c.x[uj] + c.nt[uj - 1]);
+      lf = c.leaf_forwards(i, j, lf);
       if (m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
       if (plain && rest >= 0 &&
           ((prefix + c.restart_after(j)) + row(j, l).at(rest)) +

@@ -115,6 +115,15 @@ struct UnitChain {
     if (l == length) backward += tail - (i + 1 == length ? tail_shared : 0);
     return forward > backward ? forward : backward;
   }
+  // lf(i, j), what a leaf's forwards CF_i Fn_{i+1} .. Fn_{j-1} need beyond x_i (each forward's
+  // input, output and temporary, the largest), from lf(i, j-1) given as `previous` (ignored
+  // for j = i + 1): the leaves of a segment are swept by increasing j.
+  std::int64_t leaf_forwards(int i, int j, std::int64_t previous) const {
+    const auto a = static_cast<std::size_t>(j);
+    if (j == i + 1) return x[a] + nt[a - 1];
+    const std::int64_t next = x[a - 1] + x[a] + nt[a - 1];
+    return next > previous ? next : previous;
+  }
   // What the caller's x_L takes from the memory of the left part (i, j-1) of a leaf of
   // segment (i, l): all of it after the loss, i.e. when l = L.
   std::int64_t left_shift(int l) const { return l == length ? tail : 0; }
