@@ -294,64 +294,17 @@ void HostBoundedTable::compute_row(int i, int l, bool taped, std::size_t n,
 
 Sequence HostBoundedTable::rebuild(std::int64_t m) const {
   REMAT_INTERNAL_ASSERT(value(0, chain_.length, m, false, levels_.capacity()) < kInfinity);
+  // The table as rebuild_nested reads it: the host units left as its index.
+  struct Rows {
+    const HostBoundedTable& table;
+    double opt(int i, int l, std::int64_t memory, bool taped, std::int64_t k) const {
+      return table.value(i, l, memory, taped, k);
+    }
+    std::int64_t copy_size(int i) const { return table.levels_.size(i); }
+  };
   Sequence out;
-  rebuild(0, chain_.length, m, false, levels_.capacity(), out);
+  rebuild_nested(chain_, Rows{*this}, 0, chain_.length, m, false, levels_.capacity(), false, out);
   return out;
-}
-
-// As PersistentTable::rebuild: the first candidate equal to the optimum, leaves by increasing
-// j (each before its offloading form), then the chain step.
-void HostBoundedTable::rebuild(int i, int l, std::int64_t m, bool taped, std::int64_t k,
-                               Sequence& out) const {
-  const UnitChain& c = chain_;
-  const auto ui = static_cast<std::size_t>(i);
-  if (i == l) {
-    append_single_stage(i, c.length, out);
-    return;
-  }
-  const double target = value(i, l, m, taped, k);
-  const bool offloadable = c.offloadable(i, taped) && k >= levels_.size(i);
-  double prefix = 0;
-  std::int64_t lf = 0;
-  const std::int64_t rest = m - c.x[ui];
-  const std::int64_t tail = c.left_shift(l);
-  for (int j = i + 1; j <= l; ++j) {
-    const auto uj = static_cast<std::size_t>(j);
-    prefix += c.nf[uj - 1];
-    lf = c.leaf_forwards(i, j, lf);
-    if (m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
-    const double left = row(i, j - 1, taped, k).at(m - tail);
-    const double candidate =
-        rest < 0 ? kInfinity
-                 : ((prefix + c.restart_after(j)) + row(j, l, false, k).at(rest)) + left;
-    if (candidate == target) {
-      append_leaf_forwards(i, j, out);
-      rebuild(j, l, rest, false, k, out);
-      rebuild(i, j - 1, m - tail, taped, k, out);
-      return;
-    }
-    if (offloadable && m >= c.x[ui] + c.last_backward_memory(j, l)) {
-      const std::int64_t moved_k = k - levels_.size(i);
-      const double offloading = ((prefix + c.restart_after(j)) + c.copy_wait(i, j, prefix)) +
-                                row(j, l, false, moved_k).at(m) + left;
-      if (offloading == target) {
-        append_offload_leaf_forwards(i, j, out);
-        rebuild(j, l, m, false, moved_k, out);
-        finish_offload_leaf(i, out);
-        rebuild(i, j - 1, m - tail, taped, k, out);
-        return;
-      }
-    }
-  }
-  const std::int64_t after = m - c.chain_shift(i, taped);
-  const bool chain_ok = after >= 0 && m >= c.chain_step_memory(i, l, taped);
-  REMAT_INTERNAL_ASSERT(
-      chain_ok && (c.fw[ui] + c.bw[ui]) + row(i + 1, l, true, k).at(after) == target,
-      "no choice reaches the host-bounded Opt(", i, ", ", l, ", ", m, taped ? ", taped" : "", ", ",
-      k, ")");
-  out.push_back(fe(i));
-  rebuild(i + 1, l, after, true, k, out);
-  out.push_back(bwd(i));
 }
 
 }  // namespace detail

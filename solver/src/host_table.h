@@ -121,7 +121,6 @@ class HostBoundedTable {
   };
   void compute_row(int i, int l, bool taped, std::size_t n, std::vector<double>& best,
                    Arena& arena);
-  void rebuild(int i, int l, std::int64_t m, bool taped, std::int64_t k, Sequence& out) const;
 
   const UnitChain& chain_;
   const HostLevels& levels_;

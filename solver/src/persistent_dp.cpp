@@ -366,65 +366,17 @@ void PersistentTable::finish_row(int i, int l, bool taped, int worker, Pending& 
 
 Sequence PersistentTable::rebuild(std::int64_t m, bool fewest_copies) const {
   REMAT_INTERNAL_ASSERT(value(0, chain_.length, m) < kInfinity);
-  Sequence out;
-  rebuild(0, chain_.length, m, false, fewest_copies, out);
-  return out;
-}
-
-void PersistentTable::rebuild(int i, int l, std::int64_t m, bool taped, bool fewest_copies,
-                              Sequence& out) const {
-  const UnitChain& c = chain_;
-  const auto ui = static_cast<std::size_t>(i);
-  if (i == l) {
-    append_single_stage(i, c.length, out);
-    return;
-  }
-  const double target = value(i, l, m, taped);
-  // The reference keeps the first strict improvement over leaves by increasing j, then the
-  // chain step: the first candidate equal to the optimum, in that order. With fewest_copies,
-  // the plain leaves and the chain step come before every offloading leaf.
-  const std::int64_t rest = m - c.x[ui];
-  const auto leaves = [&](bool plain, bool offloading) {
-    double prefix = 0;
-    std::int64_t lf = 0;
-    for (int j = i + 1; j <= l; ++j) {
-      const auto uj = static_cast<std::size_t>(j);
-      prefix += c.nf[uj - 1];
-      lf = c.leaf_forwards(i, j, lf);
-      if (m < c.x[ui] + c.g[static_cast<std::size_t>(l) + 1] + lf) continue;
-      if (plain && rest >= 0 &&
-          ((prefix + c.restart_after(j)) + row(j, l).at(rest)) +
-                  row(i, j - 1, taped).at(m - c.left_shift(l)) ==
-              target) {
-        append_leaf_forwards(i, j, out);
-        rebuild(j, l, rest, false, fewest_copies, out);
-        rebuild(i, j - 1, m - c.left_shift(l), taped, fewest_copies, out);
-        return true;
-      }
-      if (offloading && c.offloadable(i, taped) && m >= c.x[ui] + c.last_backward_memory(j, l) &&
-          ((prefix + c.restart_after(j)) + c.copy_wait(i, j, prefix)) + row(j, l).at(m) +
-                  row(i, j - 1, taped).at(m - c.left_shift(l)) ==
-              target) {
-        append_offload_leaf_forwards(i, j, out);
-        rebuild(j, l, m, false, fewest_copies, out);
-        finish_offload_leaf(i, out);
-        rebuild(i, j - 1, m - c.left_shift(l), taped, fewest_copies, out);
-        return true;
-      }
+  // The table as rebuild_nested reads it: no host index.
+  struct Rows {
+    const PersistentTable& table;
+    double opt(int i, int l, std::int64_t memory, bool taped, std::int64_t) const {
+      return table.value(i, l, memory, taped);
     }
-    return false;
+    std::int64_t copy_size(int) const { return 0; }
   };
-  const std::int64_t after = m - c.chain_shift(i, taped);
-  const bool chain_ok = after >= 0 && m >= c.chain_step_memory(i, l, taped) &&
-                        (c.fw[ui] + c.bw[ui]) + row(i + 1, l, true).at(after) == target;
-  if (fewest_copies ? leaves(true, false) || (!chain_ok && leaves(false, true))
-                    : leaves(true, true))
-    return;
-  REMAT_INTERNAL_ASSERT(chain_ok, "no choice reaches Opt(", i, ", ", l, ", ", m,
-                        taped ? ", taped" : "", ")");
-  out.push_back(fe(i));
-  rebuild(i + 1, l, after, true, fewest_copies, out);
-  out.push_back(bwd(i));
+  Sequence out;
+  rebuild_nested(chain_, Rows{*this}, 0, chain_.length, m, false, 0, fewest_copies, out);
+  return out;
 }
 
 }  // namespace detail

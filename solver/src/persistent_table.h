@@ -95,7 +95,6 @@ class PersistentTable {
                 const Row& left, const Row& right, Pending& p, TableStats& stats);
   void finish_row(int i, int l, bool taped, int worker, Pending& p, TableStats& stats);
   double* allocate(int worker, std::int64_t count);
-  void rebuild(int i, int l, std::int64_t m, bool taped, bool fewest_copies, Sequence& out) const;
 
   const UnitChain& chain_;
   const MinMemoryTable& min_memory_;
