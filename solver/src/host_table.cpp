@@ -19,8 +19,8 @@
 // A segment (i, l) can offload only x_i .. x_{l-1}, so the host memory its schedules hold is a
 // sum of some of their sizes: its rows change only at those sums, and are stored once for each
 // (HostLevels; with copies of 25 units and 32 units of host memory, two levels, not 33). The
-// rows are computed in the persistent table's order without its blocks and tiles, on one
-// thread.
+// rows are computed in the persistent table's order without its blocks and tiles, a long
+// segment's levels side by side on the solver's threads.
 #include "host_table.h"
 
 #include <algorithm>
@@ -36,8 +36,8 @@ namespace remat {
 namespace detail {
 namespace {
 
-// The offsets of a table of levels: for each (state, i, l), its first level's index, levels
-// 0 .. cap(i, l) following it. Returns the total.
+// The offsets of a table of levels: for each (state, i, l), its first level's index, its
+// other levels (HostLevels::count) following it. Returns the total.
 std::size_t level_offsets(const UnitChain& chain, const HostLevels& levels,
                           std::vector<std::size_t>& offsets) {
   const auto stride = static_cast<std::size_t>(chain.length) + 1;
