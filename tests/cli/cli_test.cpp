@@ -1036,6 +1036,22 @@ TEST_CASE("tradeoff --offload: a column, a JSON field and a curve of its own", "
       CHECK(point["offloading"]["makespan_ms"].get<double>() <=
             point["optimal"]["makespan_ms"].get<double>() * (1 + 1e-12));
   }
+  // With no host memory for copies, each offloading point is recomputation's: no copies.
+  const RunResult none = run_remat({"tradeoff", "--chain", kResnet18, "--points", "5", "--offload",
+                                    "--link", "450,450,0.005", "--host-memory", "0",
+                                    "--format", "json"});
+  REQUIRE(none.exit_code == 0);
+  int compared = 0;
+  const json bounded = json::parse(none.out);
+  for (const json& point : bounded["points"]) {
+    INFO(point.dump());
+    if (!point["offloading"]["feasible"].get<bool>()) continue;
+    CHECK(point["offloading"]["offloads"] == 0);
+    CHECK(point["offloading"]["makespan_ms"].get<double>() >=
+          point["optimal"]["makespan_ms"].get<double>() * (1 - 1e-12));
+    ++compared;
+  }
+  CHECK(compared >= 3);
   const RunResult plain = run_remat({"tradeoff", "--chain", kResnet18, "--points", "5",
                                      "--format", "json"});
   CHECK_FALSE(json::parse(plain.out)["points"][0].contains("offloading"));
