@@ -1,5 +1,7 @@
 # Shared by scripts/run.sh and scripts/torch-free-checks.sh (sourced, from the clone's root):
-#   step TITLE                      prints "== [XmYs] TITLE", the time since REMAT_STARTED
+#   step TITLE                      prints "== [XmYs] TITLE", the time since REMAT_STARTED (and
+#                                   appends it to the run's record, where the caller keeps one:
+#                                   remat_record)
 #   passed_key PATH...              the key of those committed paths and the compilers, or ""
 #                                   where the tree has uncommitted changes
 #   unless_passed CHECK KEY TITLE COMMAND...
@@ -17,6 +19,26 @@ export REMAT_STARTED=${REMAT_STARTED:-$(date +%s)}
 step() {
   local elapsed=$(( $(date +%s) - REMAT_STARTED ))
   echo "== [$(( elapsed / 60 ))m$(( elapsed % 60 ))s] $*"
+  [ -z "${remat_record_file:-}" ] ||
+    echo "== [$(( elapsed / 60 ))m$(( elapsed % 60 ))s] $*" >> "$remat_record_file" 2>/dev/null || true
+}
+
+# remat_record MODE: keeps this run's steps, as step prints them, in a file of its own outside
+# the clone (~/.cache/remat/runs/, the last 30 runs), after a header saying which commit ran
+# where, with which locale (ccache hashes it with every compilation) and ccache folder: what a
+# later look can read of a run whose output was not kept (CI's, when it passes). The variable
+# is the calling shell's own: the scripts it starts keep no record of theirs.
+remat_record() {
+  local dir=${XDG_CACHE_HOME:-$HOME/.cache}/remat/runs
+  mkdir -p "$dir" 2>/dev/null || return 0
+  remat_record_file=$dir/$(date -u +%Y%m%d-%H%M%S)-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)-$1.log
+  {
+    echo "run.sh $1 at $(git rev-parse HEAD 2>/dev/null || echo '?') (tree clean: $REMAT_CLEAN_TREE)"
+    echo "in $(pwd -P) as $(id -un 2>/dev/null || echo '?'), started $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "locale: LANG=${LANG-(unset)} LC_ALL=${LC_ALL-(unset)} LC_CTYPE=${LC_CTYPE-(unset)} LC_MESSAGES=${LC_MESSAGES-(unset)}"
+    echo "ccache folder: ${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/ccache}"
+  } > "$remat_record_file" 2>/dev/null || { remat_record_file=; return 0; }
+  ls -1t "$dir" | tail -n +31 | while read -r old; do rm -f "$dir/$old"; done
 }
 
 passed_dir=${XDG_CACHE_HOME:-$HOME/.cache}/remat/passed

@@ -23,6 +23,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # step, passed_key, unless_passed (the checks not run again where the same files passed them).
 [ "$mode" = test ] || export REMAT_CLEAN_TREE=0
 source scripts/run-lib.sh
+remat_record "$mode"
 
 pins=scripts/torch-requirements.txt
 venv=${REMAT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-$(sha256sum "$pins" | cut -c1-12)}
