@@ -143,7 +143,7 @@ MUTATIONS = [
      "under a host bound, an offloading leaf's right part may fill the host as if x_i's copy "
      "were not there"),
     ("host-least-level", "solver/src/host_table.cpp",
-     "const std::int64_t moved = at(j, l, false, k - levels_.size(i));",
+     "const std::int64_t moved = at(j, l, false, k - levels.size(i));",
      "const std::int64_t moved = at(j, l, false, k);",
      "under a host bound, the least memory lets an offloading leaf's right part fill the host "
      "as if x_i's copy were not there"),

@@ -36,25 +36,6 @@ namespace remat {
 namespace detail {
 namespace {
 
-// The offsets of a table of levels: for each (state, i, l), its first level's index, its
-// other levels (HostLevels::count) following it. Returns the total.
-std::size_t level_offsets(const UnitChain& chain, const HostLevels& levels,
-                          std::vector<std::size_t>& offsets) {
-  const auto stride = static_cast<std::size_t>(chain.length) + 1;
-  offsets.assign(2 * stride * stride, 0);
-  std::size_t total = 0;
-  for (int s = 0; s < 2; ++s)
-    for (int i = 0; i <= chain.length; ++i) {
-      if (s == 1 && !chain.two_states(i)) continue;
-      for (int l = i; l <= chain.length; ++l) {
-        offsets[(static_cast<std::size_t>(s) * stride + static_cast<std::size_t>(i)) * stride +
-                static_cast<std::size_t>(l)] = total;
-        total += levels.count(i, l);
-      }
-    }
-  return total;
-}
-
 // A segment's levels are handed to the workers where its leaves times its memories reach this.
 constexpr double kParallelWork = 20000;
 constexpr std::int64_t kFirstBlock = 1 << 12;                  // doubles
@@ -128,25 +109,37 @@ std::size_t HostLevels::index(int i, int l, std::int64_t k) const {
          1;
 }
 
+HostLayout::HostLayout(const UnitChain& chain, const HostLevels& levels)
+    : chain_(chain),
+      levels_(levels),
+      stride_(static_cast<std::size_t>(chain.length) + 1),
+      offsets_(2 * stride_ * stride_, 0) {
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i <= chain.length; ++i) {
+      if (s == 1 && !chain.two_states(i)) continue;
+      for (int l = i; l <= chain.length; ++l) {
+        offsets_[(static_cast<std::size_t>(s) * stride_ + static_cast<std::size_t>(i)) * stride_ +
+                 static_cast<std::size_t>(l)] = size_;
+        size_ += levels.count(i, l);
+      }
+    }
+}
+
 HostMinMemory::HostMinMemory(const UnitChain& c, const HostLevels& levels)
-    : levels_(levels), stride_(static_cast<std::size_t>(c.length) + 1) {
-  for (int i = 0; i <= c.length; ++i) two_states_.push_back(c.two_states(i));
-  values_.assign(level_offsets(c, levels, offsets_), kUnreachable);
-  const auto at = [&](int i, int l, bool taped, std::int64_t k) {
-    return values_[slot(i, l, taped) + levels_.index(i, l, k)];
-  };
+    : layout_(c, levels), values_(layout_.size(), kUnreachable) {
   for (int i = c.length; i >= 0; --i) {
     const auto ui = static_cast<std::size_t>(i);
     const int states = c.two_states(i) ? 2 : 1;
     for (int s = 0; s < states; ++s)
-      values_[slot(i, i, s == 1)] = std::max(c.forward_memory(i, i), c.backward_memory(i, s == 1));
+      values_[layout_.entry(i, i, s == 1, 0)] =
+          std::max(c.forward_memory(i, i), c.backward_memory(i, s == 1));
     for (int l = i + 1; l <= c.length; ++l) {
       const auto ul = static_cast<std::size_t>(l);
       for (int s = 0; s < states; ++s) {
         const bool taped = s == 1;
         const bool offloadable = c.offloadable(i, taped);
-        for (std::size_t n = 0; n < levels_.count(i, l); ++n) {
-          const std::int64_t k = levels_.sum(i, l, n);
+        for (std::size_t n = 0; n < levels.count(i, l); ++n) {
+          const std::int64_t k = levels.sum(i, l, n);
           std::int64_t best = kUnreachable;
           const std::int64_t rest = at(i + 1, l, true, k);
           if (rest < kUnreachable)
@@ -161,15 +154,15 @@ HostMinMemory::HostMinMemory(const UnitChain& c, const HostLevels& levels)
             const std::int64_t right = at(j, l, false, k);
             if (right < kUnreachable)
               best = std::min(best, std::max({forwards, c.x[ui] + right, left_memory}));
-            if (offloadable && k >= levels_.size(i)) {
-              const std::int64_t moved = at(j, l, false, k - levels_.size(i));
+            if (offloadable && k >= levels.size(i)) {
+              const std::int64_t moved = at(j, l, false, k - levels.size(i));
               if (moved < kUnreachable)
                 best =
                     std::min(best, std::max({forwards, moved,
                                              c.x[ui] + c.last_backward_memory(j, l), left_memory}));
             }
           }
-          values_[slot(i, l, taped) + n] = best;
+          values_[layout_.entry(i, l, taped, n)] = best;
         }
       }
     }
@@ -195,9 +188,9 @@ HostBoundedTable::HostBoundedTable(const UnitChain& chain, const HostLevels& lev
       levels_(levels),
       least_(least),
       capacity_(capacity),
-      stride_(static_cast<std::size_t>(chain.length) + 1) {
+      layout_(chain, levels),
+      rows_(layout_.size()) {
   REMAT_INTERNAL_ASSERT(capacity >= 0);
-  rows_.resize(level_offsets(chain, levels, offsets_));
   WorkerPool pool(std::max(1, threads > 0 ? threads : available_cores()));
   arenas_.resize(static_cast<std::size_t>(pool.size()));
   std::vector<std::vector<double>> scratch(
@@ -239,7 +232,7 @@ void HostBoundedTable::compute_row(int i, int l, bool taped, std::size_t n,
   const UnitChain& c = chain_;
   const auto ui = static_cast<std::size_t>(i);
   const std::int64_t k = levels_.sum(i, l, n);
-  RowView& out = rows_[slot(i, l, taped) + n];
+  RowView& out = rows_[layout_.entry(i, l, taped, n)];
   const std::int64_t lo = least_.at(i, l, taped, k);
   if (lo > capacity_) return;  // +inf everywhere: an empty row
   if (i == l) {

@@ -28,9 +28,6 @@ struct HostUnits {
 // 1): slots = 0 keeps bytes exact (unit 1).
 HostUnits host_units(const Chain& chain, std::int64_t bytes, std::int64_t slots);
 
-// Default number of host units (docs/algorithms.md, "A bound on host memory").
-inline constexpr std::int64_t kHostSlots = 32;
-
 // The host memories at which a segment's rows differ. A schedule of segment (i, l) fills the
 // host with some of the copies of x_i .. x_{l-1} at once, so the memory it holds is a sum of
 // some of their sizes: with k units, the rows are those at the largest such sum at most k.
@@ -56,6 +53,32 @@ class HostLevels {
   std::int64_t capacity_;
 };
 
+// Where the entries of a table over host levels stand: for each (state, i, l), one per level of
+// the segment, the taped state only where segments starting at i have two.
+class HostLayout {
+ public:
+  HostLayout(const UnitChain& chain, const HostLevels& levels);
+  std::size_t size() const { return size_; }
+  // The entry of level n of (i, l, state), and the one that stands for k host units.
+  std::size_t entry(int i, int l, bool taped, std::size_t n) const {
+    return offsets_[(static_cast<std::size_t>(taped && chain_.two_states(i)) * stride_ +
+                     static_cast<std::size_t>(i)) *
+                        stride_ +
+                    static_cast<std::size_t>(l)] +
+           n;
+  }
+  std::size_t at(int i, int l, bool taped, std::int64_t k) const {
+    return entry(i, l, taped, levels_.index(i, l, k));
+  }
+
+ private:
+  const UnitChain& chain_;
+  const HostLevels& levels_;
+  std::size_t stride_;
+  std::vector<std::size_t> offsets_;
+  std::size_t size_ = 0;
+};
+
 // MinMem(i, l, s, k): the least memory with which segment (i, l) can be reversed with at most k
 // host units of offloaded checkpoints (min_memory.cpp's recurrence, an offloading leaf of x_i
 // leaving k - size(i) to its right part); +inf-like (kUnreachable) where none.
@@ -64,21 +87,11 @@ class HostMinMemory {
   static constexpr std::int64_t kUnreachable = std::int64_t{1} << 62;
   HostMinMemory(const UnitChain& chain, const HostLevels& levels);
   std::int64_t at(int i, int l, bool taped, std::int64_t k) const {
-    return values_[slot(i, l, taped) + levels_.index(i, l, k)];
+    return values_[layout_.at(i, l, taped, k)];
   }
 
  private:
-  std::size_t slot(int i, int l, bool taped) const {
-    return offsets_[(static_cast<std::size_t>(taped && two_states_[static_cast<std::size_t>(i)]) *
-                         stride_ +
-                     static_cast<std::size_t>(i)) *
-                        stride_ +
-                    static_cast<std::size_t>(l)];
-  }
-  const HostLevels& levels_;
-  std::size_t stride_;
-  std::vector<bool> two_states_;
-  std::vector<std::size_t> offsets_;
+  HostLayout layout_;
   std::vector<std::int64_t> values_;
 };
 
@@ -104,14 +117,8 @@ class HostBoundedTable {
                              const HostMinMemory& least, std::int64_t capacity);
 
  private:
-  std::size_t slot(int i, int l, bool taped) const {
-    return offsets_[(static_cast<std::size_t>(taped && chain_.two_states(i)) * stride_ +
-                     static_cast<std::size_t>(i)) *
-                        stride_ +
-                    static_cast<std::size_t>(l)];
-  }
   const RowView& row(int i, int l, bool taped, std::int64_t k) const {
-    return rows_[slot(i, l, taped) + levels_.index(i, l, k)];
+    return rows_[layout_.at(i, l, taped, k)];
   }
   // Rows are allocated from one arena per worker.
   struct Arena {
@@ -126,8 +133,7 @@ class HostBoundedTable {
   const HostLevels& levels_;
   const HostMinMemory& least_;
   std::int64_t capacity_;
-  std::size_t stride_;
-  std::vector<std::size_t> offsets_;
+  HostLayout layout_;
   std::vector<RowView> rows_;
   std::vector<Arena> arenas_;
   std::int64_t stored_bytes_ = 0;
