@@ -269,6 +269,13 @@ class Checkpointable(nn.Module):
         self._impl.set_link(self._link)
         return self._impl.chain
 
+    def _host_memory(self, host_memory: Any, offload: bool) -> Optional[Union[int, str]]:
+        """The bound on host memory a solve takes: the one given, else (``...``) the last one
+        kept, where the solve offloads (none where it does not); checked."""
+        if host_memory is ...:
+            host_memory = self._solve_options.get("host_memory") if offload else None
+        return _host_memory_option(host_memory, offload)
+
     def _ensure_link(self) -> None:
         """For a schedule that offloads: a link on every chain that has none, the one given, or
         else the device's, measured once (measure_link)."""
@@ -321,10 +328,8 @@ class Checkpointable(nn.Module):
         slots, segments, _ = _solver_arguments(slots, segments, 0)
         if offload is None:
             offload = self._solve_options.get("offload", False)
-        if host_memory is ...:
-            host_memory = self._solve_options.get("host_memory")
         return self._impl.min_budget(algorithm, slots, segments, bool(exact_storages), bool(offload),
-                                     host_memory_bytes(_host_memory_option(host_memory, offload)))
+                                     host_memory_bytes(self._host_memory(host_memory, offload)))
 
     def compute_sequence(self, budget: Optional[Budget] = None, algorithm: str = "optimal", *,
                          slots: int = 0, segments: int = 0, threads: int = 0,
@@ -356,9 +361,7 @@ class Checkpointable(nn.Module):
         given = budget if budget is not None else self.budget
         slots, segments, threads = _solver_arguments(slots, segments, threads)
         offload = bool(self._solve_options.get("offload", False) if offload is None else offload)
-        if host_memory is ...:
-            host_memory = self._solve_options.get("host_memory") if offload else None
-        host_memory = _host_memory_option(host_memory, offload)
+        host_memory = self._host_memory(host_memory, offload)
         if offload:
             self._ensure_link()
         budget_bytes = parse_budget(

@@ -155,6 +155,8 @@ def test_host_memory_bounds_the_copies_and_training_holds_it():
                                 host_memory=bound)
     assert made.compute_sequence(free.budget_bytes).host_peak_bytes <= bound
     assert made.min_budget() >= made.min_budget(host_memory=None)
+    # Without offload, the kept bound has nothing to bound.
+    assert made.min_budget(offload=False) == made.min_budget(offload=False, host_memory=None)
 
 
 def test_host_memory_refuses_what_it_cannot_mean():
