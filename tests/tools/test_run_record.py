@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "REMAT_CLEAN_TREE": "1",
                    "LANG": "C.UTF-8", **env}
-    environment.pop("LC_ALL", None)
-    environment.pop("REMAT_STARTED", None)  # run.sh's, when it runs these tests: times from 0
+    # run.sh exports these when it runs these tests: its start, its ccache folder.
+    for name in ("LC_ALL", "LC_CTYPE", "LC_MESSAGES", "REMAT_STARTED", "CCACHE_DIR"):
+        environment.pop(name, None)
     return subprocess.run(["bash", "-c", "set -euo pipefail; source scripts/run-lib.sh\n" + script],
                           cwd=ROOT, env=environment, capture_output=True, text=True, check=True)
 
