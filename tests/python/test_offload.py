@@ -63,7 +63,9 @@ def test_solve_with_offload_needs_a_link_and_reports_its_copies():
     assert any(s.offloads > 0 and "O_" in s.sequence for s in offloaded)
     for s in offloaded:
         alone = remat.solve(linked, s.budget_bytes)
-        assert s.makespan_ms <= alone.makespan_ms  # keeping, recomputing or offloading: no worse
+        # Keeping, recomputing or offloading: no worse. A tie is the same sum taken in another
+        # order, which may differ in its last bits.
+        assert s.makespan_ms <= alone.makespan_ms * (1 + 1e-12)
         assert alone.offloads == 0 and alone.host_peak_bytes == 0
         if s.offloads:
             assert s.host_peak_bytes > 0
@@ -137,7 +139,9 @@ def test_host_memory_bounds_the_copies_and_training_holds_it():
     bounded = chk.compute_sequence(free.budget_bytes, offload=True, host_memory=bound)
     assert bounded.ok and bounded.status == "optimal"
     assert 0 < bounded.host_peak_bytes <= bound and bounded.offloads < free.offloads
-    assert bounded.makespan_ms >= free.makespan_ms
+    # A bound only takes schedules away; a tied optimum's sum, taken in another order, may
+    # differ in its last bits (CI, torch 2.0.1: 3.8830820000000004 against ...17).
+    assert bounded.makespan_ms >= free.makespan_ms * (1 - 1e-12)
     # The bound given as a size; and remat.solve keeps the bound on the chain too.
     again = chk.compute_sequence(free.budget_bytes, offload=True, host_memory=f"{bound}B")
     assert again.sequence == bounded.sequence
