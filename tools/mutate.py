@@ -42,6 +42,16 @@ MUTATIONS = [
     ("sim-bwd-tmp", "solver/src/simulator.cpp",
      "temporary_ = stage->bwd_tmp_bytes;", "temporary_ = 0;",
      "a backward's temporary is not counted"),
+    ("sim-loss-gradient", "solver/src/simulator.cpp",
+     "const bool differentiated = member.grad && member.loss_gradient;",
+     "const bool differentiated = member.grad;",
+     "y_L holds a gradient for a member the loss does not differentiate (a model's logits "
+     "beside its loss)"),
+    ("sdp-loss-passed", "solver/src/storage_dp.cpp",
+     "if (member.carried() && member.grad && member.loss_gradient)",
+     "if (member.carried() && member.grad)",
+     "the storage table takes a member of x_L the loss does not differentiate as passing its "
+     "gradient on"),
     ("sim-saved-outputs", "solver/src/simulator.cpp",
      "held.push_back(value_[ui + 1][static_cast<std::size_t>(k)]);", "(void)k;",
      "the autograd state does not hold the output members the stage saves"),

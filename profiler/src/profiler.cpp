@@ -950,10 +950,17 @@ class StageMeasurement {
   // the engine alone holds (freed once used, as inside a chain), and from the sinks of the
   // carried members: the engine adds what each also gets from inside the stage to its passed
   // gradient as it arrives (in place where it can), which counts as temporary.
-  void backward() {
+  // The output members the loss does not differentiate (`differentiated[o]` false; empty: it
+  // differentiates every one, or this is not the last stage) get no gradient, as from a loss
+  // that does not read them, and are marked so (Member::loss_gradient).
+  void backward(const std::vector<bool>& differentiated = {}) {
+    for (std::size_t o = 0; o < differentiated.size(); ++o)
+      stage_.outputs[o].loss_gradient = differentiated[o];
+    const auto passed = [&](std::size_t o) { return stage_.outputs[o].loss_gradient; };
     std::vector<torch::autograd::Edge> roots;
     Tensors root_grads;
     for (std::size_t o = 0; o < edges_.size(); ++o) {
+      if (!passed(o)) continue;
       // A carried member's passed gradient enters first at the sink of the input it carries,
       // as the runtime's backward has it (executor.cpp), live before the backward as in the
       // chain.
@@ -981,7 +988,10 @@ class StageMeasurement {
         if (!sinks_[k]) continue;
         torch::Tensor& gradient = sinks_[k]->gradient;
         gradient = detail::compact_gradient(std::move(gradient));  // as the runtime keeps it
-        if (std::find(carried_.begin(), carried_.end(), static_cast<int>(k)) != carried_.end())
+        bool passed_on = false;  // a carried member whose gradient came in from y_{i+1}
+        for (std::size_t o = 0; o < carried_.size(); ++o)
+          passed_on = passed_on || (carried_[o] == static_cast<int>(k) && passed(o));
+        if (passed_on)
           gradient = torch::Tensor();
         else
           input_grad_bytes += storage_bytes({gradient});
@@ -1047,6 +1057,70 @@ class StageMeasurement {
   std::int64_t kept_ = 0;
 };
 
+// The loss called on the chain's output, its failures reported as the loss's.
+template <class F>
+auto in_loss(const std::vector<NamedStage>& stages, F&& f) {
+  try {
+    return f();
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const ProfileError&) {
+    throw;
+  } catch (const std::exception& error) {
+    // The loss is the caller's code, in the language of the stages.
+    if (stages.back().module->interrupts(std::current_exception())) throw;
+    std::throw_with_nested(ProfileError(
+        std::string("the loss function failed on the chain's output: ") + message_of(error)));
+  }
+}
+
+torch::Tensor checked_loss(const ProfileOptions& options, const Tensors& values) {
+  torch::Tensor value = options.loss()(values);
+  if (!value.defined() || value.numel() != 1)
+    throw ProfileError("the loss function returned " +
+                       (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
+                                        : std::string("an undefined tensor")) +
+                       ", not one value");
+  return value;
+}
+
+// Which members of the chain's output x_L (`outputs`, made without autograd; `members`, their
+// gradients) the loss differentiates: its gradient reaches them. A model that returns its
+// logits beside its own loss, the loss being that member, leaves the logits without one.
+// Empty where it reaches every member with a gradient, or where only one has a gradient (the
+// loss must reach it): then the loss is not called here, and its first call is measure_loss's.
+std::vector<bool> loss_differentiates(const std::vector<NamedStage>& stages,
+                                      const std::vector<Member>& members, const Tensors& outputs,
+                                      const ProfileOptions& options) {
+  if (std::count_if(members.begin(), members.end(), [](const Member& m) { return m.grad; }) < 2)
+    return {};
+  Tensors values, wrt;
+  std::vector<std::size_t> which;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    torch::Tensor value = outputs[k].detach();
+    if (members[k].grad) {
+      value.requires_grad_(true);
+      wrt.push_back(value);
+      which.push_back(k);
+    }
+    values.push_back(std::move(value));
+  }
+  const Tensors gradients = in_loss(stages, [&] {
+    const torch::Tensor value = checked_loss(options, values);
+    if (!value.requires_grad())
+      throw ProfileError(
+          "the loss function's value does not depend on any member of the chain's output that "
+          "has a gradient: there is nothing to train");
+    return torch::autograd::grad({value}, wrt, {}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
+  });
+  std::vector<bool> out(outputs.size(), true);
+  bool all = true;
+  for (std::size_t j = 0; j < which.size(); ++j)
+    if (!gradients[j].defined()) out[which[j]] = false, all = false;
+  return all ? std::vector<bool>{} : out;
+}
+
 // The loss's temporary memory: its forward and backward on x_L (`outputs`), handed over as
 // the runtime's forward returns it (not a leaf, so that the loss's graph keeps it only if the
 // loss saved it: a leaf would be held by its gradient accumulator), less what the loss's
@@ -1065,30 +1139,17 @@ std::int64_t measure_loss(const std::vector<NamedStage>& stages, const Chain& ch
     synchronize(device);
     std::optional<PeakScope> measured;
     if (measure) measured.emplace(tracker);
-    try {
-      torch::Tensor value = options.loss()(values);
-      if (!value.defined() || value.numel() != 1)
-        throw ProfileError("the loss function returned " +
-                           (value.defined() ? "a tensor of shape " + c10::str(value.sizes())
-                                            : std::string("an undefined tensor")) +
-                           ", not one value");
+    in_loss(stages, [&] {
+      torch::Tensor value = checked_loss(options, values);
       // A step written `loss(model(x)).backward()` lets the output go once the loss has its
       // value; one that keeps `out = model(x)` holds it through the backward.
       if (!options.output_held()) values.clear();
       torch::autograd::backward({value});
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
-    } catch (const ProfileError&) {
-      throw;
-    } catch (const std::exception& error) {
-      // The loss is the caller's code, in the language of the stages.
-      if (stages.back().module->interrupts(std::current_exception())) throw;
-      std::throw_with_nested(ProfileError(
-          std::string("the loss function failed on the chain's output: ") + message_of(error)));
-    }
+    });
     synchronize(device);
-    std::int64_t gradient_bytes = 0;
-    for (const auto& sink : sinks) gradient_bytes += storage_bytes({sink->gradient});
+    std::int64_t gradient_bytes = 0;  // y_L: the members the loss differentiates
+    for (const auto& sink : sinks)
+      if (sink->gradient.defined()) gradient_bytes += storage_bytes({sink->gradient});
     return measured ? std::max<std::int64_t>(0, measured->peak_above_start() - gradient_bytes)
                     : std::int64_t{0};
   };
@@ -1196,7 +1257,12 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     measure.forward_with_autograd(x, next.size(), state);
     measure.account_state();
     result.output_shapes.push_back(measure.output_shapes());
-    measure.backward();
+    // The last stage's backward from the gradients the loss gives: none for a member it does
+    // not read.
+    if (i == length - 1 && options.loss())
+      measure.backward(loss_differentiates(stages, measure.stage().outputs, next, options));
+    else
+      measure.backward();
     if (per_stage_times)
       time_stage(measure.runner(), x, next, measure.in_members(), stage_timing, device,
                  measure.stage());

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
@@ -172,10 +173,16 @@ class ModelCheckpointable(Checkpointable):
         return [leaf for leaf, name in zip(leaves, captured.user_inputs) if name is not None]
 
     def _loss_of_outputs(self) -> Optional[Callable]:
-        """The constructor's ``loss``, called with the model's outputs as it returns them."""
-        if self._loss is None:
-            return None
+        """The constructor's ``loss``, called with the model's outputs as it returns them;
+        without one, the model's own loss where its output has one (a Hugging Face model given
+        labels): the step's backward starts there, so the chain gives the output's other
+        members (the logits) no gradient."""
         captured, loss = self._captured, self._loss
+        if loss is None:
+            example = [captured.all_nodes[v].meta.get("val") for v in captured.members[-1]]
+            if _own_loss(_outputs(captured, example)) is None:
+                return None
+            loss = _own_loss
         return lambda *members: loss(_outputs(captured, members))
 
     def _runtimes(self) -> list:
@@ -271,6 +278,17 @@ def _in_order(kwargs: dict, in_spec: Any) -> dict:
     if keys is None or set(keys) != set(kwargs):
         return kwargs
     return {k: kwargs[k] for k in keys}
+
+
+def _own_loss(out: Any) -> Optional[torch.Tensor]:
+    """The model's own loss in its output: the "loss" of a ``ModelOutput`` or a dict, where it
+    is one floating-point value; else None."""
+    if not isinstance(out, Mapping):
+        return None
+    value = out.get("loss")
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+        return value
+    return None
 
 
 def _outputs(captured: CapturedGraph, members: Any) -> Any:

@@ -36,7 +36,18 @@ std::vector<int> get_indices(const json& value, const std::string& source,
   return out;
 }
 
-// A member: {"bytes": N, "grad": true} or, in a stage's outputs, {"carry": k}.
+// A member's optional "loss_gradient" (Member::loss_gradient; Chain::validate allows false on
+// x_L's members only).
+bool get_loss_gradient(const json& value, const std::string& source, const std::string& where) {
+  if (!value.contains("loss_gradient")) return true;
+  if (!value.at("loss_gradient").is_boolean())
+    fail(source, where + ".loss_gradient",
+         str_cat("must be true or false, got ", type_name(value.at("loss_gradient"))));
+  return value.at("loss_gradient").get<bool>();
+}
+
+// A member: {"bytes": N, "grad": true} or, in a stage's outputs, {"carry": k}; either with
+// "loss_gradient": false in the last stage's outputs.
 Member get_member(const json& value, const std::string& source, const std::string& where,
                   bool may_carry) {
   if (!value.is_object())
@@ -45,7 +56,8 @@ Member get_member(const json& value, const std::string& source, const std::strin
   if (!may_carry && value.contains("carry"))
     fail(source, where + ".carry", "is not allowed: the input x_0 has no stage before it");
   if (may_carry && value.contains("carry")) {
-    check_keys(value, source, where, {"carry"}, {}, "a carried tensor");
+    check_keys(value, source, where, {"carry"}, {"loss_gradient"}, "a carried tensor");
+    member.loss_gradient = get_loss_gradient(value, source, where);
     const json& carry = value.at("carry");
     if (!carry.is_number_integer() || carry.get<std::int64_t>() < 0 ||
         carry.get<std::int64_t>() > 1000000)
@@ -54,7 +66,8 @@ Member get_member(const json& value, const std::string& source, const std::strin
     member.carried_from = static_cast<int>(carry.get<std::int64_t>());
     return member;
   }
-  check_keys(value, source, where, {"bytes"}, {"grad", "grad_bytes"}, "a tensor");
+  check_keys(value, source, where, {"bytes"}, {"grad", "grad_bytes", "loss_gradient"}, "a tensor");
+  member.loss_gradient = get_loss_gradient(value, source, where);
   member.bytes = get_bytes(value.at("bytes"), source, where + ".bytes");
   if (value.contains("grad")) {
     if (!value.at("grad").is_boolean())
@@ -374,13 +387,13 @@ std::int64_t Chain::activation_bytes(int k) const {
 std::int64_t Chain::gradient_bytes(int k) const {
   std::int64_t total = 0;
   for (const Member& member : members(k))
-    total += member.gradient_size();
+    total += member.loss_gradient_size();  // gradient_size() but for x_L's (validate)
   return total;
 }
 
 bool Chain::carries_gradient(int k) const {
   for (const Member& member : members(k))
-    if (member.carried() && member.grad) return true;
+    if (member.carried() && member.grad && member.loss_gradient) return true;
   return false;
 }
 
@@ -437,11 +450,27 @@ void Chain::validate(const std::string& source) const {
   check.add_to_total(loss_tmp_bytes, "loss_tmp_bytes");
   for (std::size_t i = 0; i < stages.size(); ++i)
     check.stage(stages[i], members(static_cast<int>(i)), stage_where(i));
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    if (!inputs[k].loss_gradient)
+      fail(source, str_cat("inputs[", k, "].loss_gradient"),
+           "is false, which only a member of the chain's output (the last stage's) may be");
+  for (std::size_t i = 0; i + 1 < stages.size(); ++i)
+    for (std::size_t o = 0; o < stages[i].outputs.size(); ++o)
+      if (!stages[i].outputs[o].loss_gradient)
+        fail(source, str_cat(stage_where(i), ".outputs[", o, "].loss_gradient"),
+             "is false, which only a member of the chain's output (the last stage's) may be");
   bool any_gradient = false;
   for (const Member& member : stages.back().outputs) any_gradient = any_gradient || member.grad;
   if (!any_gradient)
     fail(source, stage_where(stages.size() - 1) + ".outputs",
          "has no member with a gradient: the loss has nothing to differentiate");
+  bool differentiated = false;
+  for (const Member& member : stages.back().outputs)
+    differentiated = differentiated || (member.grad && member.loss_gradient);
+  if (!differentiated)
+    fail(source, stage_where(stages.size() - 1) + ".outputs",
+         "has no member with a gradient that the loss differentiates (every one has "
+         "\"loss_gradient\": false)");
 }
 
 Chain parse_chain(const std::string& json_text, const std::string& source) {
@@ -480,6 +509,7 @@ std::string chain_to_json(const Chain& chain) {
       if (member.grad && member.grad_bytes && *member.grad_bytes != member.bytes)
         item["grad_bytes"] = *member.grad_bytes;
     }
+    if (!member.loss_gradient) item["loss_gradient"] = false;  // the default is not written
     return item;
   };
   json doc = json::object();

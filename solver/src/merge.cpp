@@ -76,12 +76,15 @@ Run number_storages(const Chain& chain, int first, int end) {
 // tensor) and what its autograd state keeps: members of x_first (saved_inputs), new members
 // of x_end (saved_outputs), and intermediate storages, which join state_bytes. The bytes of
 // x_end's new members.
-std::int64_t merge_outputs(const Run& run, Stage& out) {
+std::int64_t merge_outputs(const Chain& chain, const Run& run, Stage& out) {
   const std::vector<int>& last = run.ids.back();
+  const std::vector<Member>& end_members = chain.members(run.end);
   std::int64_t new_output_bytes = 0;
-  for (const int id : last) {
+  for (std::size_t m = 0; m < last.size(); ++m) {
+    const int id = last[m];
     Member member = run.storage[static_cast<std::size_t>(id)];
     member.carried_from = run.is_input(id) ? id : -1;
+    member.loss_gradient = end_members[m].loss_gradient;  // false only where end is L
     if (!run.is_input(id)) new_output_bytes += member.bytes;
     out.outputs.push_back(member);
   }
@@ -161,10 +164,17 @@ void backward_peak(const Chain& chain, const Run& run, RunPeaks& peaks) {
       last_in[static_cast<std::size_t>(id)] = k;
     }
   const auto span = static_cast<std::size_t>(end - first);
+  // x_end's storages whose gradient y_end holds (passed in from the stage after); a member of
+  // x_L the loss does not differentiate has none there, and its gradient, where the run makes
+  // one, is the run's own like an intermediate storage's.
+  std::set<int> passed_in;
+  const std::vector<Member>& end_members = chain.members(end);
+  for (std::size_t m = 0; m < end_members.size(); ++m)
+    if (end_members[m].loss_gradient) passed_in.insert(run.ids.back()[m]);
   std::vector<std::int64_t> gradient_change(span + 1, 0);  // by k - first
   for (std::size_t u = 0; u < storages; ++u) {
     const int id = static_cast<int>(u);
-    if (!storage[u].grad || run.output_ids.count(id) != 0) continue;
+    if (!storage[u].grad || passed_in.count(id) != 0) continue;
     const std::int64_t size = storage[u].gradient_size();
     if (run.is_input(id)) peaks.input_gradients += size;
     const int lo = run.is_input(id) ? first : std::max(first, first_in[u] - 1);
@@ -215,7 +225,7 @@ Stage merge_run(const Chain& chain, int first, int end) {
     *out.fwd_nograd_ms += stage.nograd_ms();
     out.state_bytes += stage.state_bytes;
   }
-  const std::int64_t new_output_bytes = merge_outputs(run, out);
+  const std::int64_t new_output_bytes = merge_outputs(chain, run, out);
   RunPeaks peaks;
   forward_peaks(chain, run, peaks);
   backward_peak(chain, run, peaks);

@@ -266,9 +266,11 @@ class Step {
     const auto ul = static_cast<std::size_t>(length_);
     if (!value_held(ul)) reject(detail::str_cat("the output x_", length_, " is not in memory"));
     if (!gradient_[ul].empty() || backpropagated_[ul - 1]) reject("the loss was already computed");
+    // y_L: a gradient for each member the loss differentiates (Member::loss_gradient).
     for (const Member& member : chain_.members(length_)) {
-      gradient_[ul].push_back(member.grad ? memory_.make(member.gradient_size()) : -1);
-      if (member.grad) memory_.hold(gradient_[ul].back(), Memory::kGradient);
+      const bool differentiated = member.grad && member.loss_gradient;
+      gradient_[ul].push_back(differentiated ? memory_.make(member.gradient_size()) : -1);
+      if (differentiated) memory_.hold(gradient_[ul].back(), Memory::kGradient);
     }
     temporary_ = chain_.loss_tmp_bytes;
     // The caller keeps the x_L it was handed until the step ends (Chain::output_held):
@@ -293,7 +295,9 @@ class Step {
     std::vector<int> ids(input.size(), -1);
     for (std::size_t o = 0; o < stage->outputs.size(); ++o) {
       const Member& member = stage->outputs[o];
-      if (member.carried() && member.grad)
+      // -1 where y_{i+1} holds none (a member of x_L the loss does not differentiate): the
+      // stage's own contribution, if any, is then a new gradient.
+      if (member.carried() && member.grad && gradient_[ui + 1][o] >= 0)
         ids[static_cast<std::size_t>(member.carried_from)] = gradient_[ui + 1][o];
     }
     for (std::size_t k = 0; k < input.size(); ++k) {

@@ -105,7 +105,7 @@ struct StorageDp::Model {
       const std::vector<Member>& input = chain.members(static_cast<int>(i));
       std::vector<bool> receives(input.size(), false);
       for (const Member& member : stage.outputs)
-        if (member.carried() && member.grad)
+        if (member.carried() && member.grad && member.loss_gradient)
           receives[static_cast<std::size_t>(member.carried_from)] = true;
       for (std::size_t k = 0; k < input.size(); ++k)
         if (receives[k]) passed[i] += input[k].gradient_size();

@@ -163,6 +163,51 @@ TEST_CASE("a version 2 chain is read field by field", "[solver]") {
                                     "bytes, grad or grad_bytes differ"));
 }
 
+TEST_CASE("members of x_L the loss does not differentiate: read, written, checked", "[solver]") {
+  // The last stage carries its input's first member (400 bytes, with a gradient) on beside its
+  // own output, as a model returns its logits beside its loss, which does not read them.
+  const std::string block_out = "\"outputs\": [{\"bytes\": 400, \"grad\": true}";
+  const std::string carried_out =
+      edited(block_out, block_out + ", {\"carry\": 0, \"loss_gradient\": false}", kValid2);
+  const Chain chain = parse_chain(carried_out, "c.json");
+  const std::vector<Member>& out = chain.stages[1].outputs;
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].loss_gradient);
+  CHECK_FALSE(out[1].loss_gradient);
+  CHECK(out[1].carried_from == 0);
+  CHECK(out[1].grad);  // the tensor has one; the loss gives it none
+  CHECK(chain.gradient_bytes(2) == 400);
+  CHECK(out[1].loss_gradient_size() == 0);
+  CHECK_FALSE(chain.carries_gradient(2));
+  const std::string text = chain_to_json(chain);
+  CHECK(text.find("\"loss_gradient\": false") != std::string::npos);
+  CHECK(chain_to_json(parse_chain(text)) == text);
+  CHECK(chain_to_json(parse_chain(kValid2)).find("loss_gradient") == std::string::npos);
+  // The same on a new member; true is the default.
+  const Chain own = parse_chain(edited(block_out,
+                                       "\"outputs\": [{\"bytes\": 400, \"loss_gradient\": true}, "
+                                       "{\"bytes\": 32, \"loss_gradient\": false}",
+                                       kValid2));
+  CHECK(own.gradient_bytes(2) == 400);
+  // Refused: not a boolean; on a member that is not x_L's; every member of x_L without one.
+  CHECK_THROWS_WITH(
+      parse_chain(edited("\"loss_gradient\": false", "\"loss_gradient\": 0", carried_out.c_str()),
+                  "c.json"),
+      Catch::Contains("c.json: stages[1].outputs[1].loss_gradient must be true or false"));
+  CHECK_THROWS_WITH(
+      parse_chain(edited("\"outputs\": [{\"bytes\": 400}",
+                         "\"outputs\": [{\"bytes\": 400, \"loss_gradient\": false}", kValid2),
+                  "c.json"),
+      Catch::Contains("stages[0].outputs[0].loss_gradient is false, which only a member of the "
+                      "chain's output"));
+  CHECK_THROWS_WITH(
+      parse_chain(
+          edited(block_out, "\"outputs\": [{\"bytes\": 400, \"loss_gradient\": false}", kValid2),
+          "c.json"),
+      Catch::Contains(
+          "stages[1].outputs has no member with a gradient that the loss differentiates"));
+}
+
 TEST_CASE("version 2 chain files are rejected with the stage, the member and the field",
           "[solver]") {
   using Catch::Contains;

@@ -188,8 +188,11 @@ class ExhaustiveOracle {
     for (const int k : {s.frontier, gradient_a, gradient_b}) {
       if (k < 0) continue;
       const std::vector<Member>& members = chain_.members(k);
+      // y_L: the members the loss differentiates (Member::loss_gradient); a gradient the loss
+      // does not give is made by the backward that reads its member, y_{L-1}'s.
       for (std::size_t m = 0; m < members.size(); ++m)
-        if (members[m].grad) gradient[static_cast<std::size_t>(roots(k)[m])] = true;
+        if (members[m].grad && (k < length_ || members[m].loss_gradient))
+          gradient[static_cast<std::size_t>(roots(k)[m])] = true;
     }
     for (std::size_t r = 0; r < sizes_.size(); ++r)
       total += (alive[r] ? sizes_[r] : 0) + (gradient[r] ? gradient_sizes_[r] : 0);

@@ -209,6 +209,42 @@ TEST_CASE("a storage counts once, whoever holds it", "[solver]") {
   CHECK(sim.trace.back().live_after_bytes == 10);
 }
 
+TEST_CASE("a member of x_L the loss does not differentiate has no gradient", "[solver]") {
+  // A language model's end: stage 0 makes the logits (100 bytes) from x_0 (10, kept); stage 1,
+  // the model's own loss, carries the logits on beside the loss (4) and keeps their
+  // log-softmax (100 of state); its backward makes a temporary of 100. The step's backward
+  // starts from the loss alone: the logits' gradient is the one stage 1 makes, new in y_1.
+  Chain chain;
+  chain.set_input(10, false);
+  Stage a;
+  a.outputs = {Member{100}};
+  a.saved_inputs = {0};
+  Stage b;
+  b.outputs = {Member{100, true, 0}, Member{4}};
+  b.state_bytes = 100;
+  b.bwd_tmp_bytes = 100;
+  chain.stages = {a, b};
+  chain.output_held = false;
+  const Sequence sequence = parse_sequence("Fe_0..1 L B_1..0", 2);
+  const Simulation passed = simulate(chain, sequence);
+  chain.stages[1].outputs[0].loss_gradient = false;
+  chain.validate();
+  CHECK(chain.gradient_bytes(2) == 4);
+  CHECK_FALSE(chain.carries_gradient(2));
+  const Simulation own = simulate(chain, sequence);
+  // L: x_0 10, the logits 100 (x_2's, carried), the loss 4, state 100; y_2: 104 with the
+  // logits' gradient, 4 without.
+  CHECK(passed.trace[2].during.total() == 10 + 104 + 100 + 104);
+  CHECK(own.trace[2].during.total() == 10 + 104 + 100 + 4);
+  // B_1: x_2 let go (output not held, the state does not keep it): x_0, state, y_2, y_1 (the
+  // logits' gradient: passed in y_2's storage, or new) and the temporary.
+  CHECK(passed.trace[3].during.total() == 10 + 100 + 104 + 100);
+  CHECK(own.trace[3].during.total() == 10 + 100 + 4 + 100 + 100);
+  CHECK(own.trace[3].during.gradient_bytes == 104);
+  CHECK(passed.peak_bytes == 318);  // at L
+  CHECK(own.peak_bytes == 314);     // at B_1
+}
+
 TEST_CASE("sequences print collapsed and parse back", "[solver]") {
   const Sequence sequence =
       parse_sequence("CF_0 Fn_1 Fn_2 Fn_3 Fe_4 Fe_5 L B_5 B_4 Fe_0, Fe_1 B_1 B_0", 6);

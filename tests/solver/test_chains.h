@@ -36,6 +36,11 @@ struct RandomChainSpec {
   /// twice max_bytes. Drawn after everything else: off, the chains are those of the same seeds
   /// without them.
   bool gradient_sizes = false;
+  /// Members of x_L the loss does not differentiate (Member::loss_gradient false: a model's
+  /// logits beside its own loss), for one member of x_L with a gradient in three, one chain
+  /// in two, at least one differentiated member kept. Drawn after everything else: off, the
+  /// chains are those of the same seeds without them.
+  bool loss_members = false;
 };
 
 /// Random chains of model v2 whose stages carry members on (sizes up to 12 bytes).
@@ -45,6 +50,7 @@ inline RandomChainSpec carried_spec(int max_length) {
   spec.max_bytes = 12;
   spec.partial_keeps = true;
   spec.carried = true;
+  spec.loss_members = true;
   return spec;
 }
 
@@ -142,6 +148,19 @@ inline Chain random_chain(std::uint64_t seed, const RandomChainSpec& spec = {}) 
           draw(member);
       }
     }
+  }
+  if (spec.loss_members && uniform(0, 1) == 0) {  // drawn last
+    std::vector<Member>& output = chain.stages.back().outputs;
+    for (Member& member : output)
+      if (member.grad && uniform(0, 2) == 0) member.loss_gradient = false;
+    bool any = false;
+    for (const Member& member : output) any = any || (member.grad && member.loss_gradient);
+    if (!any)
+      for (Member& member : output)
+        if (member.grad) {
+          member.loss_gradient = true;
+          break;
+        }
   }
   return chain;
 }

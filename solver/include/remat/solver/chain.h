@@ -88,10 +88,18 @@ struct Member {
   /// 0: a column broadcast to a matrix), smaller where the member is a slice of a larger
   /// storage. Absent: `bytes`.
   std::optional<std::int64_t> grad_bytes = std::nullopt;
+  /// A member of the chain's output x_L only (Chain::validate refuses false elsewhere): whether
+  /// the loss differentiates it. False for a member the loss does not read (a language model's
+  /// logits beside its own loss): y_L then holds no gradient for it, and a stage that carries it on
+  /// passes none back.
+  bool loss_gradient = true;
 
   bool carried() const { return carried_from >= 0; }
   /// The bytes of its gradient: 0 without one, else `grad_bytes` if given, else `bytes`.
   std::int64_t gradient_size() const { return grad ? grad_bytes.value_or(bytes) : 0; }
+  /// The bytes of its gradient in y_L, as a member of x_L: gradient_size() if the loss
+  /// differentiates it, else 0.
+  std::int64_t loss_gradient_size() const { return loss_gradient ? gradient_size() : 0; }
 };
 
 /// One stage of a chain: maps x_i to x_{i+1}. Times in milliseconds, sizes in bytes.
@@ -174,7 +182,8 @@ struct Chain {
   const std::vector<Member>& members(int k) const;
   /// Size of x_k for 0 <= k <= L, carried members included.
   std::int64_t activation_bytes(int k) const;
-  /// Size of the gradient y_k: the members of x_k that have one.
+  /// Size of the gradient y_k: the members of x_k that have one (of x_L, those the loss
+  /// differentiates: Member::loss_gradient).
   std::int64_t gradient_bytes(int k) const;
   /// Whether x_k (0 <= k <= L) has a member carried through stage k-1 with a gradient: that
   /// member's gradient in y_{k-1} is y_k's, into which stage k-1 adds its own, in place (as the
