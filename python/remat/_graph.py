@@ -427,31 +427,50 @@ class _GraphStage(nn.Module):
         self._code = torch.fx.GraphModule(root, graph)
         self._state = state
         object.__setattr__(self, "_captured", captured)  # not a submodule: no second state_dict
-        self._tables: List[Tuple[dict, str]] = []  # where each state tensor is read
+        # Where each state tensor is read, and the parameters' and buffers' among them: looked
+        # up again after a module holding them was replaced (check_owners).
+        self._tables: List[Tuple[dict, str]] = []
+        self._parameter_tables: List[Tuple[dict, str]] = []
+        self._buffer_tables: List[Tuple[dict, str]] = []
         self._tables_version = -1
         self._output_count = len(members_out)
+        # The generated code's forward, bound once: read at each call without nn.Module's
+        # attribute lookup (the code is a submodule, for its higher-order operations).
+        object.__setattr__(self, "_run", self._code.forward)
+
+    def _look_up(self) -> None:
+        captured = self._captured
+        if self._tables_version == captured._stage_tables_version:
+            return
+        self._tables = [captured._state_table(kind, fqn) for kind, fqn in self._state]
+        kinds = [kind for kind, _ in self._state]
+        self._parameter_tables = [t for t, k in zip(self._tables, kinds) if k == "parameter"]
+        self._buffer_tables = [t for t, k in zip(self._tables, kinds) if k == "buffer"]
+        self._tables_version = captured._stage_tables_version
 
     def _state_tensors(self) -> List[torch.Tensor]:
-        captured = self._captured
-        if self._tables_version != captured._stage_tables_version:
-            self._tables = [captured._state_table(kind, fqn) for kind, fqn in self._state]
-            self._tables_version = captured._stage_tables_version
+        self._look_up()
         return [table[key] for table, key in self._tables]
 
     def forward(self, *members: torch.Tensor):
-        out = self._code(*members, *self._state_tensors())
+        out = self._run(*members, *self._state_tensors())
         return out if self._output_count != 1 else out[0]
+
+    # The runtime calls a stage, which nobody hooks: its call is its forward, without
+    # nn.Module's call machinery (hooks, tracing state), which cost about 14 us a stage on the
+    # development machine's CPU (host time a GPU's step waits for; docs/performance.md).
+    __call__ = forward
 
     # The runtime asks a stage for its parameters and buffers (BatchNorm statistics are
     # restored after a recomputation; a stage whose parameters need no gradient is run
     # without autograd state): the model's, as this stage uses them.
     def parameters(self, recurse: bool = True):
-        return iter([t for (kind, _), t in zip(self._state, self._state_tensors())
-                     if kind == "parameter"])
+        self._look_up()
+        return iter([table[key] for table, key in self._parameter_tables])
 
     def buffers(self, recurse: bool = True):
-        return iter([t for (kind, _), t in zip(self._state, self._state_tensors())
-                     if kind == "buffer"])
+        self._look_up()
+        return iter([table[key] for table, key in self._buffer_tables])
 
 
 def _capture_advice(model: nn.Module, error: Exception) -> str:

@@ -35,12 +35,13 @@ std::optional<c10::ScalarType> autocast_dtype(const c10::Device& device) {
 // runs with no gradient: harmless without hooks, but a hook would run a second time (DDP's
 // reducer, post-accumulate hooks) or with None (a tensor hook). So a parameter with any hook
 // gets no edge, and no gradient can be asked of it. LibTorch before 2.1: none.
-std::vector<torch::Tensor> parameters_with_edges(const std::vector<NamedStage>& stages) {
+// `parameters`: each stage's.
+std::vector<torch::Tensor> parameters_with_edges(const std::vector<Tensors>& parameters) {
   std::vector<torch::Tensor> out;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   std::unordered_set<const c10::TensorImpl*> seen;
-  for (const NamedStage& stage : stages)
-    for (const torch::Tensor& p : stage.module->parameters()) {
+  for (const Tensors& stage : parameters)
+    for (const torch::Tensor& p : stage) {
       if (!p.requires_grad() || !p.is_leaf() || !seen.insert(p.unsafeGetTensorImpl()).second)
         continue;
       // A shared_ptr, or from PyTorch 2.15 an intrusive_ptr.
@@ -52,7 +53,7 @@ std::vector<torch::Tensor> parameters_with_edges(const std::vector<NamedStage>& 
       out.push_back(p);
     }
 #else
-  (void)stages;
+  (void)parameters;
 #endif
   return out;
 }
@@ -220,25 +221,33 @@ const Chain& CheckpointableImpl::measure(const Tensors& inputs, const Tensors& c
   return *chain_;
 }
 
+std::vector<Tensors> CheckpointableImpl::stage_parameters() const {
+  std::vector<Tensors> out;
+  out.reserve(stages_.size());
+  for (const NamedStage& stage : stages_) out.push_back(stage.module->parameters());
+  return out;
+}
+
 std::vector<std::vector<CheckpointableImpl::ParameterSignature>>
-CheckpointableImpl::parameter_signatures() const {
+CheckpointableImpl::parameter_signatures(const std::vector<Tensors>& parameters) const {
   std::vector<std::vector<ParameterSignature>> out;
-  for (const NamedStage& stage : stages_) {
+  for (const Tensors& stage : parameters) {
     std::vector<ParameterSignature> signatures;
-    for (const torch::Tensor& p : stage.module->parameters())
+    for (const torch::Tensor& p : stage)
       signatures.push_back({{p.sizes().vec(), p.scalar_type(), p.device()}, p.requires_grad()});
     out.push_back(std::move(signatures));
   }
   return out;
 }
 
-void CheckpointableImpl::check_unchanged(const Tensors& inputs) const {
+void CheckpointableImpl::check_unchanged(const Tensors& inputs,
+                                         const std::vector<Tensors>& parameters) const {
   if (!measured_parameters_.empty()) {
     const auto describe = [](const ParameterSignature& p) {
       return std::string(c10::toString(p.tensor.dtype)) + " " + shape_string(p.tensor.sizes) +
              " on " + p.tensor.device.str() + (p.trained ? ", trained" : ", frozen");
     };
-    const std::vector<std::vector<ParameterSignature>> now = parameter_signatures();
+    const std::vector<std::vector<ParameterSignature>> now = parameter_signatures(parameters);
     for (std::size_t i = 0; i < now.size(); ++i) {
       const std::vector<ParameterSignature>& a = now[i];
       const std::vector<ParameterSignature>& b = measured_parameters_[i];
@@ -457,7 +466,10 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
               " needs at least ", solution_->min_feasible_budget_bytes,
               " bytes; call compute_sequence with a budget that works");
   check_inputs(inputs, context);
-  check_unchanged(inputs);
+  // Each stage's parameters, once for the step: checked, watched for in-place changes, and the
+  // backward node's edges.
+  const std::vector<Tensors> parameters = stage_parameters();
+  check_unchanged(inputs, parameters);
   if (!host_pool_ && solution_->simulation.offloads > 0)
     host_pool_ = std::make_shared<detail::HostPool>();
   auto executor = std::make_shared<detail::Executor>(stages_, *chain_, solution_->sequence,
@@ -470,17 +482,18 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
   Tensors outputs;
   {
     torch::NoGradGuard no_grad;  // the forward phase records its own graphs where it needs them
-    outputs = executor->run_forward(inputs, context);
+    outputs = executor->run_forward(inputs, context, parameters);
   }
   std::vector<bool> input_requires_grad, graded;
   for (const torch::Tensor& t : inputs) input_requires_grad.push_back(t.requires_grad());
   const std::vector<Member>& out_members = chain_->members(chain_->length());
   for (std::size_t m = 0; m < outputs.size(); ++m) graded.push_back(out_members[m].grad);
-  std::vector<torch::Tensor> parameters = parameters_with_edges(stages_);
+  std::vector<torch::Tensor> with_edges = parameters_with_edges(parameters);
   torch::autograd::edge_list edges = torch::autograd::collect_next_edges(inputs);
-  for (const torch::Tensor& p : parameters) edges.push_back(torch::autograd::impl::gradient_edge(p));
+  for (const torch::Tensor& p : with_edges)
+    edges.push_back(torch::autograd::impl::gradient_edge(p));
   auto node = detail::make_node<ScheduleBackward>(
-      std::move(executor), std::move(input_requires_grad), graded, std::move(parameters));
+      std::move(executor), std::move(input_requires_grad), graded, std::move(with_edges));
   node->set_next_edges(std::move(edges));
   std::uint32_t nr = 0;
   for (std::size_t m = 0; m < outputs.size(); ++m) {

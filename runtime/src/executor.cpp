@@ -755,7 +755,8 @@ void Executor::run_operations(std::size_t first, std::size_t end) {
   }
 }
 
-Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
+Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context,
+                              const std::vector<Tensors>& parameters) {
   c10::OptionalDeviceGuard device_guard;
   if (device_.is_cuda()) device_guard.reset_device(device_);
   try {
@@ -775,8 +776,7 @@ Tensors Executor::run_forward(const Tensors& inputs, const Tensors& context) {
     };
     watch(x_[0], -1);  // detached from the inputs: they share their version counters
     watch(context, -2);
-    for (int i = 0; i < length_; ++i)
-      watch(stages_[static_cast<std::size_t>(i)].module->parameters(), i);
+    for (int i = 0; i < length_; ++i) watch(parameters[static_cast<std::size_t>(i)], i);
     run_operations(0, loss_index_ + 1);
   } catch (...) {
     abandon();

@@ -106,7 +106,9 @@ class Executor {
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
-  Tensors run_forward(const Tensors& inputs, const Tensors& context);
+  /// `parameters`: each stage's, as the step found them (watched for in-place changes).
+  Tensors run_forward(const Tensors& inputs, const Tensors& context,
+                      const std::vector<Tensors>& parameters);
   Tensors run_backward(Tensors grad_outputs);
   /// Times this step's operations into `recorder` (before run_forward).
   void record_with(std::shared_ptr<StepRecorder> recorder) { recorder_ = std::move(recorder); }

@@ -248,10 +248,18 @@ class CheckpointableImpl : public torch::nn::Module {
     bool trained;
   };
   void check_inputs(const Tensors& inputs, const Tensors& context) const;
-  // Each stage's parameters, as they are now.
-  std::vector<std::vector<ParameterSignature>> parameter_signatures() const;
-  // Refuses a step whose parameters or autocast differ from what the chain was measured with.
-  void check_unchanged(const Tensors& inputs) const;
+  // Each stage's parameters, as they are now: asked of each stage once (a Python stage's
+  // answer costs a call into Python).
+  std::vector<Tensors> stage_parameters() const;
+  // Their signatures: of `parameters` (stage_parameters()), or of the stages' as they are now.
+  std::vector<std::vector<ParameterSignature>> parameter_signatures(
+      const std::vector<Tensors>& parameters) const;
+  std::vector<std::vector<ParameterSignature>> parameter_signatures() const {
+    return parameter_signatures(stage_parameters());
+  }
+  // Refuses a step whose parameters (this step's, `parameters`) or autocast differ from what
+  // the chain was measured with.
+  void check_unchanged(const Tensors& inputs, const std::vector<Tensors>& parameters) const;
 
   torch::nn::Sequential net_;
   std::vector<NamedStage> stages_;
