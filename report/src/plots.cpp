@@ -44,14 +44,94 @@ constexpr const char* kTemporaryColor = "#bab0ac";
 
 std::string ms_label(double ms) { return num(ms) + " ms"; }
 
-// A title cut to what fits in the picture's width (about 8.5 px per bold character), never
-// inside a UTF-8 sequence.
+// Where a model was cut: a stage's name read as module paths. A captured model's stages are
+// named "5:layer1.0.conv1..layer1.0.relu" (index, first module, last module); a chain's own
+// stages "conv1", "layer1". The name without its index prefix:
+std::string stage_label(const std::string& name) {
+  const std::size_t colon = name.find(':');
+  if (colon == std::string::npos || colon == 0) return name;
+  for (std::size_t k = 0; k < colon; ++k)
+    if (name[k] < '0' || name[k] > '9') return name;
+  return name.substr(colon + 1);
+}
+
+// The first `depth` components of the first module path of a stage's label
+// ("layer1.0.conv1..layer1.0.relu", 2 -> "layer1.0"), and how many components that path has.
+std::string module_prefix(const std::string& label, int depth) {
+  const std::string path = label.substr(0, label.find(".."));
+  std::size_t end = 0;
+  for (int d = 0; d < depth; ++d) {
+    end = path.find('.', d == 0 ? 0 : end + 1);
+    if (end == std::string::npos) return path;
+  }
+  return path.substr(0, end);
+}
+int module_depth(const std::string& label) {
+  const std::string path = label.substr(0, label.find(".."));
+  return path.empty() ? 0 : 1 + static_cast<int>(std::count(path.begin(), path.end(), '.'));
+}
+
+struct ModuleRun {
+  std::string module;
+  int first = 0, last = 0;  // stages
+};
+
+// Consecutive stages grouped by the module their first operation ran in, at the deepest
+// level of the module tree that gives at most `max_runs` groups (the top level if none
+// does): "layer1", "layer2" for a ResNet, "transformer.h.0" .. "transformer.h.11" for a
+// GPT-2. Empty when no stage is named.
+std::vector<ModuleRun> module_runs(const Chain& chain, int max_runs) {
+  std::vector<std::string> labels;
+  int deepest = 0;
+  for (const Stage& stage : chain.stages) {
+    labels.push_back(stage_label(stage.name));
+    deepest = std::max(deepest, module_depth(labels.back()));
+  }
+  std::vector<ModuleRun> chosen;
+  // Deeper levels only split groups further: stop at the first that gives too many.
+  for (int depth = 1; depth <= deepest; ++depth) {
+    std::vector<ModuleRun> runs;
+    for (int i = 0; i < chain.length(); ++i) {
+      std::string module = module_prefix(labels[static_cast<std::size_t>(i)], depth);
+      if (!runs.empty() && runs.back().module == module)
+        runs.back().last = i;
+      else
+        runs.push_back({std::move(module), i, i});
+    }
+    if (depth > 1 && static_cast<int>(runs.size()) > max_runs) break;
+    chosen = std::move(runs);
+  }
+  return chosen;
+}
+
+// "stage 5", or "stages 5-8".
+std::string stage_range(int first, int last) {
+  return first == last ? "stage " + std::to_string(first)
+                       : "stages " + std::to_string(first) + "-" + std::to_string(last);
+}
+
+// What a bar of the profile says on hover: the stage and its values, or, for a bin of several,
+// the range and the largest values.
+std::string stages_named(const Chain& chain, int first, int last) {
+  const std::string a = stage_label(chain.stages[static_cast<std::size_t>(first)].name);
+  const std::string b = stage_label(chain.stages[static_cast<std::size_t>(last)].name);
+  if (first == last) return stage_range(first, last) + (a.empty() ? "" : " (" + a + ")");
+  return stage_range(first, last) + (a.empty() && b.empty() ? "" : " (" + a + " .. " + b + ")") +
+         ", the largest";
+}
+
+// `text` cut to at most `fits` bytes, the last of them `mark`, never inside a UTF-8 sequence
+// (text.size() > fits >= mark's size).
+std::string shortened(const std::string& text, std::size_t fits, const std::string& mark) {
+  std::size_t cut = fits - mark.size();
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+  return text.substr(0, cut) + mark;
+}
+
+// A title cut to what fits in the picture's width (about 8.5 px per bold character).
 std::string fit(const std::string& text, double width) {
   const auto fits = static_cast<std::size_t>(std::max(20.0, (width - kLeft - kRight) / 8.5));
-  if (text.size() <= fits) return text;
-  std::size_t cut = fits - 3;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
-  return text.substr(0, cut) + "...";
+  return text.size() <= fits ? text : shortened(text, fits, "...");
 }
 
 // The chain's name as the terminal shows it (control characters as \x1b), so that fit()
@@ -408,8 +488,18 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
   const double plot_w = width - kLeft - kRight;
   const double top1 = 70, panel_h = 230, gap = 70;
   const double top2 = top1 + panel_h + gap;
-  const double height = top2 + panel_h + 70;
   const int length = chain.length();
+  // Where the model was cut: the stages grouped by module, in a band under the stage axis.
+  // Drawn where some stage is named, and where it groups stages or labels them all legibly
+  // (a chain whose every stage has a name of its own, "s0" to "s999", gets no band).
+  const int max_runs = std::max(1, static_cast<int>(plot_w / 30));
+  const std::vector<ModuleRun> runs = module_runs(chain, max_runs);
+  const bool band =
+      std::any_of(runs.begin(), runs.end(), [](const ModuleRun& r) { return !r.module.empty(); }) &&
+      (static_cast<int>(runs.size()) <= max_runs ||
+       std::any_of(runs.begin(), runs.end(), [](const ModuleRun& r) { return r.last > r.first; }));
+  const double band_top = top2 + panel_h + 50, band_h = 18;
+  const double height = top2 + panel_h + 70 + (band ? band_h + 12 : 0);
   Svg svg(width, height);
   svg.root_attribute("data-kind", "profile");
   svg.root_attribute("data-stages", std::to_string(length));
@@ -423,17 +513,41 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
   const double bin_w = plot_w / bins;
   auto bin_of = [&](int stage) { return static_cast<int>(static_cast<long long>(stage) * bins / length); };
   std::vector<double> fwd(static_cast<std::size_t>(bins)), bwd(fwd), saved(fwd), out(fwd);
+  std::vector<int> first(static_cast<std::size_t>(bins), -1), last(first);
+  // What each stage keeps for its backward: its kept inputs, its kept outputs and its state.
+  std::vector<std::int64_t> kept_inputs(static_cast<std::size_t>(length));
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<std::size_t>(i)];
     const auto b = static_cast<std::size_t>(bin_of(i));
+    if (first[b] < 0) first[b] = i;
+    last[b] = i;
     fwd[b] = std::max(fwd[b], s.fwd_ms);
     bwd[b] = std::max(bwd[b], s.bwd_ms);
     // Everything its backward keeps: state, kept outputs and kept inputs (which the stages on
     // either side may share).
-    std::int64_t kept = s.kept_bytes();
-    for (const int m : s.saved_inputs) kept += chain.members(i)[static_cast<std::size_t>(m)].bytes;
-    saved[b] = std::max(saved[b], static_cast<double>(kept));
+    for (const int m : s.saved_inputs)
+      kept_inputs[static_cast<std::size_t>(i)] +=
+          chain.members(i)[static_cast<std::size_t>(m)].bytes;
+    saved[b] = std::max(
+        saved[b], static_cast<double>(s.kept_bytes() + kept_inputs[static_cast<std::size_t>(i)]));
     out[b] = std::max(out[b], static_cast<double>(s.out_bytes()));
+  }
+  std::vector<std::string> time_tips(static_cast<std::size_t>(bins)), byte_tips(time_tips);
+  for (std::size_t b = 0; b < time_tips.size(); ++b) {
+    const std::string who = stages_named(chain, first[b], last[b]);
+    time_tips[b] = who + ": forward " + ms_label(fwd[b]) + ", backward " + ms_label(bwd[b]);
+    if (first[b] == last[b]) {
+      const Stage& s = chain.stages[static_cast<std::size_t>(first[b])];
+      const std::int64_t outputs_kept = s.kept_bytes() - s.state_bytes;
+      byte_tips[b] = who + ": keeps " + format_bytes(static_cast<std::int64_t>(saved[b])) +
+                     " for its backward (of its input " +
+                     format_bytes(kept_inputs[static_cast<std::size_t>(first[b])]) +
+                     ", of its output " + format_bytes(outputs_kept) + ", its own state " +
+                     format_bytes(s.state_bytes) + "); output " + format_bytes(s.out_bytes());
+    } else {
+      byte_tips[b] = who + ": keeps " + format_bytes(static_cast<std::int64_t>(saved[b])) +
+                     " for its backward; output " + format_bytes(static_cast<std::int64_t>(out[b]));
+    }
   }
   svg.root_attribute("data-bins", std::to_string(bins));
   // Stage labels: every k-th stage so that labels do not overlap.
@@ -453,7 +567,8 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
   };
   auto panel = [&](double top, const std::vector<double>& a, const std::vector<double>& b,
                    const char* color_a, const char* color_b, const std::string& cls_a,
-                   const std::string& cls_b, bool bytes, const std::string& title) {
+                   const std::string& cls_b, bool bytes, const std::string& title,
+                   const std::vector<std::string>& tips) {
     const double largest = std::max(*std::max_element(a.begin(), a.end()),
                                     *std::max_element(b.begin(), b.end()));
     const ByteAxis axis(std::max(largest, 1.0));
@@ -466,16 +581,48 @@ std::string profile_svg(const Chain& chain, const PlotOptions& options) {
       const double x0 = kLeft + k * bin_w;
       const double bar = std::max(bin_w * 0.42, 0.5);
       const auto uk = static_cast<std::size_t>(k);
-      svg.rect(x0 + bin_w * 0.08, y(a[uk]), bar, y(0) - y(a[uk]), color_a, "class=\"" + cls_a + "\"");
-      svg.rect(x0 + bin_w * 0.5, y(b[uk]), bar, y(0) - y(b[uk]), color_b, "class=\"" + cls_b + "\"");
+      svg.rect(x0 + bin_w * 0.08, y(a[uk]), bar, y(0) - y(a[uk]), color_a,
+               "class=\"" + cls_a + "\"", tips[uk]);
+      svg.rect(x0 + bin_w * 0.5, y(b[uk]), bar, y(0) - y(b[uk]), color_b, "class=\"" + cls_b + "\"",
+               tips[uk]);
     }
     stage_axis(top + panel_h);
   };
-  panel(top1, fwd, bwd, "#4e79a7", "#e15759", "fwd", "bwd", false, "time per stage");
-  panel(top2, saved, out, "#76b7b2", "#59a14f", "saved", "out", true, "bytes per stage");
+  panel(top1, fwd, bwd, "#4e79a7", "#e15759", "fwd", "bwd", false, "time per stage", time_tips);
+  panel(top2, saved, out, "#76b7b2", "#59a14f", "saved", "out", true, "bytes per stage", byte_tips);
   legend(svg, kLeft, 52, {{"#4e79a7", "forward (fwd_ms)"}, {"#e15759", "backward (bwd_ms)"}});
   legend(svg, kLeft, top2 - 16,
          {{"#76b7b2", "kept for backward (inputs, outputs, state)"}, {"#59a14f", "output"}});
+  if (band) {
+    // A span per group of stages, shaded in turn, labelled where its name fits (about 6 px a
+    // character at 10 px); every span says its module and stages on hover.
+    svg.text(kLeft - 6, band_top + 13, "module", "end", 11, "fill=\"#333\"");
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      const ModuleRun& run = runs[r];
+      const double x0 = kLeft + bin_of(run.first) * bin_w;
+      const double x1 = kLeft + (bin_of(run.last) + 1) * bin_w;
+      const std::string module = run.module.empty() ? "(unnamed)" : run.module;
+      svg.rect(x0, band_top, x1 - x0, band_h, r % 2 == 0 ? "#e4e4e4" : "#c8c8c8",
+               "class=\"module\" data-module=\"" + detail::xml_escape(run.module) +
+                   "\" data-first=\"" + std::to_string(run.first) + "\" data-last=\"" +
+                   std::to_string(run.last) + "\"",
+               module + ": " + stage_range(run.first, run.last));
+      // The label: the module's path, or the last parts of it that fit ("transformer.h.0" ->
+      // "h.0"), or its last part cut short to at least 2 characters and "..", or none.
+      std::string shown = printable(module);
+      const auto room = static_cast<std::size_t>(std::max(0.0, (x1 - x0 - 4) / 6));
+      for (std::size_t dot = shown.find('.'); shown.size() > room && dot != std::string::npos;
+           dot = shown.find('.')) {
+        shown.erase(0, dot + 1);
+      }
+      if (shown.size() > room) {
+        if (room < 4) continue;
+        shown = shortened(shown, room, "..");
+      }
+      svg.text((x0 + x1) / 2, band_top + 13, shown, "middle", 10,
+               "class=\"module-label\" fill=\"#222\"");
+    }
+  }
   return svg.str();
 }
 

@@ -45,10 +45,11 @@ void Svg::open_group(const std::string& attributes) { body_ += "<g " + attribute
 void Svg::close_group() { body_ += "</g>\n"; }
 
 void Svg::rect(double x, double y, double w, double h, const std::string& fill,
-               const std::string& attributes) {
+               const std::string& attributes, const std::string& tooltip) {
   body_ += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(std::max(0.0, w)) +
            "\" height=\"" + num(std::max(0.0, h)) + "\" fill=\"" + fill + "\"" +
-           (attributes.empty() ? "" : " " + attributes) + "/>\n";
+           (attributes.empty() ? "" : " " + attributes) +
+           (tooltip.empty() ? "/>\n" : "><title>" + xml_escape(tooltip) + "</title></rect>\n");
 }
 
 void Svg::line(double x1, double y1, double x2, double y2, const std::string& stroke,

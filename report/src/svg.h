@@ -21,8 +21,9 @@ class Svg {
   void root_attribute(const std::string& key, const std::string& value);
   void open_group(const std::string& attributes);
   void close_group();
+  /// `tooltip`, if not empty, is the rectangle's <title>: what a viewer shows on hover.
   void rect(double x, double y, double w, double h, const std::string& fill,
-            const std::string& attributes = "");
+            const std::string& attributes = "", const std::string& tooltip = "");
   void line(double x1, double y1, double x2, double y2, const std::string& stroke, double width,
             const std::string& attributes = "");
   void polyline(const std::vector<std::pair<double, double>>& points, const std::string& stroke,

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "remat/solver.h"
 #include "solver/test_chains.h"
@@ -262,6 +263,163 @@ TEST_CASE("profile plot: one bar per stage, binned beyond the width", "[report]"
   CHECK(bars.size() < 1000);
   CHECK(as_int(svg->attr("data-bins")) == static_cast<std::int64_t>(bars.size()));
   CHECK(as_int(svg->attr("data-stages")) == 1000);
+}
+
+namespace {
+
+/// A chain named as remat names the stages of a captured model: "index:first..last module".
+remat::Chain named_chain(const std::vector<std::string>& labels) {
+  remat::Chain chain = remat::test::uniform_chain(static_cast<int>(labels.size()), 1024);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    chain.stages[i].name = std::to_string(i) + ":" + labels[i];
+  return chain;
+}
+
+/// The module band's spans as (module, first, last), in the order drawn.
+std::vector<std::tuple<std::string, int, int>> module_spans(const XmlElement& svg) {
+  std::vector<std::tuple<std::string, int, int>> spans;
+  for (const XmlElement* span : svg.find_all("rect", "module"))
+    spans.emplace_back(span->attr("data-module"), std::stoi(span->attr("data-first")),
+                       std::stoi(span->attr("data-last")));
+  return spans;
+}
+
+std::vector<std::string> texts(const XmlElement& svg, const std::string& element,
+                               const std::string& cls) {
+  std::vector<std::string> out;
+  for (const XmlElement* e : svg.find_all(element, cls)) out.push_back(e->text);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("profile plot: where a model was cut, its stages grouped by module", "[report]") {
+  using Spans = std::vector<std::tuple<std::string, int, int>>;
+  SECTION("a ResNet: the deepest level of modules that fits, each stage in one span") {
+    // A stem, 4 layers of 3 blocks of 3 stages, a head: 7 groups at the top level, 15
+    // blocks, 39 stages.
+    std::vector<std::string> labels = {"conv1", "bn1..relu"};
+    for (int layer = 1; layer <= 4; ++layer) {
+      for (int block = 0; block < 3; ++block) {
+        const std::string b = "layer" + std::to_string(layer) + "." + std::to_string(block);
+        labels.push_back(b + ".conv1.." + b + ".relu");
+        labels.push_back(b + ".conv2.." + b + ".relu");
+        labels.push_back(b + ".conv3..add");
+      }
+    }
+    labels.push_back("fc");
+    const remat::Chain chain = named_chain(labels);
+    Spans blocks = {{"conv1", 0, 0}, {"bn1", 1, 1}};
+    for (int k = 0; k < 12; ++k)
+      blocks.emplace_back("layer" + std::to_string(1 + k / 3) + "." + std::to_string(k % 3),
+                          2 + 3 * k, 4 + 3 * k);
+    blocks.emplace_back("fc", 38, 38);
+    // A group per 30 px at most: 600 px (15 groups) and 1200 px (35) show the blocks, not the
+    // stages (39).
+    for (const int width : {600, 1200}) {
+      INFO(width << " px");
+      const auto svg = parse_xml(remat::profile_svg(chain, remat::PlotOptions().width(width)));
+      CHECK(module_spans(*svg) == blocks);
+      // Each span says its module and stages on hover.
+      const auto spans = svg->find_all("rect", "module");
+      REQUIRE(spans[2]->children.size() == 1);
+      CHECK(spans[2]->children[0]->name == "title");
+      CHECK(spans[2]->children[0]->text == "layer1.0: stages 2-4");
+      // Labelled as far as they fit: at 600 px a block's span is 37 px wide (5 characters:
+      // "layer2.0" is labelled "0") and a stage's 12 px (1: none); at 1200 px 83 px (13) and
+      // 28 px (3: "bn1" and "fc", not "conv1", which would be "c..").
+      std::vector<std::string> shown;
+      if (width == 1200) shown.push_back("bn1");
+      for (int k = 0; k < 12; ++k)
+        shown.push_back(width == 600 ? std::to_string(k % 3)
+                                     : std::get<0>(blocks[static_cast<std::size_t>(2 + k)]));
+      if (width == 1200) shown.push_back("fc");
+      CHECK(texts(*svg, "text", "module-label") == shown);
+    }
+    // 1600 px: room for each stage's own group.
+    const auto wide = parse_xml(remat::profile_svg(chain, remat::PlotOptions().width(1600)));
+    const Spans stages = module_spans(*wide);
+    REQUIRE(stages.size() == 39);
+    CHECK(stages[2] == std::make_tuple(std::string("layer1.0.conv1"), 2, 2));
+  }
+  SECTION("a GPT-2: its blocks, labelled by the last parts of their names that fit") {
+    std::vector<std::string> labels = {"transformer.wte..transformer.drop"};
+    for (int b = 0; b < 12; ++b) {
+      const std::string h = "transformer.h." + std::to_string(b);
+      for (const std::string& part : std::vector<std::string>{
+               ".ln_1.." + h + ".attn.c_attn", ".attn", ".attn.c_proj.." + h + ".ln_2",
+               ".mlp.c_fc.." + h + ".mlp.act", ".mlp.c_proj"})
+        labels.push_back(h + part);
+    }
+    labels.push_back("transformer.ln_f..lm_head");
+    const auto svg = parse_xml(remat::profile_svg(named_chain(labels)));
+    Spans expected = {{"transformer.wte", 0, 0}};
+    std::vector<std::string> shown = {"wte"};
+    for (int b = 0; b < 12; ++b) {
+      expected.emplace_back("transformer.h." + std::to_string(b), 1 + 5 * b, 5 + 5 * b);
+      shown.push_back("h." + std::to_string(b));
+    }
+    expected.emplace_back("transformer.ln_f", 61, 61);
+    shown.push_back("ln_f");
+    CHECK(module_spans(*svg) == expected);
+    // A block's span (5 stages, 87 px) has room for 13 characters: "transformer.h.0" is
+    // labelled "h.0"; a one-stage span (17 px) for two, too few to be read: "wte" and "ln_f"
+    // are not labelled (their spans say it on hover).
+    shown.erase(shown.begin());
+    shown.pop_back();
+    CHECK(texts(*svg, "text", "module-label") == shown);
+  }
+  SECTION("the spans cover the stages in order, also where stages are binned") {
+    std::vector<std::string> labels;
+    for (int i = 0; i < 1000; ++i)
+      labels.push_back("layer" + std::to_string(i / 100) + "." + std::to_string(i));
+    const auto svg = parse_xml(remat::profile_svg(named_chain(labels)));
+    const Spans spans = module_spans(*svg);
+    REQUIRE(spans.size() == 10);  // layers: 1000 groups of one stage do not fit
+    int next = 0;
+    for (const auto& [module, first, last] : spans) {
+      CHECK(module == "layer" + std::to_string(next / 100));
+      CHECK(first == next);
+      next = last + 1;
+    }
+    CHECK(next == 1000);
+  }
+  SECTION("no band where no stage is named, nor where every stage's own name is its group") {
+    remat::Chain chain = remat::test::uniform_chain(12);
+    for (remat::Stage& stage : chain.stages) stage.name.clear();
+    CHECK(module_spans(*parse_xml(remat::profile_svg(chain))).empty());
+    CHECK(module_spans(*parse_xml(remat::profile_svg(remat::test::uniform_chain(1000)))).empty());
+    // A few stages named each its own: labelled, one span each.
+    CHECK(module_spans(*parse_xml(remat::profile_svg(remat::test::uniform_chain(5)))).size() == 5);
+  }
+}
+
+TEST_CASE("profile plot: each bar says its stage, its values and what it keeps on hover",
+          "[report]") {
+  remat::Chain chain = named_chain({"conv1", "layer1.0.conv1..layer1.0.relu", "fc"});
+  // Stage 1 keeps its input (1 KiB), its output (1 KiB, model v1) and 2 KiB of state.
+  chain.stages[1].state_bytes = 2048;
+  chain.stages[1].fwd_ms = 0.25;
+  chain.stages[1].bwd_ms = 0.5;
+  const auto svg = parse_xml(remat::profile_svg(chain));
+  const auto title = [&](const std::string& cls, std::size_t k) {
+    const auto bars = svg->find_all("rect", cls);
+    REQUIRE(bars.size() == 3);
+    REQUIRE(bars[k]->children.size() == 1);
+    return bars[k]->children[0]->text;
+  };
+  CHECK(title("fwd", 1) ==
+        "stage 1 (layer1.0.conv1..layer1.0.relu): forward 0.25 ms, backward 0.5 ms");
+  CHECK(title("bwd", 1) == title("fwd", 1));
+  CHECK(title("saved", 1) ==
+        "stage 1 (layer1.0.conv1..layer1.0.relu): keeps 4.00 KiB for its backward (of its input "
+        "1.00 KiB, of its output 1.00 KiB, its own state 2.00 KiB); output 1.00 KiB");
+  // Binned: the range and the largest values.
+  const auto binned = parse_xml(remat::profile_svg(remat::test::uniform_chain(1000)));
+  const auto bars = binned->find_all("rect", "fwd");
+  REQUIRE(bars[0]->children.size() == 1);
+  CHECK_THAT(bars[0]->children[0]->text,
+             Catch::StartsWith("stages 0-2 (s0 .. s2), the largest: forward 1 ms"));
 }
 
 TEST_CASE("measurement plot: one point per measurement, placed by its bytes and value",
