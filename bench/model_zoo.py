@@ -10,7 +10,7 @@ two layers, 32x32 images).
   densenet121, inception_v3 (with its auxiliary classifier: 299x299 inputs), vit_b_16
   (`image_size` set for the input), convnext_tiny, efficientnet_b0, mobilenet_v3_large.
 - Hugging Face transformers, with labels and the model's own loss: gpt2 (GPT2LMHeadModel,
-  12 layers), llama (LlamaForCausalLM), bert (BertForMaskedLM), t5
+  12 layers), llama (LlamaForCausalLM; at size "gpu" Llama 3.2 1B's shape in bf16), bert (BertForMaskedLM), t5
   (T5ForConditionalGeneration).
 - timm: timm_vit (vit_small_patch16_224), timm_convnext (convnext_tiny).
 - unet: a U-Net with long skips, BatchNorm, in-place ReLU and dropout.
@@ -102,10 +102,21 @@ def _hugging_face(name: str, gpu: bool, tiny: bool = False) -> tuple[nn.Module, 
         config = transformers.GPT2Config(n_layer=layers, n_embd=width, n_head=12 if gpu else 4,
                                          vocab_size=vocab, n_positions=seq)
         model = transformers.GPT2LMHeadModel(config)
+    elif name == "llama" and gpu:
+        # Llama 3.2 1B's shape (1.24 billion parameters, tied embeddings), in bf16, batch 8.
+        batch = 8
+        ids = torch.randint(128256, (batch, seq))
+        batch_dict = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+        config = transformers.LlamaConfig(num_hidden_layers=16, hidden_size=2048,
+                                          num_attention_heads=32, num_key_value_heads=8,
+                                          intermediate_size=8192, vocab_size=128256,
+                                          max_position_embeddings=seq, tie_word_embeddings=True)
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+        return model, batch_dict, (f"batch {batch}, sequence {seq}, width 2048, 16 layers, "
+                                   f"LlamaForCausalLM, bf16")
     elif name == "llama":
         config = transformers.LlamaConfig(num_hidden_layers=2 if tiny else 8, hidden_size=width,
-                                          num_attention_heads=12 if gpu else 4,
-                                          num_key_value_heads=4 if gpu else 2,
+                                          num_attention_heads=4, num_key_value_heads=2,
                                           intermediate_size=4 * width, vocab_size=vocab,
                                           max_position_embeddings=seq)
         model = transformers.LlamaForCausalLM(config)

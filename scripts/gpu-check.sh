@@ -13,11 +13,13 @@
 #   bash scripts/gpu-check.sh --cpu --build build --out DIR
 #                                                 CPU mode: tiny sizes, on an existing build (CI)
 # Options: --only PARTS, a comma list of build, tests (the CUDA ones), fidelity, throughput,
-# reference, transformers, distributed, python, models, cpu-tests (run in that order whatever
-# the list's; GPU mode's default is all but models and cpu-tests, CPU mode's all but build,
-# tests and cpu-tests; on a fresh machine, build must be among them; models: models as they
-# come against Hugging Face's checkpointing, torch.compile's budget and a selective policy,
-# bench/any_model_bench.py, about 5 minutes a model on a GPU),
+# reference, transformers, distributed, python, offload, models, cpu-tests (run in that order
+# whatever the list's; GPU mode's default is all but models and cpu-tests, CPU mode's all but
+# build, tests and cpu-tests; on a fresh machine, build must be among them; offload:
+# bench/offload_bench.py; models: models as they come against Hugging Face's checkpointing,
+# torch.compile's budget and a selective policy, bench/any_model_bench.py, about 5 minutes a
+# model on a GPU), --zoo MODELS (the models part's, of bench/model_zoo.py), --compile-budgets
+# LIST (the models part's torch.compile activation_memory_budget values),
 # --build DIR (default build-gpu), --out DIR (default $OUT), --models resnet50:128:224,...
 # (throughput models, batch sizes and image sizes; a model may be NAME@GRANULARITY, remat's
 # stages at that granularity, e.g. inception_v3@branch:64:299), --no-stages-table (the fidelity
@@ -32,6 +34,8 @@ build=build-gpu
 out=${OUT:-}
 only=""
 throughput_models=""
+zoo_models=""
+compile_budgets=""
 stages_table=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,8 +44,10 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --only) only=$2; shift ;;
     --models) throughput_models=$2; shift ;;
+    --zoo) zoo_models=$2; shift ;;
+    --compile-budgets) compile_budgets=$2; shift ;;
     --no-stages-table) stages_table=0 ;;
-    *) echo "usage: $0 [--cpu] [--build DIR] [--out DIR] [--only PARTS] [--models M:B,...] [--no-stages-table]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--cpu] [--build DIR] [--out DIR] [--only PARTS] [--models M:B,...] [--zoo MODELS] [--compile-budgets LIST] [--no-stages-table]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -70,7 +76,7 @@ if [ "$mode" = gpu ]; then
     export LD_LIBRARY_PATH=$torch_lib:$torch_lib/../../nvidia/cu13/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   fi
   # cpu-tests only when asked for: CI runs them, and device time is short.
-  [ -n "$only" ] || only=build,tests,fidelity,throughput,reference,transformers,distributed,python
+  [ -n "$only" ] || only=build,tests,fidelity,throughput,reference,transformers,distributed,python,offload
   # Every block the caching allocator hands out is its tensor's size rounded up to 512 bytes
   # (remat::exact_cuda_blocks, which remat's profiler sets anyway), for every method measured,
   # PyTorch's baselines included; a setting given in the environment is kept.
@@ -95,11 +101,12 @@ if [ "$mode" = gpu ]; then
   python_bench_args=(--device cuda --steps 10)
   offload_args=(--device cuda --steps 10)
   granularity_args=(--device cuda --batch 32)
-  models_args=(--device cuda --size gpu --steps 5 --warmup 2 --compile-budgets 0.1,0.4,0.7,1.0
-               --models resnet50,vit_b_16,gpt2,llama,unet)
+  models_args=(--device cuda --size gpu --steps 5 --warmup 2
+               --compile-budgets "${compile_budgets:-0.1,0.4,0.7,1.0}"
+               --models "${zoo_models:-resnet50,vit_b_16,convnext_tiny,gpt2,llama,unet}")
 else
   device=cpu
-  [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python,models
+  [ -n "$only" ] || only=fidelity,throughput,reference,transformers,distributed,python,offload,models
   distributed_args=(--model resnet18 --batch 2 --image 32 --steps 2 --budget 100% --repeat 1)
   fidelity_args=(--models resnet18,resnet50,densenet121,inception_v3_noaux@branch --batch 2 --image 80 --steps 3 --warmup 1 --rounds 2 --repeat 1 --traced 2)
   [ -n "$throughput_models" ] || throughput_models=resnet18:4:64
@@ -112,14 +119,14 @@ else
   python_bench_args=(--device cpu --steps 1 --quick)
   offload_args=(--device cpu --steps 1 --quick --models transformer --fractions 0.75,0.5)
   granularity_args=(--device cpu --quick)
-  models_args=(--device cpu --size tiny --steps 1 --warmup 0 --budgets 75,50 --compile-budgets 0.5
-               --models unet,gpt2)
+  models_args=(--device cpu --size tiny --steps 1 --warmup 0 --budgets 75,50
+               --compile-budgets "${compile_budgets:-0.5}" --models "${zoo_models:-unet,gpt2}")
 fi
 has() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for part in ${only//,/ }; do
   case "$part" in
-    build|tests|fidelity|throughput|reference|transformers|distributed|python|models|cpu-tests) ;;
-    *) echo "gpu-check: unknown part '$part' (known: build, tests, fidelity, throughput, reference, transformers, distributed, python, models, cpu-tests)" >&2; exit 2 ;;
+    build|tests|fidelity|throughput|reference|transformers|distributed|python|offload|models|cpu-tests) ;;
+    *) echo "gpu-check: unknown part '$part' (known: build, tests, fidelity, throughput, reference, transformers, distributed, python, offload, models, cpu-tests)" >&2; exit 2 ;;
   esac
 done
 
@@ -316,6 +323,10 @@ if has python; then
     --markdown "$out/python.md" || status=1
   say "finer stages: a ResNet by block, by convolution unit and by operation (predictions)"
   run "$python" bench/granularity_bench.py "${granularity_args[@]}" --markdown "$out/granularity.md" || status=1
+fi
+
+if has offload; then
+  [ "$mode" = gpu ] && install_python_package  # once
   say "offload: remat with offload against recomputation only (and save_on_cpu on a GPU), 75-15% of store-all"
   run "$python" bench/offload_bench.py "${offload_args[@]}" --json "$out/offload.json" --plot "$out/offload.svg" \
     --markdown "$out/offload.md" || status=1

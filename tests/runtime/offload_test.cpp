@@ -43,10 +43,13 @@ nn::Sequential fresh(int width) {
 // The chain of `net` on `sample` (memory measured), with times that make recomputing cost
 // something (a forward 1 ms, its backward 2) and a link that makes copying cost nearly
 // nothing: where the budget allows, the optimum offloads rather than recomputes.
-remat::Chain offloading_chain(nn::Sequential& net, const torch::Tensor& sample) {
-  remat::Chain chain = remat::profile(net, sample.clone().requires_grad_(true),
-                                      remat::ProfileOptions().measure_time(false))
-                           .chain;
+// With `loss`, the loss's own memory is measured into the chain (loss_tmp_bytes).
+remat::Chain offloading_chain(nn::Sequential& net, const torch::Tensor& sample,
+                              remat::LossFunction loss = nullptr) {
+  remat::Chain chain =
+      remat::profile(net, sample.clone().requires_grad_(true),
+                     remat::ProfileOptions().measure_time(false).loss(std::move(loss)))
+          .chain;
   for (remat::Stage& stage : chain.stages) {
     stage.fwd_ms = 1.0;
     stage.fwd_nograd_ms = 0.8;
@@ -55,6 +58,8 @@ remat::Chain offloading_chain(nn::Sequential& net, const torch::Tensor& sample) 
   chain.link = remat::Link{1000.0, 1000.0, 0.0001};
   return chain;
 }
+
+torch::Tensor square_sum(const torch::Tensor& out) { return (out * out).sum(); }
 
 struct Trained {
   std::vector<torch::Tensor> outputs, state;  // each step's output; gradients, then buffers
@@ -212,7 +217,7 @@ TEST_CASE("a step with offloads that fails frees everything, and the module trai
 
   nn::Sequential net = fresh(64);
   remat::Checkpointable chk(net);
-  chk->set_chain(offloading_chain(net, sample));
+  chk->set_chain(offloading_chain(net, sample, square_sum));
   for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
   // The schedule with the most offloads among the budgets.
   std::int64_t chosen = -1;
@@ -288,6 +293,41 @@ TEST_CASE("set_link checks the link, and a schedule that offloads needs one", "[
   CHECK_FALSE(chk->chain().link.has_value());
 }
 
+TEST_CASE("with the loss measured, a step whose peak is the loss's holds the prediction",
+          "[runtime][offload]") {
+  // The CUDA test's shape on the CPU, in 512-byte units: with a batch of 256 the loss's
+  // product (10 KiB) is worth a check. The chain measures the loss as square_sum runs it, the
+  // product gone when the sum returns; `(out * out).sum().backward()` in one statement would
+  // keep it, a C++ temporary, through the backward: 10 KiB beyond the prediction (the H200,
+  // 2026-11-30, before this test).
+  torch::set_num_threads(1);
+  remat::test::CpuGranularity units(512);
+  const torch::Tensor sample = torch::randn({256, 64});
+  nn::Sequential net = fresh(64);
+  remat::Checkpointable chk(net);
+  chk->set_chain(offloading_chain(net, sample, square_sum));
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  const std::int64_t kR = remat::runtime_reserve_bytes(torch::kCPU);
+  remat::MemoryTracker& tracker = remat::MemoryTracker::for_device(torch::kCPU);
+  for (const std::int64_t budget : budgets(chk->chain(), torch::kCPU)) {
+    const remat::Solution& s = chk->compute_sequence(remat::SolveOptions(budget).offload(true));
+    REQUIRE(s.ok());
+    const std::int64_t base = tracker.live();
+    tracker.reset_peak();
+    {
+      torch::Tensor x = sample.clone().requires_grad_(true);
+      torch::Tensor out = chk->forward(x);
+      square_sum(out).backward();
+    }
+    const std::int64_t measured = tracker.peak() - base;
+    INFO("budget " << budget << ": predicted " << s.peak_bytes << ", measured " << measured << "\n"
+                   << remat::collapsed_string(s.sequence));
+    CHECK(measured <= budget);
+    CHECK(measured <= s.peak_bytes - kR + 3 * 512);
+    CHECK(measured >= s.peak_bytes - kR - 3 * 512);
+  }
+}
+
 TEST_CASE("on CUDA, offloading training equals plain training and its peak the prediction",
           "[runtime][offload][cuda]") {
   REMAT_REQUIRE_CUDA();
@@ -310,7 +350,8 @@ TEST_CASE("on CUDA, offloading training equals plain training and its peak the p
   const Trained plain =
       train(*reference, [&](const torch::Tensor& x) { return reference->forward(x); }, sample);
   nn::Sequential probe = make();
-  remat::Chain chain = offloading_chain(probe, sample);
+  // The step's loss measured, and run as measured (its product freed before the backward).
+  remat::Chain chain = offloading_chain(probe, sample, square_sum);
   int offloading = 0;
   for (const std::int64_t budget : budgets(chain, cuda)) {
     remat::Checkpointable chk = train_offloading(make, chain, budget, sample, plain);
@@ -324,7 +365,7 @@ TEST_CASE("on CUDA, offloading training equals plain training and its peak the p
     {
       torch::Tensor x = sample.clone().requires_grad_(true);
       torch::Tensor out = chk->forward(x);
-      (out * out).sum().backward();
+      square_sum(out).backward();
     }
     remat::synchronize(cuda);
     const std::int64_t measured = tracker.peak() - base;
