@@ -58,7 +58,7 @@ int launch_ranks(int nproc, const std::string& master_option, double timeout_s) 
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error) argv[0] = self.string();
-  fmt::print(stderr, "remat: starting {} ranks here, rendezvous at {}\n", nproc,
+  fmt::print(stderr, "remat: starting {} here, rendezvous at {}\n", counted(nproc, "rank"),
              distributed::host_port(master.first, master.second));
   const auto grace = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)) +
                      std::chrono::seconds(30);

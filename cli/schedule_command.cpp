@@ -82,8 +82,8 @@ void print_text(const Chain& chain, const Solution& solution, const SolveOptions
         format_bytes_exact(solution.solved_budget_bytes));
   // With runs of stages carrying a member, the sequence can be the merged chain's, expanded.
   if (solution.algorithm == Algorithm::kOptimal && solution.ok() && solution.merged_stages > 0)
-    fmt::print("merged       solved as {} stages (each run of stages carrying a member as one)\n",
-               solution.merged_stages);
+    fmt::print("merged       solved as {} (each run of stages carrying a member as one)\n",
+               counted(solution.merged_stages, "stage"));
   // With carried members, whether the storage-exact table was solved (every storage once).
   if (solution.algorithm == Algorithm::kOptimal && solution.exact_storages)
     fmt::print("storages     also solved with each storage counted once (the storage-exact "

@@ -54,9 +54,10 @@ Action add_split_command(CLI::App& app) {
       fmt::print("{}\n", out.dump(2));
       return kExitOk;
     }
-    fmt::print("graph        {} ({} nodes, {} input{}, {} legal boundaries)\n",
-               printable(graph.name), graph.nodes.size(), graph.input_count(),
-               graph.input_count() == 1 ? "" : "s", split.legal_boundaries);
+    fmt::print("graph        {} ({}, {}, {} legal boundar{})\n", printable(graph.name),
+               counted(static_cast<std::int64_t>(graph.nodes.size()), "node"),
+               counted(graph.input_count(), "input"), split.legal_boundaries,
+               split.legal_boundaries == 1 ? "y" : "ies");
     fmt::print("chain        {} stage{}, at most {}\n", split.stages(),
                split.stages() == 1 ? "" : "s", args->max_stages);
     fmt::print("\n{:>5}  {:>10}  {:>10}  {:>12}  {}\n", "stage", "fwd ms", "bwd ms",

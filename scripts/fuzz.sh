@@ -23,7 +23,7 @@ if [ "${1:-}" = --ci ]; then ci=1; shift; seconds=600
 elif [ "${1:-}" = --merge ]; then merge=1; shift; seconds=600
 else seconds=${1:-60}; shift || true; fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(chain_parser solver state_dict safetensors)
+[ ${#targets[@]} -eq 0 ] && targets=(chain_parser graph_parser solver state_dict safetensors)
 case "$seconds" in ''|*[!0-9]*) echo "usage: $0 [SECONDS | --ci | --merge] [TARGET...]" >&2; exit 2 ;; esac
 command -v clang++ >/dev/null || { echo "remat: the fuzz targets need clang++ (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 

@@ -47,12 +47,21 @@ int env_int(const char* name, int low, int high, std::optional<int> fallback) {
     throw InputError(fmt::format("{} is not set (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, "
                                  "MASTER_ADDR and MASTER_PORT)", name));
   }
+  // The value as the message quotes it: escaped, and at most 40 bytes of it.
+  const std::string given(text);
+  const std::string quoted =
+      printable(given.substr(0, 40)) +
+      (given.size() > 40 ? "... (" + counted(static_cast<std::int64_t>(given.size()), "byte") + ")"
+                         : "");
   errno = 0;
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || value < low || value > high)
-    throw InputError(fmt::format("{}='{}' is not a whole number from {} to {}", name,
-                                 std::string(text), low, high));
+  if (end == text || *end != '\0')
+    throw InputError(
+        fmt::format("{}='{}' is not a whole number (from {} to {})", name, quoted, low, high));
+  if (errno != 0 || value < low || value > high)
+    throw InputError(
+        fmt::format("{}={} is out of range: it must be from {} to {}", name, quoted, low, high));
   return static_cast<int>(value);
 }
 
@@ -415,9 +424,11 @@ std::shared_ptr<Group> Group::create(const Environment& env, c10::Device device,
       backend = detail::make_nccl_backend(backend_store, env.rank, env.world_size, options.timeout());
     }
   } catch (const std::exception& error) {
-    throw DistributedError(fmt::format("rank {}: the {} process group of {} ranks could not "
-                                       "connect: {}", env.rank, backend_name(kind), env.world_size,
-                                       message_of(error)), {});
+    throw DistributedError(fmt::format("rank {}: the {} process group of {} could not "
+                                       "connect: {}",
+                                       env.rank, backend_name(kind),
+                                       counted(env.world_size, "rank"), message_of(error)),
+                           {});
   }
   return std::make_shared<Group>(store, backend, options.timeout(), env);
 }

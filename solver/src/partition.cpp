@@ -304,6 +304,20 @@ std::vector<bool> legal_boundaries(const Graph& graph) {
       last = std::max(last, until);
     }
   }
+  // Not where nothing crosses: a node that reads no earlier value (a constant, `arange`) after
+  // every earlier value's last reader leaves the boundary before it empty, and a chain's x_k
+  // holds at least one tensor (found by fuzzing: the chain of such a split did not validate).
+  std::vector<int> crossing_count(graph.nodes.size() + 1, 0);
+  for (int v = 0; v < n; ++v)
+    if (graph.nodes[static_cast<std::size_t>(v)].tensor && end[static_cast<std::size_t>(v)] - 2 >= v) {
+      ++crossing_count[static_cast<std::size_t>(v)];
+      --crossing_count[static_cast<std::size_t>(end[static_cast<std::size_t>(v)] - 1)];
+    }
+  int crossing_values = 0;
+  for (int p = 0; p < n; ++p) {
+    crossing_values += crossing_count[static_cast<std::size_t>(p)];
+    if (crossing_values == 0) legal[static_cast<std::size_t>(p)] = false;
+  }
   return legal;
 }
 

@@ -1643,8 +1643,8 @@ TEST_CASE(
       bad = {
           {{"--nproc", "2"},
            {"RANK=x", "WORLD_SIZE=2"},
-           "RANK='x' is not a whole number from 0 to 1"},
-          {{}, {"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=0"}, "MASTER_PORT='0'"},
+           "RANK='x' is not a whole number (from 0 to 1)"},
+          {{}, {"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=0"}, "MASTER_PORT=0 is out of range"},
           {{"--nproc", "3"}, {"RANK=0", "WORLD_SIZE=2"}, "--nproc 3 differs from WORLD_SIZE=2"},
           {{"--rank", "2", "--nproc", "2"}, {}, "--rank 2 is not below --nproc 2"},
           {{"--rank", "0"}, {}, "--rank needs --nproc"},
@@ -1654,7 +1654,9 @@ TEST_CASE(
            {},
            "--nproc 1000 would start that many ranks on this machine, more than 64"},
           {{"--nproc", "65537", "--rank", "0"}, {}, "--nproc (65537) must be at most 65536"},
-          {{}, {"RANK=0", "WORLD_SIZE=1000000"}, "WORLD_SIZE='1000000' is not a whole number"},
+          {{},
+           {"RANK=0", "WORLD_SIZE=1000000"},
+           "WORLD_SIZE=1000000 is out of range: it must be from 1 to 65536"},
           {{}, {"RANK=0", "WORLD_SIZE=2", "MASTER_PORT="}, "MASTER_PORT is set but empty"},
           {{"--rank", "-1", "--nproc", "2"}, {}, "--rank (-1) must be at least 0"},
           {{"--nproc", "2", "--backend", "mpi"}, {}, "unknown backend 'mpi'"},
@@ -2158,6 +2160,18 @@ TEST_CASE("a standard error that cannot be written is exit 2, never an abort", "
   INFO(describe(quiet));
   CHECK(quiet.exit_code == 0);
   CHECK_THAT(quiet.out, Catch::Contains("status       optimal"));
+}
+
+TEST_CASE("profile's progress lines that cannot be written are exit 2, never an abort", "[cli]") {
+  REMAT_REQUIRE_TORCH_COMMANDS();
+  // Standard error is not a terminal: a line per stage, each failing on /dev/full, from within
+  // the profiler's callback. The table on standard output is not written either.
+  const RunResult run =
+      run_remat({"profile", "--model", "convnet", "--batch", "1", "--image", "16", "--repeat", "1"},
+                {}, "", "/dev/full");
+  INFO(describe(run));
+  CHECK(run.exit_code == 2);
+  CHECK(run.out.empty());
 }
 
 TEST_CASE("tradeoff --slots agrees with schedule --slots, and its default range never fails",

@@ -691,6 +691,33 @@ TEST_CASE("a timeout shorter than a few heartbeats is refused", "[distributed]")
                     Catch::Contains("the timeout must be at least 200 ms"));
 }
 
+TEST_CASE("a large job whose ranks never join is refused within its start-up timeout, briefly",
+          "[distributed]") {
+  // Rank 0 of 65,536 (the most WORLD_SIZE allows), alone: asking the store for each missing
+  // rank one by one took 45 s past a timeout of seconds, and the message listed them all
+  // (7.9 MB). Past the deadline the others are missing without being asked, and consecutive
+  // ranks read as a range.
+  remat::distributed::Environment env;
+  env.world_size = 65536;
+  env.master_port = remat::distributed::free_local_port();
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    remat::distributed::Group::create(
+        env, torch::kCPU,
+        remat::distributed::GroupOptions().timeout(std::chrono::milliseconds(1000)));
+  } catch (const remat::distributed::DistributedError& error) {
+    message = error.what_without_backtrace();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CAPTURE(seconds, message.substr(0, 400));
+  CHECK_THAT(message, Catch::StartsWith("ranks 1-65535 did not join the rendezvous at 127.0.0.1:"));
+  CHECK_THAT(message, Catch::Contains("within 1000 ms"));
+  CHECK(message.size() < 200);
+  CHECK(seconds < 10);
+}
+
 TEST_CASE("torchrun's environment is read, and bad values are refused", "[distributed]") {
   using remat::distributed::Environment;
   struct Saved {
@@ -726,11 +753,17 @@ TEST_CASE("torchrun's environment is read, and bad values are refused", "[distri
     CHECK_THROWS_AS(Environment::from_env(), c10::ValueError);
     if (keep) ::setenv(name, keep->c_str(), 1); else ::unsetenv(name);
   };
-  refused("RANK", "3", "RANK='3' is not a whole number from 0 to 2");
-  refused("RANK", "one", "RANK='one'");
-  refused("WORLD_SIZE", "0", "WORLD_SIZE='0'");
-  refused("MASTER_PORT", "70000", "MASTER_PORT='70000' is not a whole number from 1 to 65535");
-  refused("LOCAL_RANK", "-1", "LOCAL_RANK='-1'");
+  refused("RANK", "3", "RANK=3 is out of range: it must be from 0 to 2");
+  refused("RANK", "one", "RANK='one' is not a whole number (from 0 to 2)");
+  refused("WORLD_SIZE", "0", "WORLD_SIZE=0 is out of range");
+  refused("MASTER_PORT", "70000", "MASTER_PORT=70000 is out of range: it must be from 1 to 65535");
+  refused("MASTER_PORT", "99999999999999999999",
+          "MASTER_PORT=99999999999999999999 is out of range");
+  refused("LOCAL_RANK", "-1", "LOCAL_RANK=-1 is out of range");
+  // What reaches the terminal is escaped and shortened.
+  refused("RANK", "\x1b[2J1", "RANK='\\x1b[2J1' is not a whole number");
+  refused("RANK", std::string(5000, '7').c_str(),
+          "RANK=7777777777777777777777777777777777777777... (5000 bytes) is out of range");
   refused("MASTER_ADDR", "", "MASTER_ADDR is set but empty");
   refused("MASTER_PORT", "", "MASTER_PORT is set but empty");  // not 29500, silently
   ::unsetenv("WORLD_SIZE");

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -349,6 +350,19 @@ TEST_CASE("read_safetensors names long names shortly", "[models][safetensors]") 
       error_of(safetensors("{" + entry(name, "F31", "[2]", 0, 8) + "," + kB + "}", kData));
   CHECK_THAT(message, Catch::Contains("tensor '" + repeat("n", 200) + "...' (100000 bytes)"));
   CHECK(message.size() < 1000);
+}
+
+TEST_CASE("read_safetensors escapes the names it quotes", "[models][safetensors]") {
+  // A tensor named with a terminal's escape sequence (ESC ] 0 ; ... BEL retitles the window),
+  // a NUL and more after it, as JSON escapes: each byte reaches the message written out.
+  const std::string message = error_of(safetensors(
+      "{" + entry("\\u001b]0;x\\u0007\\u0000y", "F31", "[2]", 0, 8) + "," + kB + "}", kData));
+  CHECK_THAT(message,
+             Catch::Contains("tensor '\\x1b]0;x\\x07\\x00y': dtype 'F31' is not supported"));
+  const auto control = std::find_if(message.begin(), message.end(), [](char c) {
+    return c != '\n' && (static_cast<unsigned char>(c) < 0x20 || c == 0x7f);
+  });
+  CHECK(control == message.end());
 }
 
 TEST_CASE("read_safetensors checks the header length against the 100 MB limit",

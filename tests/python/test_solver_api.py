@@ -177,6 +177,14 @@ def test_bad_arguments_are_named_before_they_reach_cpp(chain, tmp_path):
 
     with pytest.raises(ValueError, match=r"stage 1 \(1\) returned a tensor of layout Sparse"):
         remat.profile(nn.Sequential(nn.Linear(4, 4), Sparse(), nn.Identity()), x, progress=False)
+
+    class Nested(nn.Module):
+        def forward(self, x):
+            return torch.nested.as_nested_tensor([x[:1], x])
+
+    with pytest.raises(ValueError, match=r"stage 1 \(1\) returned a nested tensor: a stage "
+                                         r"returns dense \(strided\) tensors only"):
+        remat.profile(nn.Sequential(nn.Linear(4, 4), Nested(), nn.Identity()), x, progress=False)
     long = nn.Sequential(*[nn.Identity() for _ in range(10001)])
     started = time.monotonic()
     with pytest.raises(ValueError, match=r"10001 stages, more than remat handles \(10000\)"):

@@ -80,6 +80,29 @@ TEST_CASE("no boundary where two values of one storage cross together", "[solver
   CHECK(legal_boundaries(graph) == std::vector<bool>{false, true, false, false, true, false});
 }
 
+TEST_CASE("no boundary that nothing crosses: each x_k holds a tensor", "[solver][partition]") {
+  // x -> a -> b; c reads nothing (a constant, as `arange` is) and d = c + 1 is returned: after
+  // b nothing made before is read again or returned. The fuzzer's graph: a chain whose x_3 was
+  // empty, which did not validate.
+  Graph graph;
+  graph.nodes = {node("x", 64, {}, true), node("a", 8, {0}), node("b", 8, {1}), node("c", 8, {}),
+                 node("d", 8, {3})};
+  graph.nodes[4].output = true;
+  CHECK(crossing_bytes(graph) == std::vector<std::int64_t>{64, 8, 0, 8, 8});
+  // After: x (inputs), a, b (nothing crosses), c, d (the end).
+  CHECK(legal_boundaries(graph) == std::vector<bool>{false, true, false, true, false});
+  const GraphPartition split = partition_graph(graph, PartitionOptions(100));
+  CHECK(split.ends == std::vector<int>{2, 4, 5});
+  CHECK_NOTHROW(graph_chain(graph, split).validate());
+  // A graph with nothing crossing anywhere: one stage.
+  graph.nodes = {node("x", 64, {}, true), node("c", 8, {}), node("d", 8, {1})};
+  graph.nodes[2].output = true;
+  CHECK(legal_boundaries(graph) == std::vector<bool>{false, true, false});
+  const GraphPartition whole = partition_graph(graph, PartitionOptions(100));
+  CHECK(whole.ends == std::vector<int>{2, 3});
+  CHECK_NOTHROW(graph_chain(graph, whole).validate());
+}
+
 TEST_CASE("a graph that writes its input in place, or reads ahead, is refused by name",
           "[solver][partition]") {
   Graph graph;
