@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from . import _C
-from ._api import (Budget, Chain, Link, Solution, _as_list, _host_memory_option, _link_tuple,
-                   _measuring, _profile_arguments, _solver_arguments, _whole, check_budget,
-                   format_bytes, host_memory_bytes, measure_link, parse_budget)
+from ._api import Budget, Chain, Solution, check_budget, format_bytes, measure_link, parse_budget
+from ._arguments import (Link, _as_list, _host_memory_option, _link_tuple, _measuring,
+                         _profile_arguments, _solver_arguments, _whole, counted,
+                         host_memory_bytes)
 from ._stages import _stage_specs
 
 StageList = Union[nn.Sequential, Sequence[nn.Module], Sequence[Tuple[str, Callable]]]
@@ -451,9 +452,9 @@ class Checkpointable(nn.Module):
         if not self._impl.has_chain():
             return "not measured yet"
         if not self._impl.has_sequence():
-            return f"{len(self._callables)} stages, no sequence yet"
+            return f"{counted(len(self._callables), 'stage')}, no sequence yet"
         s = self._impl.solution
-        return (f"{len(self._callables)} stages, budget {format_bytes(s.budget_bytes)}: predicted peak "
+        return (f"{counted(len(self._callables), 'stage')}, budget {format_bytes(s.budget_bytes)}: predicted peak "
                 f"{format_bytes(s.peak_bytes)}, {s.makespan_ms:.2f} ms")
 
 

@@ -14,8 +14,9 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from . import _C
-from ._api import (Budget, Chain, Link, _host_memory_option, _link_tuple, _measuring,
-                   _profile_arguments, _whole, check_budget)
+from ._api import Budget, Chain, check_budget, format_bytes
+from ._arguments import (_MAX_STAGES, Link, _host_memory_option, _link_tuple, _measuring,
+                         _profile_arguments, _whole, counted)
 from ._checkpointable import Checkpointable, _use_wrapped_keys
 from ._graph import CapturedGraph, CaptureError
 
@@ -59,7 +60,7 @@ class ModelCheckpointable(Checkpointable):
                                         rotor.get("loss_tmp_memory_usage", 0), 0)
         self.module = module
         _use_wrapped_keys(self)
-        self._max_stages = _whole("max_stages", max_stages, 1, 10000)
+        self._max_stages = _whole("max_stages", max_stages, 1, _MAX_STAGES)
         self._repeat, self._max_steps = _measuring(repeat, measure_steps)
         self._loss = loss
         self._output_held = output_held
@@ -218,12 +219,11 @@ class ModelCheckpointable(Checkpointable):
     def extra_repr(self) -> str:
         if self._impl is None or not self._impl.has_chain():
             return "not measured yet"
-        stages = len(self._captured.stage_nodes)
+        stages = counted(len(self._captured.stage_nodes), "stage")
         if not self._impl.has_sequence():
-            return f"{stages} stages, no sequence yet"
+            return f"{stages}, no sequence yet"
         s = self._impl.solution
-        from ._api import format_bytes
-        return (f"{stages} stages, budget {format_bytes(s.budget_bytes)}: predicted peak "
+        return (f"{stages}, budget {format_bytes(s.budget_bytes)}: predicted peak "
                 f"{format_bytes(s.peak_bytes)}, {s.makespan_ms:.2f} ms")
 
 

@@ -176,6 +176,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
 
   m.attr("WITH_CUDA") = py::bool_(REMAT_WITH_CUDA != 0);
+  // The core's limits, which the package checks before any work (remat/_arguments.py).
+  m.attr("MAX_STAGES") = remat::kMaxStages;
+  m.attr("MAX_THREADS") = remat::kMaxThreads;
+  m.attr("MAX_PROFILE_REPEAT") = remat::kMaxProfileRepeat;
+  m.attr("MAX_TRADEOFF_POINTS") = remat::kMaxTradeoffPoints;
   m.def("parse_size", &parse_size, py::arg("text"));
   m.def(
       "parse_budget",

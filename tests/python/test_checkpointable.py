@@ -851,6 +851,12 @@ def test_loss_tmp_memory_usage_is_in_every_figure_as_the_reserve_is():
         assert ours.peak_bytes == theirs.peak_bytes + extra <= budget
         assert ours.min_feasible_budget_bytes == least
         assert ours.sequence == theirs.sequence
+        # remat.solve on the chain alone counts neither (remat.Solution's docstring): the same
+        # schedule, its figures less the reserve.
+        alone = remat.solve(plain.chain, budget - extra - reserve)
+        assert alone.sequence == theirs.sequence
+        assert alone.peak_bytes == theirs.peak_bytes - reserve
+        assert alone.min_feasible_budget_bytes == least - extra - reserve
     # "100%" is store-all, with the extra bytes as without them.
     assert outside.compute_sequence("100%").peak_bytes == outside.store_all_peak()
     below = outside.compute_sequence(least - 1)

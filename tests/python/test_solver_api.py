@@ -31,6 +31,18 @@ def test_profile_gives_a_chain_in_the_cli_format(chain, tmp_path):
     assert remat.Chain.from_json(chain.to_json()).store_all_peak() == chain.store_all_peak()
 
 
+def test_counts_read_in_the_singular_where_there_is_one():
+    # A chain of one stage, and the Checkpointable of one: "1 stage", as the CLI says.
+    one = nn.Sequential(nn.Linear(8, 8))
+    x = torch.randn(4, 8)
+    chain = remat.profile(one, x, repeat=1, progress=False)
+    assert "1 stage," in repr(chain) and "1 stages" not in repr(chain)
+    chk = remat.Checkpointable(one, x, progress=False, repeat=1)
+    assert "1 stage, no sequence yet" in repr(chk)
+    chk.compute_sequence("100%")
+    assert "1 stage, budget " in repr(chk) and "1 stages" not in repr(chk)
+
+
 def test_profile_times_within_whole_passes_on_request():
     # The C++ profiler's Timing::kPasses through Python stages: every stage timed, the sizes
     # those of each stage timed alone (tests/profiler has the rest).
@@ -161,6 +173,9 @@ def test_bad_arguments_are_named_before_they_reach_cpp(chain, tmp_path):
         remat.profile(net, x, repeat=2_000_000_000, progress=False)
     with pytest.raises(ValueError, match=r"measure_steps \(1000000000.0\) must be at most 1000"):
         remat.Checkpointable(net, measure_steps=1e9)
+    # The limits docs/reliability.md gives, as the package reads them from the core.
+    assert (remat._C.MAX_STAGES, remat._C.MAX_THREADS, remat._C.MAX_PROFILE_REPEAT,
+            remat._C.MAX_TRADEOFF_POINTS) == (10000, 1024, 1000, 10000)
     with pytest.raises(ValueError, match=r"points \(1000000000\) must be at most 10000"):
         remat.tradeoff(chain, points=10**9)
     # What a chain's member cannot be, named: not "Cannot access storage of SparseTensorImpl",
