@@ -184,7 +184,10 @@ double* PersistentTable::allocate(int worker, std::int64_t count) {
 // ascending, each left row used for every l of the tile and each right row for every i of the
 // block while in cache. The other leaves read rows of this tile or this block; they follow l
 // ascending, j from l down, so that a row (j, l) of this block is finished right before it is
-// first read.
+// first read. It stays one function of about 120 lines on purpose: it is the solver's inner
+// loop, whose tiles, pruning bounds and scratch rows live in its locals and registers; split,
+// they would pass through memory (docs/performance.md, "Solver": every change here is measured
+// with remat_solver_bench).
 void PersistentTable::run_block(int start, int end, int tile, int worker, double* scratch,
                                 std::int64_t width, const std::atomic<int>* above,
                                 std::atomic<int>& done, const std::atomic<bool>& failed,

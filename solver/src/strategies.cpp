@@ -290,6 +290,12 @@ class SearchAboveBudgetStrategy final : public Strategy {
   SearchAboveBudgetStrategy(const Chain& chain, const SolveOptions& options)
       : chain_(chain), options_(options) {}
 
+  // With automatic slots, where its option is on and the chain carries a member (which the
+  // dynamic program counts more than once: larger capacities may still fit exactly).
+  static bool applies(const Chain& chain, const SolveOptions& options) {
+    return automatic_slots(options) && options.search_above_budget() && chain.carried_bytes() > 0;
+  }
+
   std::int64_t least_budget() override { return kNoLeastBudget; }
 
   Outcome run(const Candidate* best) override {
@@ -346,6 +352,17 @@ class MergedRunsStrategy final : public Strategy {
   MergedRunsStrategy(const Chain& chain, const SolveOptions& options, MergedChain merged)
       : chain_(chain), options_(options), merged_(std::move(merged)) {}
 
+  // With automatic slots, where its option is on and the chain has runs of stages carrying a
+  // member to merge (docs/algorithms.md, "Carried members"): the strategy, else null.
+  static std::unique_ptr<Strategy> where_it_applies(const Chain& chain,
+                                                    const SolveOptions& options) {
+    if (!automatic_slots(options) || !options.merge_carried_runs() || chain.carried_bytes() == 0)
+      return nullptr;
+    std::optional<MergedChain> merged = merge_carried_runs(chain);
+    if (!merged) return nullptr;
+    return std::make_unique<MergedRunsStrategy>(chain, options, std::move(*merged));
+  }
+
   std::int64_t least_budget() override {
     if (!least_) least_ = min_feasible_budget(merged_.chain, options_);
     return *least_;
@@ -378,6 +395,12 @@ class StorageExactStrategy final : public Strategy {
  public:
   StorageExactStrategy(const Chain& chain, const SolveOptions& options)
       : chain_(chain), options_(options) {}
+
+  // With automatic slots, where its option is on and the table models the chain
+  // (storage_dp_applies).
+  static bool applies(const Chain& chain, const SolveOptions& options) {
+    return automatic_slots(options) && options.exact_storages() && storage_dp_applies(chain);
+  }
 
   std::int64_t least_budget() override {
     if (!least_) least_ = StorageDp::least_bytes(chain_);
@@ -436,18 +459,14 @@ class StorageExactStrategy final : public Strategy {
 
 std::vector<std::unique_ptr<Strategy>> optimal_strategies(const Chain& chain,
                                                           const SolveOptions& options) {
+  // Each strategy says where it applies; the persistent table always does.
   std::vector<std::unique_ptr<Strategy>> out;
   out.push_back(std::make_unique<PersistentTableStrategy>(chain, options));
-  if (!automatic_slots(options)) return out;
-  const bool carried = chain.carried_bytes() > 0;
-  // Larger capacities whose exact peak fits (the model counts a carried member more than once).
-  if (options.search_above_budget() && carried)
+  if (SearchAboveBudgetStrategy::applies(chain, options))
     out.push_back(std::make_unique<SearchAboveBudgetStrategy>(chain, options));
-  // The chain with its carried runs merged (docs/algorithms.md, "Carried members").
-  if (options.merge_carried_runs() && carried)
-    if (std::optional<MergedChain> merged = merge_carried_runs(chain))
-      out.push_back(std::make_unique<MergedRunsStrategy>(chain, options, std::move(*merged)));
-  if (options.exact_storages() && storage_dp_applies(chain))
+  if (std::unique_ptr<Strategy> merged = MergedRunsStrategy::where_it_applies(chain, options))
+    out.push_back(std::move(merged));
+  if (StorageExactStrategy::applies(chain, options))
     out.push_back(std::make_unique<StorageExactStrategy>(chain, options));
   return out;
 }

@@ -62,9 +62,10 @@ class Strategy {
 };
 
 // The strategies that apply to `chain` with `options` (algorithm optimal, x_0's members
-// already pinned): the persistent table always, the others with automatic slots
-// (options.slots() == 0, remat's recurrence) where their option is on and the chain has what
-// they need. The strategies refer to `chain` and `options`, which must outlive them.
+// already pinned), each as it says itself (its `applies`): the persistent table always, the
+// others with automatic slots (automatic_slots(options)) where their option is on and the
+// chain has what they need. The strategies refer to `chain` and `options`, which must outlive
+// them.
 std::vector<std::unique_ptr<Strategy>> optimal_strategies(const Chain& chain,
                                                           const SolveOptions& options);
 
