@@ -19,6 +19,7 @@ when a mutation survives without a written reason (EXPLAINED); a surviving mutat
 test, or such a reason. docs/testing.md reports the kill rate.
 """
 import argparse
+import difflib
 import os
 import re
 import shutil
@@ -652,6 +653,45 @@ def locate(base, path, old):
     return None
 
 
+def nearest(base, path, old):
+    """Where `old` most probably went when `locate` finds it nowhere (its line was edited): the
+    window of as many lines of `path` as `old` has that reads most like it, as (line number,
+    text), or None when nothing there is at least 60% alike. A refactor then costs one edit of
+    the mutation, which the message shows."""
+    file = os.path.join(base, path)
+    if not os.path.isfile(file):
+        return None
+    with open(file) as source:
+        lines = source.read().split("\n")
+    want = " ".join(old.split())
+    span = max(1, old.strip().count("\n") + 1)
+    best, best_ratio = None, 0.6
+    for i in range(len(lines)):
+        window = " ".join(" ".join(lines[i:i + span]).split())
+        if not window:
+            continue
+        ratio = difflib.SequenceMatcher(None, want, window).ratio()
+        if ratio > best_ratio:
+            best, best_ratio = (i + 1, window), ratio
+    return best
+
+
+def stale_mutations(base, catalogue):
+    """The mutations of `catalogue` whose text `locate` does not find once in `base`, each as a
+    message that names it and says where its text most probably went; and notes for those
+    found in another file than their own."""
+    stale, moved = [], []
+    for mid, path, old, _, _ in catalogue:
+        where = locate(base, path, old)
+        if where is None:
+            near = nearest(base, path, old)
+            hint = f"; nearest, line {near[0]}: {near[1]}" if near else ""
+            stale.append(f"mutation {mid}: its text is not found once in {path} (update it){hint}")
+        elif where[0] != path:
+            moved.append(f"mutation {mid}: its text is in {where[0]} now, not {path} (update its path)")
+    return stale, moved
+
+
 def mutate(text, start, end, old, new):
     """`text` with the span of `old` (from locate) replaced by `new`, less the whitespace that
     `old` has around its tokens and `new` repeats (the span excludes it)."""
@@ -716,13 +756,12 @@ def main():
         sys.exit("remat: unknown mutation in --only (see --list, with --torch for LibTorch's)")
     # Both catalogues' texts first, in this tree: CI runs only the first, and a line edited since
     # would otherwise stop the --torch check only when someone runs it.
-    for mid, path, old, _, _ in MUTATIONS + TORCH_MUTATIONS:
-        where = locate(ROOT, path, old)
-        if where is None:
-            sys.exit(f"remat: mutation {mid}: its text is not found once in {path} (update it)")
-        if where[0] != path:
-            print(f"remat: mutation {mid}: its text is in {where[0]} now, not {path} "
-                  "(update its path)", flush=True)
+    # Every stale one at once: a refactor may have moved several.
+    stale, moved = stale_mutations(ROOT, MUTATIONS + TORCH_MUTATIONS)
+    for note in moved:
+        print(f"remat: {note}", flush=True)
+    if stale:
+        sys.exit("\n".join(f"remat: {message}" for message in stale))
     if args.check:
         print(f"{len(MUTATIONS) + len(TORCH_MUTATIONS)} mutations, each text found once")
         return 0
