@@ -126,6 +126,9 @@ class CapturedGraph:
         try:
             self.program = torch.export.export(model, args, kwargs, strict=False)
         except Exception as error:  # what export raises varies: say where and what to do
+            eager = _eager_error(model, args, kwargs)
+            if eager is not None:  # the model's own error, not the capture's
+                raise CaptureError(_eager_advice(model, eager)) from eager
             raise CaptureError(_capture_advice(model, error)) from error
         #: Seconds spent exporting the model, and reading its graph and splitting it.
         self.export_seconds = time.perf_counter() - start
@@ -471,6 +474,34 @@ class _GraphStage(nn.Module):
     def buffers(self, recurse: bool = True):
         self._look_up()
         return iter([table[key] for table, key in self._buffer_tables])
+
+
+def _eager_error(model: nn.Module, args: tuple, kwargs: dict) -> Optional[Exception]:
+    """What the model raises when run as it is on the sample (once, without autograd, its
+    buffers and the random state put back after), or None: where export fails on an error the
+    model makes anyway (BatchNorm given one value per channel), the advice for capturing
+    would mislead."""
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = sorted({t.device.index or 0 for t in list(model.parameters()) + list(model.buffers())
+                      if t.device.type == "cuda"})
+    try:
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as error:  # the model's own, whatever it is
+        return error
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+    return None
+
+
+def _eager_advice(model: nn.Module, error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    return (f"{type(model).__name__} raises on this sample when run as it is, without remat: "
+            f"{type(error).__name__}: {first[:300]}. remat captures what runs: change the "
+            "sample (its shapes or values) or the model")
 
 
 def _capture_advice(model: nn.Module, error: Exception) -> str:

@@ -379,16 +379,47 @@ def test_a_forward_that_cannot_be_captured_says_where_and_what_to_do():
     class Branchy(nn.Module):
         def __init__(self):
             super().__init__()
-            self.linear = nn.Linear(4, 4)
+            self.linear, self.norm = nn.Linear(4, 4), nn.BatchNorm1d(4)
 
         def forward(self, x):
+            x = torch.dropout(self.norm(x), 0.5, True)
             if x.sum() > 0:  # data-dependent control flow
                 return self.linear(x)
             return -self.linear(x)
 
+    # Run eagerly once to tell its own errors from the capture's (it has none): its BatchNorm
+    # statistics and the random state are as they were.
+    model, x = Branchy(), torch.randn(2, 4)
+    before = [b.clone() for b in model.buffers()]
+    state = torch.get_rng_state()
     with pytest.raises(remat.CaptureError, match="could not capture Branchy's forward") as info:
-        remat.Checkpointable(Branchy(), torch.randn(2, 4), progress=False)
+        remat.Checkpointable(model, x, progress=False)
     assert "as a chain instead" in str(info.value)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.buffers()))
+    assert torch.equal(state, torch.get_rng_state())
+
+
+@needs_export
+def test_a_model_that_fails_on_its_own_is_said_so_not_how_to_capture():
+    # BatchNorm in training given one value per channel raises eagerly too: the advice to make
+    # the forward's Python independent of tensor values would mislead.
+    class Normed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.norm = nn.Linear(4, 4), nn.BatchNorm1d(4)
+
+        def forward(self, x):
+            return torch.dropout(self.norm(self.linear(x)), 0.5, True)
+
+    model, x = Normed(), torch.randn(1, 4)
+    with pytest.raises(remat.CaptureError, match=r"Normed raises on this sample when run as it "
+                                                 r"is, without remat: ValueError: Expected more "
+                                                 r"than 1 value per channel") as info:
+        remat.Checkpointable(model, x, progress=False)
+    assert "independent of tensor values" not in str(info.value)
+    # The same model on a batch of two captures.
+    assert isinstance(remat.Checkpointable(model, torch.randn(2, 4), progress=False),
+                      remat.ModelCheckpointable)
 
 
 @pytest.mark.skipif(export_available(), reason="torch 2.5 and later capture models")
