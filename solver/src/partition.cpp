@@ -292,10 +292,19 @@ std::vector<bool> legal_boundaries(const Graph& graph) {
   // storage of its own (a chain's members never share one), which would overstate that
   // boundary's bytes by the storage once more wherever it is kept. Value v crosses the
   // boundaries after nodes v .. end[v]-2; each storage's values by their first.
+  // And not where nothing crosses: a node that reads no earlier value (a constant, `arange`)
+  // after every earlier value's last reader leaves the boundary before it empty, and a chain's
+  // x_k holds at least one tensor (found by fuzzing: the chain of such a split did not
+  // validate). `crossing_count`: +1 at each value's first boundary, -1 past its last.
   std::map<int, std::vector<std::pair<int, int>>> crossings;  // storage -> [first, last]
+  std::vector<int> crossing_count(graph.nodes.size() + 1, 0);
   for (int v = 0; v < n; ++v)
-    if (graph.nodes[static_cast<std::size_t>(v)].tensor && end[static_cast<std::size_t>(v)] - 2 >= v)
+    if (graph.nodes[static_cast<std::size_t>(v)].tensor &&
+        end[static_cast<std::size_t>(v)] - 2 >= v) {
       crossings[root[static_cast<std::size_t>(v)]].emplace_back(v, end[static_cast<std::size_t>(v)] - 2);
+      ++crossing_count[static_cast<std::size_t>(v)];
+      --crossing_count[static_cast<std::size_t>(end[static_cast<std::size_t>(v)] - 1)];
+    }
   for (auto& [storage, spans] : crossings) {
     std::sort(spans.begin(), spans.end());
     int last = -1;  // the furthest boundary an earlier value of the storage crosses
@@ -304,15 +313,6 @@ std::vector<bool> legal_boundaries(const Graph& graph) {
       last = std::max(last, until);
     }
   }
-  // Not where nothing crosses: a node that reads no earlier value (a constant, `arange`) after
-  // every earlier value's last reader leaves the boundary before it empty, and a chain's x_k
-  // holds at least one tensor (found by fuzzing: the chain of such a split did not validate).
-  std::vector<int> crossing_count(graph.nodes.size() + 1, 0);
-  for (int v = 0; v < n; ++v)
-    if (graph.nodes[static_cast<std::size_t>(v)].tensor && end[static_cast<std::size_t>(v)] - 2 >= v) {
-      ++crossing_count[static_cast<std::size_t>(v)];
-      --crossing_count[static_cast<std::size_t>(end[static_cast<std::size_t>(v)] - 1)];
-    }
   int crossing_values = 0;
   for (int p = 0; p < n; ++p) {
     crossing_values += crossing_count[static_cast<std::size_t>(p)];
