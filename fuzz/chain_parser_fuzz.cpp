@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "findings.h"
 #include "remat/solver/chain.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -15,10 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     chain = remat::parse_chain(text, "fuzz");
   } catch (const remat::ChainError& error) {
-    const std::string what = error.what();
-    if (what.size() > 1000) __builtin_trap();
-    for (const char c : what)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) __builtin_trap();
+    remat::fuzz::trap_unless_short_and_escaped(error.what());
     return 0;
   }
   if (text.find('\0') != std::string::npos) __builtin_trap();

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "findings.h"
 #include "remat/models/safetensors.h"
 
 namespace {
@@ -73,8 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string what = error.what_without_backtrace();
     if (what.rfind(path + ": ", 0) != 0) __builtin_trap();  // names the file
     // Names and keys from the file escaped: no control character reaches a terminal.
-    for (const char c : what)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) __builtin_trap();
+    remat::fuzz::trap_on_control_characters(what);
   }
   return 0;
 }
