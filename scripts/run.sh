@@ -7,7 +7,7 @@
 # remat is built against PyTorch 2.x from PyPI (the CUDA wheel users get from `pip install
 # torch`, pinned in scripts/torch-requirements.txt), in a virtual environment kept outside the
 # clone so that re-runs do not download it again: $REMAT_VENV, by default
-# ~/.cache/remat/venv-<pins>. The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
+# ~/.cache/remat/venv-<pins>; uv installs its packages (scripts/uv.sh). The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
 # with the CUDA toolkit's nvcc); they run only where a GPU is. `test` also builds and tests
 # against Debian's LibTorch 1.13 (build-debian/), the Python package against the newest
 # and the oldest PyTorch it admits too (scripts/torch-newest- and torch-oldest-requirements.txt,
@@ -104,14 +104,15 @@ if [ "$mode" = test ]; then
 fi
 
 # 2. PyTorch 2.x from PyPI, in a virtual environment outside the clone (reused while the pins
-# are unchanged; a half-made one is made again).
+# are unchanged; a half-made one is made again), its packages installed by uv (scripts/uv.sh).
+source scripts/uv.sh
 if ! cmp -s "$pins" "$venv/remat-requirements.txt"; then
   step "installing PyTorch from PyPI into $venv ($(grep -v '^#' "$pins" | tr '\n' ' '))"
   python=$(command -v python3)
   "$python" -m venv --help >/dev/null 2>&1 || python=/usr/bin/python3
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q -r "$pins"
+  remat_pip_install "$venv/bin/python" -r "$pins"
   cp "$pins" "$venv/remat-requirements.txt"
 fi
 venv_python=$venv/bin/python
@@ -120,14 +121,14 @@ venv_python=$venv/bin/python
 # environment.
 if [ "$mode" = test ] && ! cmp -s scripts/test-requirements.txt "$venv/remat-test-requirements.txt"; then
   step "installing the tests' Python packages ($(grep -v '^#' scripts/test-requirements.txt | tr '\n' ' '))"
-  "$venv_python" -m pip install -q -r scripts/test-requirements.txt
+  remat_pip_install "$venv_python" -r scripts/test-requirements.txt
   cp scripts/test-requirements.txt "$venv/remat-test-requirements.txt"
 fi
 # The models the "any model" tests train besides torchvision's and Hugging Face's (timm), and
 # Hugging Face's Trainer (accelerate): without their dependencies, which transformers brought.
 if [ "$mode" = test ] && ! cmp -s scripts/test-model-requirements.txt "$venv/remat-test-model-requirements.txt"; then
   step "installing the model tests' Python packages ($(grep -v '^#' scripts/test-model-requirements.txt | tr '\n' ' '))"
-  "$venv_python" -m pip install -q --no-deps -r scripts/test-model-requirements.txt
+  remat_pip_install "$venv_python" --no-deps -r scripts/test-model-requirements.txt
   cp scripts/test-model-requirements.txt "$venv/remat-test-model-requirements.txt"
 fi
 if [ "$mode" = test ]; then

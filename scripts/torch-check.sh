@@ -46,6 +46,7 @@ done
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 started=$SECONDS
+source scripts/uv.sh
 step() { echo "== [$(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s] $*"; }
 
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/remat/venv-torch-$version${torchvision:+-vision-$torchvision}
@@ -62,7 +63,7 @@ if [ "$made" = 0 ]; then
   step "installing $wanted and the tests' Python packages into $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q "torch==$version" ${torchvision:+"torchvision==$torchvision"} \
+  remat_pip_install "$venv/bin/python" "torch==$version" ${torchvision:+"torchvision==$torchvision"} \
     -r scripts/test-requirements.txt scikit-build-core numpy ${extra[@]+"${extra[@]}"}
   echo "$stamp" > "$venv/remat-wanted"
 fi
