@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 namespace remat {
 namespace {
@@ -74,6 +75,27 @@ std::string printable(const std::string& text) {
     ++i;
   }
   return out;
+}
+
+namespace {
+// The first at most `limit` bytes of `text`, cut at a character's start, and the count that
+// follows where it was cut ("" where it was not).
+std::pair<std::string, std::string> cut(const std::string& text, std::size_t limit) {
+  if (text.size() <= limit) return {text, ""};
+  std::size_t at = limit;
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xc0) == 0x80) --at;
+  return {text.substr(0, at), " (" + counted(static_cast<std::int64_t>(text.size()), "byte") + ")"};
+}
+}  // namespace
+
+std::string shortened(const std::string& text, std::size_t limit) {
+  const auto [head, count] = cut(text, limit);
+  return printable(head) + (count.empty() ? "" : "..." + count);
+}
+
+std::string quoted(const std::string& text, std::size_t limit) {
+  const auto [head, count] = cut(text, limit);
+  return "'" + printable(head) + (count.empty() ? "'" : "...'" + count);
 }
 
 std::string counted(std::int64_t n, const std::string& noun) {

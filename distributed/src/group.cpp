@@ -49,19 +49,15 @@ int env_int(const char* name, int low, int high, std::optional<int> fallback) {
   }
   // The value as the message quotes it: escaped, and at most 40 bytes of it.
   const std::string given(text);
-  const std::string quoted =
-      printable(given.substr(0, 40)) +
-      (given.size() > 40 ? "... (" + counted(static_cast<std::int64_t>(given.size()), "byte") + ")"
-                         : "");
   errno = 0;
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   if (end == text || *end != '\0')
-    throw InputError(
-        fmt::format("{}='{}' is not a whole number (from {} to {})", name, quoted, low, high));
+    throw InputError(fmt::format("{}={} is not a whole number (from {} to {})", name,
+                                 quoted(given, 40), low, high));
   if (errno != 0 || value < low || value > high)
-    throw InputError(
-        fmt::format("{}={} is out of range: it must be from {} to {}", name, quoted, low, high));
+    throw InputError(fmt::format("{}={} is out of range: it must be from {} to {}", name,
+                                 shortened(given, 40), low, high));
   return static_cast<int>(value);
 }
 

@@ -41,12 +41,7 @@ constexpr size_t kMaxNameInMessage = 200;
 }
 
 // A name from the file as messages show it: quoted, and cut (at a UTF-8 boundary) when long.
-std::string named(const std::string& name) {
-  if (name.size() <= kMaxNameInMessage) return "'" + name + "'";
-  size_t cut = kMaxNameInMessage;
-  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xc0) == 0x80) --cut;
-  return "'" + name.substr(0, cut) + "...' (" + std::to_string(name.size()) + " bytes)";
-}
+std::string named(const std::string& name) { return quoted(name, kMaxNameInMessage); }
 
 struct Dtype {
   const char* name;

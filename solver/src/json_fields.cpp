@@ -14,14 +14,6 @@
 
 namespace remat::detail::json_fields {
 
-namespace {
-// At most `limit` characters of `text`, printable (a number of 100,000 digits, or a terminal's
-// escape sequence, quoted in nlohmann's message).
-std::string shortened(const std::string& text, std::size_t limit = 200) {
-  return printable(text.size() > limit ? text.substr(0, limit) + "..." : text);
-}
-}  // namespace
-
 [[noreturn]] void fail(const std::string& source, const std::string& where,
                        const std::string& what) {
   // The place and the message can quote the file (a key, a name, a value): shortened, so that
@@ -91,7 +83,7 @@ json parse_document(const std::string& text, const std::string& source) {
     std::string message = error.what();
     const auto bracket = message.find("] ");
     if (bracket != std::string::npos) message = message.substr(bracket + 2);
-    fail(source, "", str_cat("is not valid JSON: ", shortened(message)));
+    fail(source, "", str_cat("is not valid JSON: ", shortened(message, 200)));
   }
   if (!duplicate.empty())
     fail(source, shortened(duplicate, 100), "is given twice (a key once per object)");

@@ -23,8 +23,7 @@ using detail::str_cat;
 
 [[noreturn]] void fail(const std::string& source, std::size_t node, const std::string& what) {
   // `what` can quote the file (a node's name): shortened and printable.
-  throw ChainError(str_cat(source, ": nodes[", node, "]",
-                           printable(what.size() > 600 ? what.substr(0, 600) + "..." : what)));
+  throw ChainError(str_cat(source, ": nodes[", node, "]", shortened(what, 600)));
 }
 
 // The node that owns each node's storage (itself, or the root of its views).

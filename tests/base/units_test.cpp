@@ -152,6 +152,23 @@ TEST_CASE("printable escapes what a terminal or an XML reader must not see", "[b
   CHECK(remat::printable("\xf4\x8f\xbf\xbd") == "\xf4\x8f\xbf\xbd");      // U+10FFFD
 }
 
+TEST_CASE("shortened and quoted cut long text at a character and say how long it was",
+          "[base][units]") {
+  CHECK(remat::shortened("abcdef", 3) == "abc... (6 bytes)");
+  CHECK(remat::shortened("abc", 3) == "abc");
+  CHECK(remat::shortened("", 0) == "");
+  CHECK(remat::quoted("abcdef", 3) == "'abc...' (6 bytes)");
+  CHECK(remat::quoted("abc", 3) == "'abc'");
+  // Cut before a character rather than inside it: "\xc3\xa9" (é) is kept whole or left out.
+  CHECK(remat::shortened("caf\xc3\xa9s", 4) == "caf... (6 bytes)");
+  CHECK(remat::shortened("caf\xc3\xa9s", 5) == "caf\xc3\xa9... (6 bytes)");
+  // What is kept is printable; the count is of the whole text, escapes not counted.
+  CHECK(remat::shortened("\x1b[2J and more", 4) == "\\x1b[2J... (13 bytes)");
+  CHECK(remat::quoted(std::string("a\0b", 3), 10) == "'a\\x00b'");
+  CHECK(remat::shortened(std::string(100000, 'n'), 200) ==
+        std::string(200, 'n') + "... (100000 bytes)");
+}
+
 TEST_CASE("sizes are parsed with units", "[base][units]") {
   CHECK(remat::parse_size("700MiB") == 700LL << 20);
   CHECK(remat::parse_size("2.5GiB") == 2684354560LL);

@@ -17,6 +17,16 @@ namespace remat {
 /// included, as it is. Example: `printable("a\x1b[2J") == "a\\x1b[2J"`.
 std::string printable(const std::string& text);
 
+/// At most `limit` bytes of a text from a file or a command line, as a message quotes it:
+/// cut at a UTF-8 character's start, printable(), and where cut followed by "... (N bytes)",
+/// N the whole text's size, so that a name of 100,000 bytes is not 100 KB of stderr:
+/// `shortened("abcdef", 3) == "abc... (6 bytes)"`, `shortened("abc", 3) == "abc"`.
+std::string shortened(const std::string& text, std::size_t limit);
+
+/// The same in single quotes, the count after the closing one:
+/// `quoted("abcdef", 3) == "'abc...' (6 bytes)"`, `quoted("abc", 3) == "'abc'"`.
+std::string quoted(const std::string& text, std::size_t limit);
+
 /// A relative change in percent with its sign and `decimals` decimals ("+11.3%", "-2.0%"), and
 /// "+0.0%" for every value that rounds to zero: never "-0.0%".
 std::string format_signed_percent(double percent, int decimals = 1);
