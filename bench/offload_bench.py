@@ -3,7 +3,7 @@ equal memory: measured peak, step time, the prediction, and the host memory the 
 
     python bench/offload_bench.py [--models resnet50,transformer] [--fractions 0.75,0.5,0.35,0.25,0.15]
         [--steps 5] [--device cpu|cuda] [--link D2H,H2D,LATENCY] [--json out.json] [--quick]
-        [--plot out.svg]
+        [--large] [--plot out.svg]
     python bench/offload_bench.py --from-json out.json [--plot out.svg]
 
 The networks, step and measurement are python_bench.py's (same chains, loss, taking turns,
@@ -14,6 +14,8 @@ remat's store-all peak (the loss included):
   brought back (docs/runtime.md, "Offload"), over the device's link as remat.measure_link
   measures it (or --link); "offloads" is how many it copies, "host" the most host memory the
   copies held in a step. A budget below recomputation's least may be feasible with offload.
+Besides the fractions, both at the budget of each offloading reference below (save_on_cpu,
+torchtune): its own measured peak, so that remat and it are compared at equal memory.
 And once, for reference:
 - "plain": the chain under plain autograd;
 - "save_on_cpu" (CUDA only): torch.autograd.graph.save_on_cpu(pin_memory=True) around the whole
@@ -27,6 +29,9 @@ And once, for reference:
 
 On the CPU the copies are memory copies on the host's own time, so offloading buys little or
 nothing there; the bench measures the logic and the prediction. The gain is the GPU's.
+
+--large: sizes at which a GPU computes more than it launches (python_bench.workload): resnet50
+at batch 64, a transformer of 12 blocks of width 1024 over batch 8 x 1024 tokens.
 
 Output: a table on stdout (also --markdown), progress on stderr, --json the raw figures,
 --plot the step time against the measured peak, one panel per network (matplotlib, where it is
@@ -71,7 +76,7 @@ def parse_link(text: str) -> remat.Link:
 
 
 def bench_model(name: str, args, device: torch.device, link: remat.Link) -> dict:
-    chain_module, x, loss, description = pb.workload(name, args.quick, device)
+    chain_module, x, loss, description = pb.workload(name, args.quick, device, args.large)
     print(f"offload_bench: {name} ({description}) on {device}", file=sys.stderr)
     probe = remat.Checkpointable(chain_module, progress=False, loss=loss, output_held=False)
     chain = probe.measure(x)
@@ -98,22 +103,31 @@ def bench_model(name: str, args, device: torch.device, link: remat.Link) -> dict
                     value = loss(out)
                 value.backward()
             configurations["torchtune"] = torchtune_recipe
+    # (fraction, budget, what it matches): the fractions of store-all, then each offloading
+    # reference's own peak (one step after a warm-up, as measure_all takes peaks).
+    budgets = [(fraction, int(fraction * peak_all), "") for fraction in args.fractions]
+    for reference in ("save_on_cpu", "torchtune"):
+        if reference in configurations:
+            configurations[reference]()
+            peak = pb.peak_of(configurations[reference], device)
+            budgets.append((peak / peak_all, peak, reference))
+            print(f"offload_bench: {reference}'s peak {remat._api.format_bytes(peak)}, "
+                  f"{peak / peak_all:.1%} of store-all", file=sys.stderr)
     rows = []
     solutions = {}
-    for fraction in args.fractions:
-        budget = int(fraction * peak_all)
+    for fraction, budget, matches in budgets:
         for method, offload in (("recompute", False), ("offload", True)):
             chk = remat.Checkpointable(chain_module, progress=False, loss=loss, output_held=False)
             chk.set_chain(chain)
             solution = chk.compute_sequence(budget, offload=offload)
-            key = f"{method} {fraction:.0%}"
-            solutions[key] = (chk, solution, fraction, method, budget)
+            key = f"{method} {budget}"
+            solutions[key] = (chk, solution, fraction, method, budget, matches)
             if solution.ok:
                 configurations[key] = (lambda c=chk: loss(c(x)).backward())
     measured = pb.measure_all(chain_module, configurations, args.steps, device)
-    for key, (chk, solution, fraction, method, budget) in solutions.items():
+    for key, (chk, solution, fraction, method, budget, matches) in solutions.items():
         row = {"model": name, "fraction": fraction, "budget_bytes": budget, "method": method,
-               "feasible": solution.ok}
+               "matches": matches, "feasible": solution.ok}
         if solution.ok:
             row.update(measured[key])
             row.update({"predicted_ms": solution.makespan_ms,
@@ -142,9 +156,11 @@ def table(results: list) -> str:
         lines.append("| budget | recompute ms (predicted) | peak | offload ms (predicted) | peak "
                      "| offloads | host | recompute / offload |")
         lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
-        by = {(row["fraction"], row["method"]): row for row in r["rows"]}
-        for fraction in sorted({row["fraction"] for row in r["rows"]}, reverse=True):
-            rec, off = by[(fraction, "recompute")], by[(fraction, "offload")]
+        by = {(row["budget_bytes"], row["method"]): row for row in r["rows"]}
+        for budget in sorted({row["budget_bytes"] for row in r["rows"]}, reverse=True):
+            rec, off = by[(budget, "recompute")], by[(budget, "offload")]
+            fraction = rec["fraction"]
+            label = f"{fraction:.0%}" + (f", {rec['matches']}'s peak" if rec.get("matches") else "")
 
             def cells(row):
                 if not row["feasible"]:
@@ -155,7 +171,7 @@ def table(results: list) -> str:
                      if rec["feasible"] and off["feasible"] else "-")
             host = remat._api.format_bytes(off["host_bytes"]) if off["feasible"] else "-"
             offloads = str(off["offloads"]) if off["feasible"] else "-"
-            lines.append(f"| {fraction:.0%} ({remat._api.format_bytes(rec['budget_bytes'])}) | "
+            lines.append(f"| {label} ({remat._api.format_bytes(budget)}) | "
                          + " | ".join(cells(rec)) + " | " + " | ".join(cells(off))
                          + f" | {offloads} | {host} | {ratio} |")
     return "\n".join(lines) + "\n"
@@ -208,6 +224,8 @@ def main() -> None:
     parser.add_argument("--json", default="")
     parser.add_argument("--markdown", default="")
     parser.add_argument("--quick", action="store_true", help="small sizes (CI, the CPU mode)")
+    parser.add_argument("--large", action="store_true",
+                        help="resnet50 b64, a 12-block transformer of width 1024 (a GPU's sizes)")
     parser.add_argument("--plot", type=Path, help="step time against peak (.svg or .png)")
     parser.add_argument("--from-json", type=Path, help="draw and print an earlier run's --json")
     args = parser.parse_args()

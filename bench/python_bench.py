@@ -132,25 +132,29 @@ def transformer(blocks: int, d: int = 256, heads: int = 8, vocab: int = 8192, se
     return nn.Sequential(OrderedDict(stages + [("head", Head(d, vocab))]))
 
 
-def workload(name: str, quick: bool, device: torch.device):
-    """(chain, input, targets, loss, description)."""
+def workload(name: str, quick: bool, device: torch.device, large: bool = False):
+    """(chain, input, targets, loss, description). `large`: sizes at which a GPU is busy with
+    the computation rather than with launching it (offload_bench.py --large): resnet50 at batch
+    64, the transformer with 12 blocks of width 1024 over batch 8 x 1024 tokens."""
     torch.manual_seed(0)
     if name == "resnet50":
         from torchvision_stages import stages
 
-        batch, image = (2, 96) if quick else (8, 224)
+        batch, image = (2, 96) if quick else (64, 224) if large else (8, 224)
         chain, _ = stages("resnet50")
         x = torch.randn(batch, 3, image, image, device=device)
         targets = torch.randint(0, 1000, (batch,), device=device)
         loss = lambda out: F.cross_entropy(out, targets)  # noqa: E731
         return chain.to(device), x, loss, f"batch {batch}, {image}x{image}"
     if name == "transformer":
-        blocks, batch, seq = (2, 2, 64) if quick else (6, 8, 256)
-        chain = transformer(blocks)
+        blocks, batch, seq = (2, 2, 64) if quick else (12, 8, 1024) if large else (6, 8, 256)
+        width, heads = (1024, 16) if large and not quick else (256, 8)
+        chain = transformer(blocks, d=width, heads=heads, seq=seq)
         ids = torch.randint(0, 8192, (batch, seq), device=device)
         targets = torch.randint(0, 8192, (batch, seq), device=device)
         loss = lambda out: F.cross_entropy(out.flatten(0, 1), targets.flatten())  # noqa: E731
-        return chain.to(device), ids, loss, f"{blocks} blocks, batch {batch} x {seq} tokens"
+        return (chain.to(device), ids, loss,
+                f"{blocks} blocks of width {width}, batch {batch} x {seq} tokens")
     raise SystemExit(f"python_bench.py: unknown model {name!r} (known: resnet50, transformer)")
 
 

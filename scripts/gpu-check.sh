@@ -99,7 +99,7 @@ if [ "$mode" = gpu ]; then
   transformer_args=(--models gpt2,gpt2-medium --batch 8 --seq 1024 --steps 10 --warmup 3)
   transformer_repeat=(--repeat 3)
   python_bench_args=(--device cuda --steps 10)
-  offload_args=(--device cuda --steps 10)
+  offload_args=(--device cuda --steps 10 --large)
   granularity_args=(--device cuda --batch 32)
   models_args=(--device cuda --size gpu --steps 5 --warmup 2
                --compile-budgets "${compile_budgets:-0.1,0.4,0.7,1.0}"
