@@ -8,10 +8,10 @@
 # installed, uses pip. The Python package itself is still built by pip (`pip install .`).
 #   remat_pip_install PYTHON ARG...   installs ARG... (pip install's requirements and options:
 #                                     -r FILE, --no-deps, specifiers) into PYTHON's environment
-# uv reads no pip settings: pip's certificate bundle (PIP_CERT) and timeout
-# (PIP_DEFAULT_TIMEOUT) are passed on to it (SSL_CERT_FILE, UV_HTTP_TIMEOUT), and it keeps no
-# cache (--no-cache), as pip kept none of the wheels here: disk space is what docs/building.md
-# says.
+# uv reads no pip settings: pip's certificate bundle (PIP_CERT), timeout (PIP_DEFAULT_TIMEOUT)
+# and a folder of local wheels (PIP_FIND_LINKS) are passed on to it (SSL_CERT_FILE,
+# UV_HTTP_TIMEOUT, UV_FIND_LINKS). It keeps no cache (--no-cache), as pip kept none of the
+# wheels here: disk space is what docs/building.md says.
 remat_uv_version=0.13.9
 
 # Prints the path of uv, installing it first where needed; fails where it cannot.
@@ -37,6 +37,8 @@ remat_pip_install() {
     [ -z "${SSL_CERT_FILE:-}" ] && [ -n "${PIP_CERT:-}" ] && settings+=("SSL_CERT_FILE=$PIP_CERT")
     [ -z "${UV_HTTP_TIMEOUT:-}" ] && [ -n "${PIP_DEFAULT_TIMEOUT:-}" ] &&
       settings+=("UV_HTTP_TIMEOUT=$PIP_DEFAULT_TIMEOUT")
+    [ -z "${UV_FIND_LINKS:-}" ] && [ -d "${PIP_FIND_LINKS:-}" ] &&
+      settings+=("UV_FIND_LINKS=$PIP_FIND_LINKS")
     env ${settings[@]+"${settings[@]}"} "$uv" pip install -q --no-cache --python "$python" "$@"
   else
     "$python" -m pip install -q "$@"
