@@ -93,15 +93,10 @@ command -v ccache > /dev/null && ccache --zero-stats > /dev/null
 if [ "$mode" = test ]; then
   mkdir -p build-checks && checks_log=build-checks/output.log
   step "the sanitizer build, its tests and the mutation check: in the background at the lowest priority (scripts/torch-free-checks.sh, into $checks_log)"
-  # Where the kernel groups processes by session for scheduling (autogroup), a nice value
-  # counts within its group only: a session of its own would get half the machine whatever its
-  # nice. Its group is made nice too (measured: the checks took 37% of the CPU beside build/'s
-  # compilers before), by the session itself once it has one: written from here through
-  # /proc/$!/autogroup, the value could reach the group of this script (before the child's
-  # setsid), and did once: this script ran at nice 19 beside checks at 0 (2026-12-01).
-  setsid bash -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 19 bash scripts/torch-free-checks.sh' \
-    > "$checks_log" 2>&1 &
-  checks=$!  # its own session (setsid from a process that does not lead its group: no fork)
+  # Its scheduling group is made nice too (remat_lowest_priority; measured: the checks took 37%
+  # of the CPU beside build/'s compilers before).
+  remat_lowest_priority "$checks_log" bash scripts/torch-free-checks.sh
+  checks=$remat_background_pid
   trap 'pkill -TERM -s "$checks" 2>/dev/null || true' EXIT
 fi
 
