@@ -7,10 +7,10 @@
 #   unless_passed CHECK KEY TITLE COMMAND...
 #                                   says so where CHECK passed on this machine for KEY; else
 #                                   runs COMMAND under the step TITLE and records its pass
-#   remat_lowest_priority LOG COMMAND...
-#                                   starts COMMAND in the background, its output into LOG, in a
-#                                   session of its own at the lowest priority; its process id
-#                                   (the session's) in remat_background_pid
+#   remat_beside LOG COMMAND...     starts COMMAND in the background, its output into LOG, in a
+#                                   session of its own whose scheduling group is the caller's
+#                                   equal; its process id (the session's) in
+#                                   remat_background_pid
 #
 # Checks whose outcome committed files decide alone, the same inputs on every run (the fuzz
 # targets' committed inputs, each run once; the mutation check's `git archive HEAD`), are not
@@ -68,17 +68,17 @@ unless_passed() {
   [ -z "$key" ] || { mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$check-$key"; }
 }
 
-# Where the kernel groups processes by session for scheduling (autogroup), a nice value counts
-# within its group only: a session of its own would get half the machine whatever its nice. So
-# the new session makes its own group nice (/proc/self/autogroup) before it execs COMMAND.
-# Written from here through /proc/$!/autogroup, the value could reach this shell's group before
-# the child's setsid, and did: the test run at nice 19 beside its checks at 0 (fixed
-# 2026-12-01; tests/tools/test_background.py).
-remat_lowest_priority() {
+# Where the kernel groups processes by session for scheduling (autogroup), the new session's
+# group shares the cores with the caller's as an equal, each half when both are busy. Not
+# lower: at nice 19 (its group's too) the checks got only what the test run left, and their
+# one-at-a-time tail came last, waited for: 9 min 31 s of a fresh machine's run, 4 min 14 s of
+# a warm one (2026-12-01). Before that, run.sh meant to nice them but wrote through
+# /proc/$!/autogroup before the child's setsid, which reniced run.sh's own group: the checks
+# went first. tests/tools/test_background.py checks that the two groups stay equals.
+remat_beside() {
   local log=$1
   shift
   # setsid from a process that does not lead its group: no fork, $! is the session's.
-  setsid bash -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$@"' bash "$@" \
-    > "$log" 2>&1 &
+  setsid "$@" > "$log" 2>&1 &
   remat_background_pid=$!
 }

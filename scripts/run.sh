@@ -87,15 +87,14 @@ command -v ccache > /dev/null && ccache --zero-stats > /dev/null
 
 # 2a. The checks of the components without LibTorch that need builds of their own (the
 # sanitizer build and its tests, the mutation check: scripts/torch-free-checks.sh), in the
-# background at the lowest priority: they take what the steps below leave of the two cores
-# (downloads, link steps, single-threaded tests), about a third of their time. Collected before
-# the GPU check's CPU mode, whose timing wants the machine to itself; stopped if this run stops.
+# background, in a session of their own that shares the cores with this one as an equal
+# (remat_beside, scripts/run-lib.sh): they finish while the steps below run, rather than last.
+# Collected before the GPU check's CPU mode, whose timing wants the machine to itself; stopped
+# if this run stops.
 if [ "$mode" = test ]; then
   mkdir -p build-checks && checks_log=build-checks/output.log
-  step "the sanitizer build, its tests and the mutation check: in the background at the lowest priority (scripts/torch-free-checks.sh, into $checks_log)"
-  # Its scheduling group is made nice too (remat_lowest_priority; measured: the checks took 37%
-  # of the CPU beside build/'s compilers before).
-  remat_lowest_priority "$checks_log" bash scripts/torch-free-checks.sh
+  step "the sanitizer build, its tests and the mutation check: in the background (scripts/torch-free-checks.sh, into $checks_log)"
+  remat_beside "$checks_log" bash scripts/torch-free-checks.sh
   checks=$remat_background_pid
   trap 'pkill -TERM -s "$checks" 2>/dev/null || true' EXIT
 fi

@@ -4,13 +4,13 @@
 #   - the sanitizer build (build-asan/: AddressSanitizer and UBSan) and its tests;
 #   - the mutation check of the solver, simulator and report tests (tools/mutate.py, into
 #     build-mutate/; not run again where the same commit passed it on this machine).
-# `bash scripts/run.sh test` starts it in the background at the lowest priority (nice 19) once
-# the Debian packages are installed, so that it compiles and tests on whatever core the rest
-# leaves idle (downloads, link steps, single-threaded tests), and waits for it before the GPU
-# check's CPU mode. Alone, after run.sh has installed the Debian packages:
+# `bash scripts/run.sh test` starts it in the background once the Debian packages are installed,
+# in a session of its own that shares the cores with the rest as an equal (remat_beside), and
+# waits for it before the GPU check's CPU mode. Alone, after run.sh has installed the Debian
+# packages:
 #   bash scripts/torch-free-checks.sh
 # Its tests have no time limit (no TIMEOUT property, and without include(CTest) CTest sets
-# none): at the lowest priority a test may wait minutes for a core without failing for it.
+# none): beside the test run's builds a test may wait minutes for a core without failing for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
