@@ -9,8 +9,7 @@
 #                                   runs COMMAND under the step TITLE and records its pass
 #   remat_beside LOG COMMAND...     starts COMMAND in the background, its output into LOG, in a
 #                                   session of its own whose scheduling group is the caller's
-#                                   equal; its process id (the session's) in
-#                                   remat_background_pid
+#                                   equal; $! is its process id (the session's), as after `&`
 #
 # Checks whose outcome committed files decide alone, the same inputs on every run (the fuzz
 # targets' committed inputs, each run once; the mutation check's `git archive HEAD`), are not
@@ -80,5 +79,4 @@ remat_beside() {
   shift
   # setsid from a process that does not lead its group: no fork, $! is the session's.
   setsid "$@" > "$log" 2>&1 &
-  remat_background_pid=$!
 }

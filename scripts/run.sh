@@ -7,14 +7,15 @@
 # remat is built against PyTorch 2.x from PyPI (the CUDA wheel users get from `pip install
 # torch`, pinned in scripts/torch-requirements.txt), in a virtual environment kept outside the
 # clone so that re-runs do not download it again: $REMAT_VENV, by default
-# ~/.cache/remat/venv-<pins>; uv installs its packages (scripts/uv.sh). The CUDA sources are compiled and linked (REMAT_WITH_CUDA=1,
-# with the CUDA toolkit's nvcc); they run only where a GPU is. `test` also builds and tests
-# against Debian's LibTorch 1.13 (build-debian/), the Python package against the newest
-# and the oldest PyTorch it admits too (scripts/torch-newest- and torch-oldest-requirements.txt,
-# each in its own environment, through scripts/torch-check.sh), the solver under ASan+UBSan
-# (build-asan/), runs the fuzz targets on their committed inputs (scripts/fuzz.sh --ci), the
-# mutation check (tools/mutate.py) and the GPU check's CPU mode (scripts/gpu-check.sh --cpu,
-# through scripts/gpu-session.sh). It first checks that the disk has room for what it will make.
+# ~/.cache/remat/venv-<pins>; uv installs its packages (scripts/uv.sh). The CUDA sources are
+# compiled and linked (REMAT_WITH_CUDA=1, with the CUDA toolkit's nvcc); they run only where a
+# GPU is. `test` also builds and tests against Debian's LibTorch 1.13 (build-debian/), the
+# Python package against the newest and the oldest PyTorch it admits too
+# (scripts/torch-newest- and torch-oldest-requirements.txt, each in its own environment,
+# through scripts/torch-check.sh), the solver under ASan+UBSan (build-asan/), runs the fuzz
+# targets on their committed inputs (scripts/fuzz.sh --ci), the mutation check
+# (tools/mutate.py) and the GPU check's CPU mode (scripts/gpu-check.sh --cpu, through
+# scripts/gpu-session.sh). It first checks that the disk has room for what it will make.
 set -euo pipefail
 mode=${1:-demo}
 case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
@@ -95,7 +96,7 @@ if [ "$mode" = test ]; then
   mkdir -p build-checks && checks_log=build-checks/output.log
   step "the sanitizer build, its tests and the mutation check: in the background (scripts/torch-free-checks.sh, into $checks_log)"
   remat_beside "$checks_log" bash scripts/torch-free-checks.sh
-  checks=$remat_background_pid
+  checks=$!
   trap 'pkill -TERM -s "$checks" 2>/dev/null || true' EXIT
 fi
 

@@ -30,7 +30,7 @@ def test_the_background_session_is_the_callers_equal(tmp_path: Path) -> None:
         "set -euo pipefail; source scripts/run-lib.sh\n"
         "echo 0 > /proc/self/autogroup 2>/dev/null || true\n"
         f"remat_beside {tmp_path}/log sleep 60\n"
-        "child=$remat_background_pid\n"
+        "child=$!\n"
         "for _ in $(seq 100); do\n"
         "  [ \"$(ps -o sid= -p \"$child\" | tr -d ' ')\" = \"$child\" ] && break\n"
         "  sleep 0.1\n"
