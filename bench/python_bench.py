@@ -147,9 +147,11 @@ def workload(name: str, quick: bool, device: torch.device, large: bool = False):
         loss = lambda out: F.cross_entropy(out, targets)  # noqa: E731
         return chain.to(device), x, loss, f"batch {batch}, {image}x{image}"
     if name == "transformer":
-        blocks, batch, seq = (2, 2, 64) if quick else (12, 8, 1024) if large else (6, 8, 256)
-        width, heads = (1024, 16) if large and not quick else (256, 8)
-        chain = transformer(blocks, d=width, heads=heads, seq=seq)
+        blocks, batch, seq, width, heads = ((2, 2, 64, 256, 8) if quick else
+                                            (12, 8, 1024, 1024, 16) if large else
+                                            (6, 8, 256, 256, 8))
+        # The position table at least 256 long, as the quick and default sizes always had it.
+        chain = transformer(blocks, d=width, heads=heads, seq=max(seq, 256))
         ids = torch.randint(0, 8192, (batch, seq), device=device)
         targets = torch.randint(0, 8192, (batch, seq), device=device)
         loss = lambda out: F.cross_entropy(out.flatten(0, 1), targets.flatten())  # noqa: E731
