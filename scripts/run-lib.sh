@@ -7,9 +7,10 @@
 #   unless_passed CHECK KEY TITLE COMMAND...
 #                                   says so where CHECK passed on this machine for KEY; else
 #                                   runs COMMAND under the step TITLE and records its pass
-#   remat_beside LOG COMMAND...     starts COMMAND in the background, its output into LOG, in a
-#                                   session of its own whose scheduling group is the caller's
-#                                   equal; $! is its process id (the session's), as after `&`
+#   remat_below LOG COMMAND...      starts COMMAND in the background, its output into LOG, in a
+#                                   session of its own at the lowest priority (its scheduling
+#                                   group at nice 19 too); $! is its process id (the session's),
+#                                   as after `&`
 #
 # Checks whose outcome committed files decide alone, the same inputs on every run (the fuzz
 # targets' committed inputs, each run once; the mutation check's `git archive HEAD`), are not
@@ -67,16 +68,18 @@ unless_passed() {
   [ -z "$key" ] || { mkdir -p "$passed_dir" && date -u '+%Y-%m-%d %H:%M UTC' > "$passed_dir/$check-$key"; }
 }
 
-# Where the kernel groups processes by session for scheduling (autogroup), the new session's
-# group shares the cores with the caller's as an equal, each half when both are busy. Not
-# lower: at nice 19 (its group's too) the checks got only what the test run left, and their
-# one-at-a-time tail came last, waited for: 9 min 31 s of a fresh machine's run, 4 min 14 s of
-# a warm one (2026-12-01). Before that, run.sh meant to nice them but wrote through
-# /proc/$!/autogroup before the child's setsid, which reniced run.sh's own group: the checks
-# went first. tests/tools/test_background.py checks that the two groups stay equals.
-remat_beside() {
+# Where the kernel groups processes by session for scheduling (autogroup), a nice value counts
+# within its group only: a session of its own would get half the machine whatever its nice, so
+# its group is made nice too, by the session itself once it has one (written from the caller
+# through /proc/$!/autogroup, the value could reach the caller's group before the child's
+# setsid, and did: run.sh ran at nice 19 beside its checks until 2026-12-01). At the lowest
+# priority the checks take what the test run leaves: a fresh machine's `test` took 51 min 34 s
+# so, against 57 min 8 s with the checks as the test run's equal (2026-12-01, docs/building.md).
+# tests/tools/test_background.py checks both groups' nice values.
+remat_below() {
   local log=$1
   shift
   # setsid from a process that does not lead its group: no fork, $! is the session's.
-  setsid "$@" > "$log" 2>&1 &
+  setsid bash -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$@"' \
+    remat_below "$@" > "$log" 2>&1 &
 }

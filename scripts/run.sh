@@ -88,14 +88,13 @@ command -v ccache > /dev/null && ccache --zero-stats > /dev/null
 
 # 2a. The checks of the components without LibTorch that need builds of their own (the
 # sanitizer build and its tests, the mutation check: scripts/torch-free-checks.sh), in the
-# background, in a session of their own that shares the cores with this one as an equal
-# (remat_beside, scripts/run-lib.sh): they finish while the steps below run, rather than last.
-# Collected before the GPU check's CPU mode, whose timing wants the machine to itself; stopped
-# if this run stops.
+# background at the lowest priority (remat_below, scripts/run-lib.sh): they take what the steps
+# below leave of the cores. Collected at the end, after the GPU check's CPU mode (whose timing
+# wants the cores: at nice 19 they leave them to it); stopped if this run stops.
 if [ "$mode" = test ]; then
   mkdir -p build-checks && checks_log=build-checks/output.log
-  step "the sanitizer build, its tests and the mutation check: in the background (scripts/torch-free-checks.sh, into $checks_log)"
-  remat_beside "$checks_log" bash scripts/torch-free-checks.sh
+  step "the sanitizer build, its tests and the mutation check: in the background at the lowest priority (scripts/torch-free-checks.sh, into $checks_log)"
+  remat_below "$checks_log" bash scripts/torch-free-checks.sh
   checks=$!
   trap 'pkill -TERM -s "$checks" 2>/dev/null || true' EXIT
 fi
@@ -241,20 +240,10 @@ fuzz_key=$(passed_key fuzz base solver models/src/state_dict.cpp models/src/safe
 unless_passed fuzzing "$fuzz_key" "fuzzing, the committed inputs (scripts/fuzz.sh --ci, into build-fuzz/)" \
   bash scripts/fuzz.sh --ci
 
-# 8. The checks started in the background (2a): their steps, as they ran, and their outcome.
-step "the sanitizer build, its tests and the mutation check (started in the background): waiting"
-code=0; wait "$checks" || code=$?
-trap - EXIT
-if [ "$code" != 0 ]; then
-  cat "$checks_log" >&2
-  echo "remat: the checks without LibTorch failed (exit $code; scripts/torch-free-checks.sh, its output above and in $checks_log)" >&2
-  exit 1
-fi
-sed -n 's/^== /   background: /p' "$checks_log"
-
 # 9. The GPU check in its CPU mode (tiny sizes), on the build above: its tables and plots,
-# through gpu-session.sh (in the background, collected by `wait`), as on the GPU machine. Alone:
-# beside a build its fidelity part's timing took 368 s instead of 20 (2026-11-30).
+# through gpu-session.sh (in the background, collected by `wait`), as on the GPU machine. It
+# needs the cores: beside a build as its equal, its fidelity part's timing took 368 s instead of
+# 20 (2026-11-30); the background checks, at nice 19, leave them to it.
 step "the GPU check's CPU mode (scripts/gpu-session.sh start --cpu, into build/gpu-session/)"
 session=(env REMAT_PYTHON="$venv_python" REMAT_SESSION_DIR=build/gpu-session
          bash scripts/gpu-session.sh --out build/gpu-check-cpu)
@@ -279,5 +268,18 @@ for chain in "${chains[@]}"; do  # exit 3: infeasible at 50%, a result, not a fa
   [ "$code" = 0 ] || [ "$code" = 3 ] || { echo "remat schedule --chain $chain: exit $code" >&2; exit 1; }
 done
 "$venv_python" -m pytest -q -p no:cacheprovider tests/tools
+
+# 10. The checks started in the background (2a), once nothing else runs: their steps, as they
+# ran, and their outcome.
+step "the sanitizer build, its tests and the mutation check (started in the background): waiting"
+code=0; wait "$checks" || code=$?
+trap - EXIT
+if [ "$code" != 0 ]; then
+  cat "$checks_log" >&2
+  echo "remat: the checks without LibTorch failed (exit $code; scripts/torch-free-checks.sh, its output above and in $checks_log)" >&2
+  exit 1
+fi
+sed -n 's/^== /   background: /p' "$checks_log"
+
 command -v ccache > /dev/null && step "ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"{d=$2} $1=="preprocessed_cache_hit"{p=$2} $1=="cache_miss"{m=$2} END{printf "%d hits (%d direct), %d misses", d+p, d, m}')"
 step "all tests passed"

@@ -5,9 +5,8 @@
 #   - the mutation check of the solver, simulator and report tests (tools/mutate.py, into
 #     build-mutate/; not run again where the same commit passed it on this machine).
 # `bash scripts/run.sh test` starts it in the background once the Debian packages are installed,
-# in a session of its own that shares the cores with the rest as an equal (remat_beside), and
-# waits for it before the GPU check's CPU mode. Alone, after run.sh has installed the Debian
-# packages:
+# in a session of its own at the lowest priority (remat_below), and waits for it at the end.
+# Alone, after run.sh has installed the Debian packages:
 #   bash scripts/torch-free-checks.sh
 # Its tests have no time limit (no TIMEOUT property, and without include(CTest) CTest sets
 # none): beside the test run's builds a test may wait minutes for a core without failing for it.
