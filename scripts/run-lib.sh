@@ -7,6 +7,8 @@
 #   unless_passed CHECK KEY TITLE COMMAND...
 #                                   says so where CHECK passed on this machine for KEY; else
 #                                   runs COMMAND under the step TITLE and records its pass
+#   remat_ccache_misses LOG         appends to the run's record the sources whose compilation
+#                                   missed ccache, read from ccache's LOG (CCACHE_LOGFILE)
 #   remat_below LOG COMMAND...      starts COMMAND in the background, its output into LOG, in a
 #                                   session of its own at the lowest priority (its scheduling
 #                                   group at nice 19 too); $! is its process id (the session's),
@@ -43,6 +45,19 @@ remat_record() {
     echo "ccache folder: ${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/ccache}"
   } > "$remat_record_file" 2>/dev/null || { remat_record_file=; return 0; }
   ls -1t "$dir" | tail -n +31 | while read -r old; do rm -f "$dir/$old"; done
+}
+
+# The sources that missed, relative to the clone where inside it, at most 60 of them: a line in
+# the record, not the output (CI keeps no output of a run that passed).
+remat_ccache_misses() {
+  [ -n "${remat_record_file:-}" ] && [ -f "$1" ] || return 0
+  local missed
+  missed=$(awk '/ Source file: /{source[$2] = $NF} / Result: cache_miss$/{print source[$2]}' "$1" |
+             sed "s|^$(pwd -P)/||" | sort -u)
+  {
+    echo "ccache missed $(printf '%s' "$missed" | grep -c . || true) sources:"
+    printf '%s\n' "$missed" | head -n 60 | sed 's/^/  /'
+  } >> "$remat_record_file" 2>/dev/null || true
 }
 
 passed_dir=${XDG_CACHE_HOME:-$HOME/.cache}/remat/passed

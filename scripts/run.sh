@@ -85,6 +85,11 @@ fi
 source scripts/ccache.sh
 remat_use_ccache
 command -v ccache > /dev/null && ccache --zero-stats > /dev/null
+# Every compilation's ccache log, for the run's record at the end: which sources missed (a warm
+# run, CI's among them, should miss only what changed).
+mkdir -p build-checks
+export CCACHE_LOGFILE=${CCACHE_LOGFILE:-$PWD/build-checks/ccache.log}
+rm -f "$CCACHE_LOGFILE"
 
 # 2a. The checks of the components without LibTorch that need builds of their own (the
 # sanitizer build and its tests, the mutation check: scripts/torch-free-checks.sh), in the
@@ -281,5 +286,8 @@ if [ "$code" != 0 ]; then
 fi
 sed -n 's/^== /   background: /p' "$checks_log"
 
-command -v ccache > /dev/null && step "ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"{d=$2} $1=="preprocessed_cache_hit"{p=$2} $1=="cache_miss"{m=$2} END{printf "%d hits (%d direct), %d misses", d+p, d, m}')"
+if command -v ccache > /dev/null; then
+  step "ccache: $(ccache --print-stats | awk -F'\t' '$1=="direct_cache_hit"{d=$2} $1=="preprocessed_cache_hit"{p=$2} $1=="cache_miss"{m=$2} END{printf "%d hits (%d direct), %d misses", d+p, d, m}')"
+  remat_ccache_misses "$CCACHE_LOGFILE"
+fi
 step "all tests passed"

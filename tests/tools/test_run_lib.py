@@ -1,0 +1,52 @@
+"""scripts/run-lib.sh's remat_ccache_misses: the run's record names the sources whose
+compilation missed ccache, read from ccache's log (run by scripts/run.sh with pytest)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_record_names_the_sources_that_missed(tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    # Two compilations at once, their lines interleaved as ccache writes them: one hit, one
+    # miss; a third misses a source outside the clone; the miss of a source compiled twice is
+    # named once.
+    log = tmp_path / "ccache.log"
+    log.write_text(
+        f"[2026-12-01T08:02:10.1 100] Source file: {clone}/solver/src/chain.cpp\n"
+        f"[2026-12-01T08:02:10.2 101] Source file: {clone}/tests/remat_cli_tests_paths.cpp\n"
+        "[2026-12-01T08:02:10.3 100] Result: direct_cache_hit\n"
+        "[2026-12-01T08:02:10.4 100] Result: local_storage_hit\n"
+        "[2026-12-01T08:02:10.5 101] Result: cache_miss\n"
+        "[2026-12-01T08:02:11.0 102] Source file: /usr/share/cmake/CMakeCXXCompilerABI.cpp\n"
+        "[2026-12-01T08:02:11.1 102] Result: cache_miss\n"
+        f"[2026-12-01T08:02:12.0 103] Source file: {clone}/tests/remat_cli_tests_paths.cpp\n"
+        "[2026-12-01T08:02:12.1 103] Result: cache_miss\n")
+    record = tmp_path / "record.log"
+    record.write_text("run.sh test\n")
+    script = (f"source {ROOT}/scripts/run-lib.sh\n"
+              f"remat_record_file={record}\n"
+              f"remat_ccache_misses {log}\n")
+    subprocess.run(["bash", "-c", script], cwd=clone, check=True, timeout=60)
+    assert record.read_text().splitlines() == [
+        "run.sh test",
+        "ccache missed 2 sources:",
+        "  /usr/share/cmake/CMakeCXXCompilerABI.cpp",
+        "  tests/remat_cli_tests_paths.cpp",
+    ]
+
+
+def test_nothing_is_written_without_a_log_or_a_record(tmp_path: Path) -> None:
+    record = tmp_path / "record.log"
+    record.write_text("run.sh test\n")
+    script = (f"source {ROOT}/scripts/run-lib.sh\n"
+              f"remat_record_file={record}\n"
+              f"remat_ccache_misses {tmp_path}/absent.log\n"
+              "remat_record_file=\n"
+              f"remat_ccache_misses {record}\n")
+    subprocess.run(["bash", "-c", script], cwd=tmp_path, check=True, timeout=60)
+    assert record.read_text() == "run.sh test\n"
