@@ -85,11 +85,6 @@ fi
 source scripts/ccache.sh
 remat_use_ccache
 command -v ccache > /dev/null && ccache --zero-stats > /dev/null
-# Every compilation's ccache log, for the run's record at the end: which sources missed (a warm
-# run, CI's among them, should miss only what changed).
-mkdir -p build-checks
-export CCACHE_LOGFILE=${CCACHE_LOGFILE:-$PWD/build-checks/ccache.log}
-rm -f "$CCACHE_LOGFILE"
 
 # 2a. The checks of the components without LibTorch that need builds of their own (the
 # sanitizer build and its tests, the mutation check: scripts/torch-free-checks.sh), in the
@@ -98,6 +93,10 @@ rm -f "$CCACHE_LOGFILE"
 # wants the cores: at nice 19 they leave them to it); stopped if this run stops.
 if [ "$mode" = test ]; then
   mkdir -p build-checks && checks_log=build-checks/output.log
+  # Every compilation's ccache log, for the run's record at the end: which sources missed (a
+  # warm run, CI's among them, should miss only what changed).
+  export CCACHE_LOGFILE=${CCACHE_LOGFILE:-$PWD/build-checks/ccache.log}
+  rm -f "$CCACHE_LOGFILE"
   step "the sanitizer build, its tests and the mutation check: in the background at the lowest priority (scripts/torch-free-checks.sh, into $checks_log)"
   remat_below "$checks_log" bash scripts/torch-free-checks.sh
   checks=$!

@@ -14,9 +14,12 @@ def test_the_record_names_the_sources_that_missed(tmp_path: Path) -> None:
     clone.mkdir()
     # Two compilations at once, their lines interleaved as ccache writes them: one hit, one
     # miss; a third misses a source outside the clone; the miss of a source compiled twice is
-    # named once.
+    # named once; a source given relative to its build folder is named with that folder.
     log = tmp_path / "ccache.log"
     log.write_text(
+        f"[2026-12-01T08:02:09.0 99] Working directory: {clone}/build-asan\n"
+        "[2026-12-01T08:02:09.1 99] Source file: ../cli/main.cpp\n"
+        "[2026-12-01T08:02:09.2 99] Result: cache_miss\n"
         f"[2026-12-01T08:02:10.1 100] Source file: {clone}/solver/src/chain.cpp\n"
         f"[2026-12-01T08:02:10.2 101] Source file: {clone}/tests/remat_cli_tests_paths.cpp\n"
         "[2026-12-01T08:02:10.3 100] Result: direct_cache_hit\n"
@@ -34,8 +37,9 @@ def test_the_record_names_the_sources_that_missed(tmp_path: Path) -> None:
     subprocess.run(["bash", "-c", script], cwd=clone, check=True, timeout=60)
     assert record.read_text().splitlines() == [
         "run.sh test",
-        "ccache missed 2 sources:",
+        "ccache missed 3 sources:",
         "  /usr/share/cmake/CMakeCXXCompilerABI.cpp",
+        "  build-asan/../cli/main.cpp",
         "  tests/remat_cli_tests_paths.cpp",
     ]
 
