@@ -166,12 +166,15 @@ def _assert_trains_as(chk, model, plain, step, inner=None):
 
 
 def _capture_rounds_otherwise(kind):
-    """Whether the captured model itself (remat at store-all, nothing recomputed) differs from
-    the model run eagerly in the last bits: T5 on a CPU without AVX-512 (an AMD EPYC, AVX2:
-    every gradient, up to 4e-8 apart, from the first backward operation on). The capture's
-    kernels, not the schedule's: there the schedule is compared bit for bit with store-all's,
-    and store-all with the eager model to rounding."""
-    return kind == "t5" and "AVX512" not in torch.backends.cpu.get_cpu_capability()
+    """Whether the captured model itself (remat at store-all, nothing recomputed) may differ
+    from the model run eagerly in the last bits: T5, whose capture's kernels round otherwise
+    on some CPUs (every gradient up to 4e-8 apart, from the first backward operation on): an
+    AMD EPYC with AVX2 and one with AVX-512 (both PyTorch 2.11), not an Intel Xeon with
+    AVX-512. Which CPUs do is not known in advance, so T5 is always checked in two parts: the
+    schedule against store-all bit for bit, and store-all against the eager model to rounding
+    (bit for bit where the two happen to agree, then the schedule agrees with the eager model
+    too)."""
+    return kind == "t5"
 
 
 def _issue_budgets(full, least):
