@@ -1,5 +1,5 @@
-"""scripts/run-lib.sh's remat_ccache_misses: the run's record names the sources whose
-compilation missed ccache, read from ccache's log (run by scripts/run.sh with pytest)."""
+"""scripts/run-lib.sh's remat_ccache_misses: the run's output and record name the sources
+whose compilation missed ccache, read from ccache's log (run by scripts/run.sh with pytest)."""
 
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ def test_the_record_names_the_sources_that_missed(tmp_path: Path) -> None:
     script = (f"source {ROOT}/scripts/run-lib.sh\n"
               f"remat_record_file={record}\n"
               f"remat_ccache_misses {log}\n")
-    subprocess.run(["bash", "-c", script], cwd=clone, check=True, timeout=60)
-    assert record.read_text().splitlines() == [
-        "run.sh test",
-        "ccache missed 3 sources:",
-        "  /usr/share/cmake/CMakeCXXCompilerABI.cpp",
-        "  build-asan/../cli/main.cpp",
-        "  tests/remat_cli_tests_paths.cpp",
-    ]
+    printed = subprocess.run(["bash", "-c", script], cwd=clone, check=True, timeout=60,
+                             capture_output=True, text=True).stdout
+    missed = ["ccache missed 3 sources:",
+              "  /usr/share/cmake/CMakeCXXCompilerABI.cpp",
+              "  build-asan/../cli/main.cpp",
+              "  tests/remat_cli_tests_paths.cpp"]
+    assert record.read_text().splitlines() == ["run.sh test"] + missed
+    assert printed.splitlines() == missed
 
 
 def test_nothing_is_written_without_a_log_or_a_record(tmp_path: Path) -> None:
