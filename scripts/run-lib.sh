@@ -47,12 +47,13 @@ remat_record() {
   ls -1t "$dir" | tail -n +31 | while read -r old; do rm -f "$dir/$old"; done
 }
 
-# The sources that missed, at most 60 of them: printed, and kept in the record (CI's output of a
-# run that passed may not be kept; its record is, on the machine it ran on). ccache logs a source
-# under its base folder relative to the compilation's working folder, which is prefixed
-# (build-asan/../cli/main.cpp says which build); paths inside the clone are given relative to it.
+# The sources that missed, at most 60 of them: printed, and kept in the record where there is one
+# (CI's output of a run that passed may not be kept; its record is, on the machine it ran on).
+# ccache logs a source under its base folder relative to the compilation's working folder, which
+# is prefixed (build-asan/../cli/main.cpp says which build); paths inside the clone are given
+# relative to it.
 remat_ccache_misses() {
-  [ -n "${remat_record_file:-}" ] && [ -f "$1" ] || return 0
+  [ -f "$1" ] || return 0
   local missed lines
   missed=$(awk '/ Working directory: /{cwd[$2] = $NF}
                 / Source file: /{source[$2] = ($NF ~ /^\// ? $NF : cwd[$2] "/" $NF)}
@@ -61,7 +62,7 @@ remat_ccache_misses() {
   lines=$(echo "ccache missed $(printf '%s' "$missed" | grep -c . || true) sources:"
           printf '%s\n' "$missed" | head -n 60 | sed 's/^/  /')
   printf '%s\n' "$lines"
-  printf '%s\n' "$lines" >> "$remat_record_file" 2>/dev/null || true
+  [ -z "${remat_record_file:-}" ] || printf '%s\n' "$lines" >> "$remat_record_file" 2>/dev/null || true
 }
 
 passed_dir=${XDG_CACHE_HOME:-$HOME/.cache}/remat/passed

@@ -52,5 +52,8 @@ def test_nothing_is_written_without_a_log_or_a_record(tmp_path: Path) -> None:
               f"remat_ccache_misses {tmp_path}/absent.log\n"
               "remat_record_file=\n"
               f"remat_ccache_misses {record}\n")
-    subprocess.run(["bash", "-c", script], cwd=tmp_path, check=True, timeout=60)
+    printed = subprocess.run(["bash", "-c", script], cwd=tmp_path, check=True, timeout=60,
+                             capture_output=True, text=True).stdout
     assert record.read_text() == "run.sh test\n"
+    # Without a log nothing is printed either; without a record the list is still printed.
+    assert printed.splitlines()[0] == "ccache missed 0 sources:"
