@@ -47,6 +47,39 @@ _COMPUTE_OPS = {
 # type: a stage's output would be its input passed on (carried) or not depending on how the
 # input is handed, so they stay in their argument's stage (GraphNode::stays_with).
 _MAY_RETURN_SELF = {"aten::contiguous", "aten::to", "aten::type_as", "aten::flatten"}
+# A dropout returns its argument itself where its probability is 0 or it is not training
+# (timm's EfficientViT: nn.Dropout(0.0) in every convolution block).
+_DROPOUTS = {"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+             "aten::feature_alpha_dropout"}
+
+
+def _returns_self(n: torch.fx.Node, schema) -> bool:
+    if schema is None:
+        return False
+    if schema.name in _MAY_RETURN_SELF:
+        return True
+    if schema.name in _DROPOUTS:
+        p, train = (_bound_arguments(n, schema) + [None, None])[1:3]
+        return p == 0 or train is False
+    return False
+
+
+# Operations whose kernel depends on which arguments require grad: PyTorch's attention on the
+# CPU runs its math kernel where the mask needs a gradient and flash attention where nothing
+# does, two kernels that round otherwise. A forward without autograd (a schedule's, before
+# the recomputation that keeps what the backward reads) must run the training step's kernel.
+_ATTENTION = {torch.ops.aten.scaled_dot_product_attention.default}
+
+
+def _attention_as_trained(grads: Tuple[bool, ...], *args: Any, **kwargs: Any) -> torch.Tensor:
+    """aten.scaled_dot_product_attention as the model's training step runs it: outside
+    autograd, each tensor argument that requires grad in that step is handed as one that does
+    (an alias of it; nothing is recorded), so that the kernel chosen is the step's."""
+    if not torch.is_grad_enabled():
+        args = tuple(a.detach().requires_grad_() if wanted and isinstance(a, torch.Tensor) and
+                     not a.requires_grad and a.is_floating_point() else a
+                     for a, wanted in zip(args, grads))
+    return torch.ops.aten.scaled_dot_product_attention.default(*args, **kwargs)
 
 
 class CaptureError(ValueError):
@@ -190,6 +223,7 @@ class CapturedGraph:
             self.index[n.name] = k
         requires_grad = {name for name, (kind, fqn) in self.state.items()
                          if kind == "parameter" and self._tensor_of(kind, fqn).requires_grad}
+        self._parameters_with_grad = requires_grad
         self.nodes: List[dict] = []
         self.grad: Dict[str, bool] = {}
         for n in self.input_nodes:
@@ -220,7 +254,9 @@ class CapturedGraph:
                         for a in n.all_input_nodes)
         tensor = isinstance(value, torch.Tensor)
         grad = bool(tensor and value.is_floating_point() and uses_grad)
-        self.grad[n.name] = grad
+        # A tuple's items (aten.chunk's, aten.var_mean's) need a gradient where its operation
+        # read one: their getitem nodes see it here.
+        self.grad[n.name] = grad if tensor else uses_grad
         if not grad:
             entry["grad"] = False
         if not tensor:
@@ -240,7 +276,7 @@ class CapturedGraph:
             entry["bytes"] = _storage_bytes(value)
         schema = _schema(n)
         stays_with = []
-        if schema is not None and schema.name in _MAY_RETURN_SELF and n.args and \
+        if _returns_self(n, schema) and n.args and \
                 isinstance(n.args[0], torch.fx.Node) and n.args[0].name in self.index and \
                 self.index[n.args[0].name] >= len(self.input_nodes):
             stays_with.append(self.index[n.args[0].name])
@@ -262,6 +298,13 @@ class CapturedGraph:
         if writes:
             entry["writes"] = writes
         return entry
+
+    def training_grads(self, n: torch.fx.Node) -> Tuple[bool, ...]:
+        """Which of the node's positional arguments require grad in the model's training step
+        (False for those that are not tensors)."""
+        return tuple(isinstance(a, torch.fx.Node) and
+                     (self.grad.get(a.name, False) or a.name in self._parameters_with_grad)
+                     for a in n.args)
 
     def _aliased_argument(self, n: torch.fx.Node) -> Optional[torch.fx.Node]:
         """The argument whose storage the node's result shares (a view, an in-place result)."""
@@ -425,6 +468,10 @@ class _GraphStage(nn.Module):
                     raise AssertionError(f"this is a bug in remat: stage {k} reads {a.name}, "
                                          "which does not cross into it")
             env[n.name] = graph.node_copy(n, lambda a: env[a.name])
+            if n.target in _ATTENTION:
+                node = env[n.name]
+                node.target = _attention_as_trained
+                node.args = (captured.training_grads(n),) + tuple(node.args)
         graph.output(tuple(env[n.name] for n in members_out))
         # The members' placeholders first, then the state's, in the order the code calls them.
         self._code = torch.fx.GraphModule(root, graph)

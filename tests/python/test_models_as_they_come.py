@@ -557,3 +557,86 @@ def test_a_parameter_or_module_replaced_after_capture_is_the_one_trained():
     plain.layer1[0].bn1.load_state_dict(
         {k: v + 1 for k, v in plain.layer1[0].bn1.state_dict().items()}, assign=True)
     _assert_trains_as(chk, model, plain, step)
+
+
+class _Whole(nn.Module):
+    """A model, not a chain: captured and split by remat."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class _BiasedAttention(nn.Module):
+    """Attention whose mask is a learned bias by relative position (timm's MaxViT): on the CPU,
+    PyTorch's attention runs its math kernel where the mask needs a gradient and flash
+    attention where nothing does, and the two round otherwise."""
+
+    def __init__(self, tokens=25, width=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.table = nn.Parameter(torch.randn(heads, 2 * tokens - 1) * 0.1)
+        position = torch.arange(tokens)
+        self.register_buffer("index", position[:, None] - position[None, :] + tokens - 1)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, self.heads, 3 * c // self.heads).transpose(1, 2) \
+            .chunk(3, dim=3)
+        mask = self.table[:, self.index].unsqueeze(0)  # a gather: no gradient outside autograd
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+@needs_export
+def test_attention_with_a_learned_mask_runs_the_training_steps_kernel_without_autograd():
+    """A schedule's forward without autograd runs the attention kernel the training step runs
+    (the math kernel, the mask needing a gradient), not the one its inputs would choose there
+    (flash attention): the loss and every gradient as the model run eagerly, bit for bit."""
+    torch.manual_seed(0)
+    model = _Whole(*[_BiasedAttention() for _ in range(4)], nn.Flatten(), nn.Linear(800, 5))
+    x = torch.randn(8, 25, 32)
+    plain = copy.deepcopy(model)
+    chk = remat.Checkpointable(model, x, progress=False, repeat=1)
+    solution = chk.compute_sequence(chk.min_budget())
+    assert "Fn" in solution.sequence  # some attention runs without autograd first
+    out = model(x)
+    with torch.no_grad():  # the kernels differ here, or the test shows nothing
+        assert not torch.equal(out, model(x))
+
+    def step(m):
+        loss = weighted_loss(m(x))
+        loss.backward()
+        return loss
+
+    _assert_trains_as(chk, model, plain, step)
+
+
+@needs_export
+def test_a_dropout_of_probability_zero_returns_its_input_within_its_stage():
+    """nn.Dropout(0.0) in training returns its input itself (timm's EfficientViT has one in
+    every convolution block): it stays in its argument's stage, and the model trains as it
+    does eagerly, bit for bit."""
+    torch.manual_seed(0)
+    model = _Whole(*[nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4),
+                                   nn.Dropout(0.0), nn.ReLU(inplace=True))
+                     for _ in range(4)], nn.Flatten(), nn.Linear(4 * 8 * 8, 5))
+    x = torch.randn(2, 4, 8, 8)
+    plain = copy.deepcopy(model)
+    chk = remat.Checkpointable(model, x, progress=False, repeat=1)
+    assert chk.compute_sequence(chk.min_budget()).ok
+    assert not any(name.endswith(".2") for name in chk.chain.stage_names)  # no dropout alone
+
+    def step(m):
+        loss = weighted_loss(m(x))
+        loss.backward()
+        return loss
+
+    _assert_trains_as(chk, model, plain, step)
