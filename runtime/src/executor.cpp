@@ -30,11 +30,15 @@ HostCopy host_generator_state(c10::Device device) {
   return HostCopy(generator_state(device));
 }
 
+// A tensor's version counter (-1 for an inference tensor, which has none).
+std::int64_t version_of(const torch::Tensor& t) { return t.is_inference() ? -1 : t._version(); }
+
 }  // namespace
 
 bool fuse_backward_calls(bool on) { return fuse_backward.exchange(on); }
 
-BufferCopy::BufferCopy(const torch::Tensor& t) {
+BufferCopy::BufferCopy(const torch::Tensor& t)
+    : impl_(t.unsafeGetTensorImpl()), version_(version_of(t)) {
   if (!t.is_cuda()) {
     host_ = HostCopy(t);
     return;
@@ -44,6 +48,9 @@ BufferCopy::BufferCopy(const torch::Tensor& t) {
 }
 
 void BufferCopy::restore_to(const torch::Tensor& t) const {
+  if (t.unsafeGetTensorImpl() == impl_ && version_of(t) == version_ &&
+      (pinned_.defined() || same_as_on_cpu(t)))
+    return;
   // A pinned block freed while a copy from it is in flight is not reused before the copy ends
   // (LibTorch's host allocator records the copy's stream).
   if (pinned_.defined())

@@ -61,6 +61,12 @@ class HostCopy {
 class BufferCopy {
  public:
   explicit BufferCopy(const torch::Tensor& t);
+  /// Puts the values back into `t`, unless `t` is the tensor they were taken from and nothing
+  /// has changed it since: its version counter the same (and on the CPU its values). A copy
+  /// into an unchanged buffer would still count as a change of it, and the backward of a stage
+  /// whose graph saved a view of it (a rotary table that every block reads) would refuse to
+  /// run. (On a GPU, a stage that writes a buffer through `.data`, which no version counts, is
+  /// not put back.)
   void restore_to(const torch::Tensor& t) const;
   /// Whether `t` holds the values kept here. On the CPU only: on a GPU it would wait for it.
   bool same_as_on_cpu(const torch::Tensor& t) const { return host_ == HostCopy(t); }
@@ -68,6 +74,8 @@ class BufferCopy {
  private:
   HostCopy host_;
   torch::Tensor pinned_;
+  const c10::TensorImpl* impl_ = nullptr;
+  std::int64_t version_ = 0;
 };
 
 /// Times the operations of one traced step (CheckpointableImpl::trace_next_step): a mark
