@@ -29,6 +29,7 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "python")
 )
 from conftest import step_peak, weighted_loss  # noqa: E402
+from test_models_as_they_come import _train as train  # noqa: E402  (two SGD steps)
 
 torch.set_num_threads(1)
 
@@ -350,19 +351,6 @@ def make(family, name):
         return loss
 
     return model, x, step
-
-
-def train(model, step, steps=2):
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for k in range(steps):
-        torch.manual_seed(100 + k)
-        opt.zero_grad()
-        losses.append(step(model).detach())
-    inner = model.module if isinstance(model, remat.ModelCheckpointable) else model
-    grads = {n: p.grad.clone() for n, p in inner.named_parameters() if p.grad is not None}
-    opt.step()
-    return losses, grads
 
 
 def check(family, name):

@@ -126,13 +126,18 @@ def _make(kind):
         return model, batch, step
     model = _vision(kind)
     x = torch.randn(2, 3, 32, 32)
+    return model, x, _step_on(x)
+
+
+def _step_on(x):
+    """A training step on input ``x``: the weighted loss of the model's output, backward."""
 
     def step(m):
         loss = weighted_loss(m(x))
         loss.backward()
         return loss
 
-    return model, x, step
+    return step
 
 
 def _train(model, step, steps=2):
@@ -611,12 +616,7 @@ def test_attention_with_a_learned_mask_runs_the_training_steps_kernel_without_au
     with torch.no_grad():  # the kernels differ here, or the test shows nothing
         assert not torch.equal(out, model(x))
 
-    def step(m):
-        loss = weighted_loss(m(x))
-        loss.backward()
-        return loss
-
-    _assert_trains_as(chk, model, plain, step)
+    _assert_trains_as(chk, model, plain, _step_on(x))
 
 
 @needs_export
@@ -634,12 +634,7 @@ def test_a_dropout_of_probability_zero_returns_its_input_within_its_stage():
     assert chk.compute_sequence(chk.min_budget()).ok
     assert not any(name.endswith(".2") for name in chk.chain.stage_names)  # no dropout alone
 
-    def step(m):
-        loss = weighted_loss(m(x))
-        loss.backward()
-        return loss
-
-    _assert_trains_as(chk, model, plain, step)
+    _assert_trains_as(chk, model, plain, _step_on(x))
 
 
 class _SharedTable(nn.Module):
@@ -672,10 +667,5 @@ def test_a_recomputed_stage_leaves_a_buffer_it_did_not_change_alone():
     assert "Fn" in solution.sequence  # something is recomputed
     version = model.table._version
 
-    def step(m):
-        loss = weighted_loss(m(x))
-        loss.backward()
-        return loss
-
-    _assert_trains_as(chk, model, plain, step)
+    _assert_trains_as(chk, model, plain, _step_on(x))
     assert model.table._version == version
