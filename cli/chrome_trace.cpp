@@ -1,7 +1,9 @@
 #include "chrome_trace.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <utility>
 
 namespace remat::cli {
@@ -24,6 +26,22 @@ std::string chrome_trace(const std::vector<TracedOperation>& trace, const Soluti
                       {"ts", op.start_ms * 1000},
                       {"dur", op.measured_ms * 1000},
                       {"args", {{"predicted_ms", op.predicted_ms}, {"measured_ms", op.measured_ms}}}});
+  // A step traced with memory: a counter of MiB, measured and predicted, each operation's peak
+  // from its beginning and the memory it leaves from its end.
+  constexpr double kMiB = 1024.0 * 1024.0;
+  for (const TracedOperation& op : trace) {
+    if (op.measured_peak_bytes < 0) continue;
+    for (const auto& [ts, measured, predicted] :
+         {std::tuple<double, std::int64_t, std::int64_t>{op.start_ms, op.measured_peak_bytes,
+                                                         op.predicted_peak_bytes},
+          {op.start_ms + op.measured_ms, op.measured_after_bytes, op.predicted_after_bytes}})
+      events.push_back(
+          {{"name", "memory (MiB)"},
+           {"ph", "C"},
+           {"pid", 0},
+           {"ts", ts * 1000},
+           {"args", {{"measured", measured / kMiB}, {"predicted", predicted / kMiB}}}});
+  }
   const std::vector<OpRecord>& predicted = solution.simulation.trace;
   for (std::size_t k = 0; k < predicted.size() && k < sequence.size(); ++k) {
     const double ms = predicted[k].end_ms - predicted[k].start_ms;

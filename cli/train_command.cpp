@@ -217,7 +217,8 @@ int run_steps(const TrainArgs& args, const ModelInput& in, torch::nn::Sequential
       throw;
     }
     double loss_value = 0;
-    if (speak && !args.trace_file.empty() && step + 1 == args.steps) chk->trace_next_step();
+    if (speak && !args.trace_file.empty() && step + 1 == args.steps)
+      chk->trace_next_step(in.device.is_cpu());
     synchronize(in.device);  // the previous step's work is not this step's time
     const PeakScope scope(tracker);
     const auto start = std::chrono::steady_clock::now();

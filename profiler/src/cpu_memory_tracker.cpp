@@ -33,6 +33,12 @@ class Counter : public MemoryTracker {
   std::int64_t live() const override { return live_.load(std::memory_order_relaxed); }
   std::int64_t peak() const override { return peak_.load(std::memory_order_relaxed); }
   void reset_peak() override { peak_.store(live(), std::memory_order_relaxed); }
+  bool raise_peak(std::int64_t bytes) override {
+    std::int64_t seen = peak_.load(std::memory_order_relaxed);
+    while (bytes > seen && !peak_.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+    }
+    return true;
+  }
   c10::Device device() const override { return c10::Device(c10::kCPU); }
 
   // Adds `bytes` unless live would exceed `limit` (0: no limit); returns whether it did.

@@ -423,12 +423,15 @@ class Checkpointable(nn.Module):
 
     # ---- where a step's time goes ----------------------------------------------------
 
-    def trace_next_step(self) -> None:
+    def trace_next_step(self, memory: bool = False) -> None:
         """Makes the next training step record its operations: once the backward of its loss
         has run, ``last_trace`` lists them, each timed where it ran (between CUDA events on a
         GPU: the GPU's own timeline), and ``trace_summary`` sums them by kind (docs/python.md).
-        The steps after it are not traced."""
-        self._impl.trace_next_step()
+        The steps after it are not traced. With ``memory=True``, each operation's peak memory
+        and the memory it leaves are measured too, against the prediction. remat's tracker
+        resets its peak before each operation: on the CPU it is raised back at the step's end;
+        on a GPU, ``torch.cuda.max_memory_allocated()`` is then the last operation's peak."""
+        self._impl.trace_next_step(bool(memory))
 
     @property
     def last_trace(self) -> list:
@@ -436,7 +439,11 @@ class Checkpointable(nn.Module):
         text: ``"Fe_3"``, ``"B_9..7"`` for consecutive backwards that one engine call ran),
         ``kind`` (``forward``, ``loss``, ``recomputation`` or ``backward``), ``first`` and
         ``last`` (their indices in the sequence), ``start_ms``, ``measured_ms`` and
-        ``predicted_ms``. Empty until a traced step's backward has run."""
+        ``predicted_ms``; ``measured_peak_bytes`` and ``measured_after_bytes`` (the peak while
+        they ran and the memory live after them, above the memory live before the step's first
+        operation; None unless traced with ``memory=True``), ``predicted_peak_bytes`` and
+        ``predicted_after_bytes`` (the same as the schedule predicts them). Empty until a
+        traced step's backward has run."""
         return self._impl.last_trace
 
     @property

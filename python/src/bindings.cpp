@@ -400,8 +400,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "measure",
           [](CheckpointableImpl& self, const Tensors& inputs, const Tensors& context, int repeat,
              int warmup, bool measure_time, const std::string& name, py::object loss,
-             bool output_held, py::object progress, const std::string& timing,
-             double max_steps) {
+             bool output_held, py::object progress, const std::string& timing, double max_steps) {
             const ProfileOptions options =
                 profile_options(repeat, warmup, measure_time, name, std::move(loss),
                                 output_held, std::move(progress), timing, max_steps);
@@ -429,7 +428,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("offload") = false, py::arg("host_memory") = -1)
       .def(
           "set_link",
-          [](CheckpointableImpl& self, const std::optional<std::tuple<double, double, double>>& link) {
+          [](CheckpointableImpl& self,
+             const std::optional<std::tuple<double, double, double>>& link) {
             self.set_link(link_of(link));
           },
           py::arg("link"))
@@ -470,11 +470,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                                  offload, host_memory));
           },
           py::arg("algorithm") = "optimal", py::arg("slots") = 0, py::arg("segments") = 0,
-          py::arg("exact_storages") = true, py::arg("offload") = false,
-          py::arg("host_memory") = -1)
+          py::arg("exact_storages") = true, py::arg("offload") = false, py::arg("host_memory") = -1)
       .def_property_readonly("device",
                              [](const CheckpointableImpl& self) { return self.device().str(); })
-      .def("trace_next_step", &CheckpointableImpl::trace_next_step)
+      .def("trace_next_step", &CheckpointableImpl::trace_next_step, py::arg("memory") = false)
       .def_property_readonly("last_trace",
                              [](const CheckpointableImpl& self) {
                                py::list out;
@@ -487,6 +486,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                  entry["start_ms"] = op.start_ms;
                                  entry["measured_ms"] = op.measured_ms;
                                  entry["predicted_ms"] = op.predicted_ms;
+                                 const auto bytes = [](std::int64_t b) -> py::object {
+                                   if (b < 0) return py::none();
+                                   return py::int_(b);
+                                 };
+                                 entry["measured_peak_bytes"] = bytes(op.measured_peak_bytes);
+                                 entry["measured_after_bytes"] = bytes(op.measured_after_bytes);
+                                 entry["predicted_peak_bytes"] = op.predicted_peak_bytes;
+                                 entry["predicted_after_bytes"] = op.predicted_after_bytes;
                                  out.append(entry);
                                }
                                return out;

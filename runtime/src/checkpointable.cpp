@@ -476,8 +476,9 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
                                                      inputs.front().device(), host_pool_);
   if (trace_next_) {
     trace_next_ = false;
-    executor->record_with(std::make_shared<detail::StepRecorder>(
-        inputs.front().device(), solution_->sequence, solution_->simulation, last_trace_));
+    executor->record_with(
+        std::make_shared<detail::StepRecorder>(inputs.front().device(), solution_->sequence,
+                                               solution_->simulation, last_trace_, trace_memory_));
   }
   Tensors outputs;
   {
@@ -504,7 +505,10 @@ Tensors CheckpointableImpl::forward(const Tensors& inputs, const Tensors& contex
   return outputs;
 }
 
-void CheckpointableImpl::trace_next_step() { trace_next_ = true; }
+void CheckpointableImpl::trace_next_step(bool memory) {
+  trace_next_ = true;
+  trace_memory_ = memory;
+}
 
 const char* traced_kind_name(TracedOperation::Kind kind) {
   switch (kind) {

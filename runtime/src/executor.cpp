@@ -678,12 +678,14 @@ void Executor::abandon() noexcept {
 
 StepRecorder::StepRecorder(c10::Device device, const Sequence& sequence,
                            const Simulation& predicted,
-                           std::shared_ptr<std::vector<TracedOperation>> out)
+                           std::shared_ptr<std::vector<TracedOperation>> out, bool memory)
     : sequence_(sequence), out_(std::move(out)) {
   // A copy's own time is its engine's; on the compute stream, which the trace follows, O_i and
   // P_i cost what issuing them costs (nothing, to the model), and E_i the wait for its copy out.
   double compute_end = 0;
   for (const OpRecord& record : predicted.trace) {
+    predicted_peak_.push_back(record.during.total() - predicted.initial_bytes);
+    predicted_after_.push_back(record.live_after_bytes - predicted.initial_bytes);
     if (!record.op.is_copy()) {
       predicted_ms_.push_back(record.end_ms - record.start_ms);
       compute_end = record.end_ms;
@@ -695,6 +697,10 @@ StepRecorder::StepRecorder(c10::Device device, const Sequence& sequence,
     }
   }
   operations_.reserve(predicted_ms_.size());
+  if (memory) {
+    tracker_ = &MemoryTracker::for_device(device);
+    memory_.reserve(predicted_ms_.size());
+  }
   if (device.is_cuda()) {
     cuda_ = std::make_unique<CudaIntervals>(device.index());
     cuda_->reserve(static_cast<int>(predicted_ms_.size()));  // no event made while timing
@@ -706,6 +712,11 @@ StepRecorder::StepRecorder(c10::Device device, const Sequence& sequence,
 StepRecorder::~StepRecorder() = default;
 
 void StepRecorder::begin(std::size_t first) {
+  if (tracker_) {
+    if (operations_.empty()) base_ = tracker_->live();
+    outer_peak_ = std::max(outer_peak_, tracker_->peak());
+    tracker_->reset_peak();
+  }
   operations_.emplace_back(first, first);
   if (cuda_)
     cuda_->begin();
@@ -719,6 +730,9 @@ void StepRecorder::end(std::size_t last) {
     cuda_->end();
   else
     clock_.push_back(std::chrono::steady_clock::now());
+  // The allocators' statistics are the host's: what the operation's launches allocated, without
+  // waiting for the GPU.
+  if (tracker_) memory_.emplace_back(tracker_->peak() - base_, tracker_->live() - base_);
 }
 
 void StepRecorder::finish() {
@@ -745,11 +759,21 @@ void StepRecorder::finish() {
     op.kind = kinds[op.first];
     op.start_ms = at;
     op.measured_ms = gaps[2 * k];
-    for (std::size_t p = op.first; p <= op.last && p < predicted_ms_.size(); ++p)
+    for (std::size_t p = op.first; p <= op.last && p < predicted_ms_.size(); ++p) {
       op.predicted_ms += predicted_ms_[p];
+      op.predicted_peak_bytes = p == op.first
+                                    ? predicted_peak_[p]
+                                    : std::max(op.predicted_peak_bytes, predicted_peak_[p]);
+      op.predicted_after_bytes = predicted_after_[p];
+    }
+    if (k < memory_.size()) {
+      op.measured_peak_bytes = memory_[k].first;
+      op.measured_after_bytes = memory_[k].second;
+    }
     at += op.measured_ms + (2 * k + 1 < gaps.size() ? gaps[2 * k + 1] : 0.0);
     trace.push_back(op);
   }
+  if (tracker_) tracker_->raise_peak(std::max(outer_peak_, tracker_->peak()));
   *out_ = std::move(trace);
 }
 

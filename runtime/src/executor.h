@@ -17,9 +17,10 @@
 
 #include "autocast.h"
 #include "host_pool.h"
+#include "remat/core/cuda_intervals.h"
 #include "remat/core/stage.h"
 #include "remat/core/stage_input.h"
-#include "remat/core/cuda_intervals.h"
+#include "remat/profiler/memory_tracker.h"
 #include "remat/runtime/checkpointable.h"
 #include "remat/solver/chain.h"
 #include "remat/solver/sequence.h"
@@ -80,11 +81,14 @@ class BufferCopy {
 
 /// Times the operations of one traced step (CheckpointableImpl::trace_next_step): a mark
 /// before and after each, CUDA events on the current stream on a GPU (the host does not wait
-/// until finish()), the host's clock on the CPU. finish() writes the trace into `out`.
+/// until finish()), the host's clock on the CPU. With `memory`, also the device tracker's peak
+/// during each operation and its live memory after it, above the live memory before the
+/// step's first operation (a reset of the tracker's peak before each; on the CPU the peak is
+/// raised back at finish()). finish() writes the trace into `out`.
 class StepRecorder {
  public:
   StepRecorder(c10::Device device, const Sequence& sequence, const Simulation& predicted,
-               std::shared_ptr<std::vector<TracedOperation>> out);
+               std::shared_ptr<std::vector<TracedOperation>> out, bool memory = false);
   ~StepRecorder();
   StepRecorder(const StepRecorder&) = delete;
   StepRecorder& operator=(const StepRecorder&) = delete;
@@ -96,6 +100,12 @@ class StepRecorder {
  private:
   Sequence sequence_;
   std::vector<double> predicted_ms_;  // per operation of the sequence
+  // Per operation of the sequence, above the simulation's initial memory.
+  std::vector<std::int64_t> predicted_peak_, predicted_after_;
+  MemoryTracker* tracker_ = nullptr;  // null unless memory is recorded
+  std::int64_t base_ = 0;             // live memory at the first operation's beginning
+  std::int64_t outer_peak_ = 0;       // the tracker's peak before the resets, and during them
+  std::vector<std::pair<std::int64_t, std::int64_t>> memory_;  // peak, after; above base_
   std::shared_ptr<std::vector<TracedOperation>> out_;
   std::vector<std::pair<std::size_t, std::size_t>> operations_;  // first, last
   std::unique_ptr<CudaIntervals> cuda_;                          // null on the CPU

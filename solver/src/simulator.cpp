@@ -452,7 +452,7 @@ Simulation simulate(const Chain& chain, const Sequence& sequence, TimeModel time
   const ValueLifetimes live_after = value_lifetimes(sequence, chain.length());
   const std::vector<bool> evicted = evictions(sequence);
   Simulation sim;
-  sim.peak_bytes = step.live().total();
+  sim.peak_bytes = sim.initial_bytes = step.live().total();
   sim.trace.reserve(sequence.size());
   double now = 0;  // when the compute stream is free
   const Op* last_compute = nullptr;

@@ -1532,8 +1532,18 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   std::vector<std::string> measured_names, predicted_names;
   std::map<std::string, int> recomputations;
   double end_ms = 0;
+  int measured_events = 0, memory_counters = 0;
+  double measured_peak_mib = 0, predicted_peak_mib = 0;
   for (const json& event : trace["traceEvents"]) {
+    if (event["ph"] == "C") {  // on the CPU, the step's memory: measured and predicted
+      CHECK(event["name"] == "memory (MiB)");
+      measured_peak_mib = std::max(measured_peak_mib, event["args"]["measured"].get<double>());
+      predicted_peak_mib = std::max(predicted_peak_mib, event["args"]["predicted"].get<double>());
+      ++memory_counters;
+      continue;
+    }
     if (event["ph"] != "X") continue;
+    measured_events += event["tid"] == 0;
     const std::string name = event["name"];
     recomputations[event["tid"] == 0 ? "measured" : "predicted"] += event["cat"] == "recomputation";
     CHECK(event["dur"].get<double>() >= 0);
@@ -1554,6 +1564,10 @@ TEST_CASE("train runs steps with a schedule within its budget", "[cli]") {
   }
   CHECK(predicted_names == operations);
   CHECK(measured_names == operations);
+  // Each traced entry's peak from its beginning and the memory it leaves from its end.
+  CHECK(memory_counters == 2 * measured_events);
+  CHECK(measured_peak_mib > 0);
+  CHECK(measured_peak_mib <= predicted_peak_mib);
   const auto loss = std::find(operations.begin(), operations.end(), "L");
   const auto after_loss = std::count_if(
       loss, operations.end(), [](const std::string& op) { return op[0] != 'B' && op != "L"; });

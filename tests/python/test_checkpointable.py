@@ -753,6 +753,47 @@ def test_a_traced_step_times_each_operation_where_it_ran():
     assert model.last_trace == trace
 
 
+def test_a_step_traced_with_memory_measures_each_operation_as_predicted():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(6):
+        layers += [nn.Linear(64, 64), nn.Tanh()]
+    net = nn.Sequential(*layers, nn.Linear(64, 1024))  # the backwards' peak before the last one
+    x = torch.randn(32, 64)
+    model = remat.Checkpointable(net, x, progress=False)
+    least, full = model.min_budget(), model.store_all_peak()
+    solution = model.compute_sequence((least + full) // 2)
+    assert solution.ok
+
+    def step():
+        model(x).square().sum().backward()
+
+    step()  # the gradients' first allocation
+    untraced = step_peak(step)
+    model.trace_next_step()
+    step()
+    assert all(e["measured_peak_bytes"] is None for e in model.last_trace)  # not asked for
+    model.trace_next_step(memory=True)
+    traced = step_peak(step)
+    trace = model.last_trace
+    assert any(e["kind"] == "recomputation" for e in trace)
+    # Before the loss, every operation's peak and what it leaves are as predicted, to the byte.
+    # From it on, the prediction counts the gradient of the chain's output, 32 x 1024 floats,
+    # which autograd makes only after the forward and frees once it is used; after it, the
+    # measurement counts the caller's loss and its seed, 8 bytes, which the prediction does not.
+    loss = next(k for k, e in enumerate(trace) if e["kind"] == "loss")
+    for k, e in enumerate(trace):
+        gap = 0 if k < loss else 32 * 1024 * 4 - (8 if k > loss else 0)
+        assert (e["measured_peak_bytes"] + gap, e["measured_after_bytes"] + gap) == (
+            e["predicted_peak_bytes"], e["predicted_after_bytes"]), e
+    assert max(e["predicted_peak_bytes"] for e in trace) + model.chain.input_bytes == (
+        solution.peak_bytes - remat._C.runtime_reserve_bytes("cpu"))
+    # The step's peak, measured around it, stays whole although each operation resets it (the
+    # caller's backward of its loss, before the chain's, reaches it here).
+    assert trace[-1]["measured_peak_bytes"] < untraced
+    assert traced == untraced >= max(e["measured_peak_bytes"] for e in trace)
+
+
 def probe_norm(norm: nn.Module, seen: list) -> nn.Module:
     """Records the settings each forward of `norm` runs with (a hook: its own forward runs)."""
     norm.register_forward_pre_hook(lambda m, args: seen.append((m.momentum, m.num_batches_tracked is not None)))

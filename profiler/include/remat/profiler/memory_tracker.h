@@ -29,6 +29,13 @@ class MemoryTracker {
   virtual std::int64_t peak() const = 0;
   /// Makes peak() equal to live().
   virtual void reset_peak() = 0;
+  /// Makes peak() at least `bytes` where the device's statistics allow it, so that a
+  /// measurement of one operation (a reset_peak() before it) leaves an enclosing one intact.
+  /// Returns false where they do not: CUDA, whose caching allocator's peak can only be reset.
+  virtual bool raise_peak(std::int64_t bytes) {
+    (void)bytes;
+    return false;
+  }
   virtual c10::Device device() const = 0;
   /// What this tracker counts for a storage of `nbytes` bytes (remat::counted_bytes).
   std::int64_t counted_bytes(std::int64_t nbytes) const;

@@ -87,6 +87,16 @@ struct TracedOperation {
   double measured_ms = 0;
   /// The chain's time for its operations (what the predicted makespan adds up).
   double predicted_ms = 0;
+  /// Memory, in the device tracker's bytes (remat::counted_bytes), above the live memory before
+  /// the step's first operation (its inputs, x_0, live then): the peak while the operations
+  /// ran and the live memory after them. Measured only in a step traced with memory
+  /// (trace_next_step(true)); -1 otherwise. Between the forward phase and the backward the
+  /// caller's loss and its gradient are live too, which the prediction does not count.
+  std::int64_t measured_peak_bytes = -1;
+  std::int64_t measured_after_bytes = -1;
+  /// The same as the simulator predicts them (Simulation::trace, above its initial_bytes).
+  std::int64_t predicted_peak_bytes = 0;
+  std::int64_t predicted_after_bytes = 0;
 };
 
 /// "forward", "loss", "recomputation", "backward" or "copy".
@@ -205,8 +215,13 @@ class CheckpointableImpl : public torch::nn::Module {
   Tensors forward(const Tensors& inputs, const Tensors& context = {});
   /// Records the operations of the next training step (this forward() and the backward of its
   /// loss): last_trace() has them once that backward has run. On a GPU, the end of that
-  /// backward waits for the GPU to read the events. Steps after it are not traced.
-  void trace_next_step();
+  /// backward waits for the GPU to read the events. Steps after it are not traced. With
+  /// `memory`, each operation's peak and the memory it leaves are measured too, by the
+  /// device's tracker (remat::MemoryTracker), whose peak is reset before each operation: on
+  /// the CPU it is raised back at the step's end, so that a measurement around the step stays
+  /// whole; on a GPU the caching allocator's peak statistic (torch.cuda.max_memory_allocated)
+  /// is then the last operation's.
+  void trace_next_step(bool memory = false);
   /// The operations of the last traced step, in order, each with its measured and predicted
   /// time; empty until a traced step's backward has run.
   const std::vector<TracedOperation>& last_trace() const { return *last_trace_; }
@@ -278,6 +293,7 @@ class CheckpointableImpl : public torch::nn::Module {
   // trace_next_step(): the next step records into a new trace, which becomes last_trace_ when
   // its backward ends (the step's executor may outlive this module: shared).
   bool trace_next_ = false;
+  bool trace_memory_ = false;
   std::shared_ptr<std::vector<TracedOperation>> last_trace_ =
       std::make_shared<std::vector<TracedOperation>>();
 };

@@ -52,6 +52,8 @@ struct Simulation {
   double makespan_ms = 0;
   /// Exact peak in bytes over the initial state (x_0) and every operation.
   std::int64_t peak_bytes = 0;
+  /// Live memory before the first operation: x_0 and the context.
+  std::int64_t initial_bytes = 0;
   /// Index of the operation where the peak is first reached; -1 if at the start.
   std::ptrdiff_t peak_op = -1;
   /// Number of forward operations without autograd (recomputations and checkpointing).
