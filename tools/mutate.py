@@ -312,13 +312,21 @@ TORCH_MUTATIONS = [
     # Tuple stages counted by storage (sessions 30-41): each killed on 2026-11-29, by hand
     # against the development build and by this script (--only), by the test named below each.
     ("prof-member-own-elements", "profiler/src/profiler.cpp",
-     "  Member member{storage_bytes({t}), grad};\n",
-     "  Member member{counted_bytes(t.device(), static_cast<std::int64_t>(t.numel()) * "
-     "t.element_size()), grad};\n",
+     "  Member member{std::max(storage_bytes({t}), kept_alive), grad};\n",
+     "  Member member{std::max(counted_bytes(t.device(), static_cast<std::int64_t>(t.numel()) * "
+     "t.element_size()), kept_alive), grad};\n",
      "a member is counted with its own elements, not its storage: a slice carried on past its "
      "base keeps the whole storage alive, above the prediction and the budget"),
     # profiler_test.cpp "a slice of another output member counts its whole storage, which it
     # keeps alive".
+    ("prof-view-kept-alive", "profiler/src/profiler.cpp",
+     "        kept_alive = std::max(kept_alive, in_members_[k].bytes);\n",
+     "        kept_alive = std::max(kept_alive, std::int64_t{0});\n",
+     "a view of an input member that is itself a view of a larger storage (q of a projection "
+     "that makes q, k and v at once) is counted with the storage of the copy it was profiled "
+     "on, not the larger one it keeps alive in the chain: steps above their prediction"),
+    # profiler_test.cpp "a view of an input member counts what that member keeps alive, where it
+    # is more".
 
     ("prof-grad-as-storage", "profiler/src/profiler.cpp",
      "    if (gradient != member.bytes) member.grad_bytes = gradient;\n",

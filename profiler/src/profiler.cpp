@@ -726,12 +726,12 @@ std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   return total;
 }
 
-// A member that is a new tensor: its storage's bytes, and where it has a gradient that differs,
-// the gradient's. The runtime keeps a gradient of the member's own elements at most
-// (compact_gradient): more than the storage where the member is expanded (a stride of 0),
-// less where it is a slice of a larger storage.
-Member new_member(const torch::Tensor& t, bool grad) {
-  Member member{storage_bytes({t}), grad};
+// A member that is a new tensor: its storage's bytes (at least `kept_alive`), and where it has a
+// gradient that differs, the gradient's. The runtime keeps a gradient of the member's own
+// elements at most (compact_gradient): more than the storage where the member is expanded (a
+// stride of 0), less where it is a slice of a larger storage.
+Member new_member(const torch::Tensor& t, bool grad, std::int64_t kept_alive = 0) {
+  Member member{std::max(storage_bytes({t}), kept_alive), grad};
   if (member.grad) {
     const std::int64_t gradient =
         counted_bytes(t.device(), static_cast<std::int64_t>(t.numel()) * t.element_size());
@@ -909,11 +909,18 @@ class StageMeasurement {
       // storage as new bytes: an overstatement while the input or the other outputs are live,
       // and what it keeps alive once they are gone. (Its own elements, where it is a slice,
       // were below that: a slice carried on past its base held the whole storage, above the
-      // prediction and the budget.)
+      // prediction and the budget.) The stage ran on copies of its input members, each in a
+      // storage of its own; in the chain an input member may be a view of a larger storage
+      // (q of a projection that makes q, k and v at once), which the view keeps alive: it
+      // counts what that input member counts, where that is more.
       bool view_of_input = false;
-      for (const torch::Tensor& t : handed)
-        view_of_input = view_of_input || shares_storage(out[o], t);
-      stage_.outputs.push_back(new_member(out[o], out[o].requires_grad()));
+      std::int64_t kept_alive = 0;
+      for (std::size_t k = 0; k < handed.size(); ++k) {
+        if (!shares_storage(out[o], handed[k])) continue;
+        view_of_input = true;
+        kept_alive = std::max(kept_alive, in_members_[k].bytes);
+      }
+      stage_.outputs.push_back(new_member(out[o], out[o].requires_grad(), kept_alive));
       any_grad = any_grad || out[o].requires_grad();
       if (!view_of_input) out_storage_[o] = out[o].storage().getWeakStorageImpl();
       if (out[o].requires_grad()) edges_[o] = torch::autograd::impl::gradient_edge(out[o]);

@@ -422,6 +422,38 @@ TEST_CASE("a slice of another output member counts its whole storage, which it k
   CHECK(chain.stages[1].outputs[1].carried_from == 1);
 }
 
+TEST_CASE("a view of an input member counts what that member keeps alive, where it is more",
+          "[profiler]") {
+  // "project" returns q, k and v, three views of one storage (each counted with all of it);
+  // "query" returns a slice of q beside k and v; "use" drops k and v. From there the slice alone
+  // keeps the projection's whole storage alive. The profiler runs "query" on a copy of q, a
+  // storage of a third of that: counted so, the slice took steps of timm's coat_lite_tiny up to
+  // twice q's size above their prediction.
+  const auto project = [](const remat::Tensors& x, const remat::Tensors&) {
+    const std::vector<torch::Tensor> qkv = torch::tanh(x[0]).repeat({1, 3}).chunk(3, 1);
+    return remat::Tensors{qkv[0], qkv[1], qkv[2]};
+  };
+  const auto query = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{x[0].narrow(0, 1, 31), x[1], x[2]};
+  };
+  const auto use = [](const remat::Tensors& x, const remat::Tensors&) {
+    return remat::Tensors{x[0] * (x[1] * x[2]).narrow(0, 1, 31)};
+  };
+  const std::vector<remat::NamedStage> stages{{"project", remat::callable_stage(project)},
+                                              {"query", remat::callable_stage(query)},
+                                              {"use", remat::callable_stage(use)}};
+  const torch::Tensor sample = torch::randn({32, 64}).requires_grad_(true);
+  const remat::Chain chain =
+      remat::profile(stages, {sample}, {}, quick().measure_time(false)).chain;
+  const std::int64_t projection = 3 * 32 * 64 * 4;
+  REQUIRE(chain.stages[0].outputs.size() == 3);
+  CHECK(chain.stages[0].outputs[0].bytes == projection);
+  REQUIRE(chain.stages[1].outputs.size() == 3);
+  CHECK(chain.stages[1].outputs[0].bytes == projection);  // not q's 32 * 64 * 4
+  CHECK(chain.stages[1].outputs[0].grad_bytes == 31 * 64 * 4);
+  CHECK(chain.stages[1].outputs[1].carried_from == 1);
+}
+
 TEST_CASE("a member's gradient is counted with the member's elements, not its storage's",
           "[profiler]") {
   // "spread" returns h, a column expanded to h's shape (a stride of 0: 128 bytes of storage,
