@@ -110,6 +110,114 @@ def _leaves(value: Any) -> List[Any]:
     return [value]
 
 
+class _FunctionsApplied:
+    """Within it, the ``torch.autograd.Function`` subclasses that the code applies, in order of
+    their first application. torch.export traces such a Function's forward into ATen operations
+    and drops its own backward: the captured graph differentiates the forward instead."""
+
+    def __init__(self) -> None:
+        self.classes: List[type] = []
+        self._original = None
+
+    def __enter__(self) -> "_FunctionsApplied":
+        base = torch.autograd.Function
+        self._original = base.__dict__["apply"]
+        original, classes = self._original, self.classes
+
+        def apply(cls, *args: Any, **kwargs: Any) -> Any:
+            if cls not in classes:
+                classes.append(cls)
+            return original.__func__(cls, *args, **kwargs)
+
+        base.apply = classmethod(apply)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.autograd.Function.apply = self._original
+
+
+def _function_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _own_backward_gradients(module: nn.Module, args: tuple, kwargs: dict) -> Dict[str, torch.Tensor]:
+    """The gradients of a fixed, random weighting of ``module``'s floating-point outputs,
+    for each parameter that requires one (by name), the random generators as they were."""
+    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    devices = sorted({p.device.index or 0 for _, p in named if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
+        outputs = module(*args, **kwargs)
+        leaves = [t for t in _leaves(_flat_outputs(outputs))
+                  if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+        generator = torch.Generator().manual_seed(0)
+        loss = sum((t.float() * torch.rand(t.shape, generator=generator).to(t.device)).sum()
+                   for t in leaves)
+    if not leaves:
+        return {}
+    grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
+    return {n: g for (n, _), g in zip(named, grads) if g is not None}
+
+
+def _flat_outputs(value: Any) -> Any:
+    from torch.utils._pytree import tree_flatten
+    if isinstance(value, dict):  # a ModelOutput, a dict
+        return [_flat_outputs(v) for v in value.values()]
+    if isinstance(value, (list, tuple)):
+        return [_flat_outputs(v) for v in value]
+    return tree_flatten(value)[0] if not isinstance(value, torch.Tensor) else value
+
+
+def _check_own_backwards(model: nn.Module, program: Any, args: tuple, kwargs: dict,
+                         classes: List[type]) -> None:
+    """The model applies autograd Functions, whose own backwards the capture lost: refuses it
+    where differentiating their forwards gives other gradients than their backwards (a
+    straight-through estimator: a rounding whose backward passes the gradient on), and warns
+    where the two agree only to rounding."""
+    import warnings
+    names = ", ".join(_function_name(c) for c in classes)
+    own = _own_backward_gradients(model, args, kwargs)
+    captured = _own_backward_gradients(program.module(), args, kwargs)
+    worst, where = 0.0, None
+    for name, g in own.items():
+        c = captured.get(name)
+        scale = float(g.abs().max()) if g.numel() else 0.0
+        if c is None:
+            difference = scale
+        else:
+            difference = float((g - c).abs().max()) if g.numel() else 0.0
+        relative = difference / scale if scale > 0 else (0.0 if difference == 0 else float("inf"))
+        if relative > worst:
+            worst, where = relative, name
+    if worst > 1e-3:
+        raise CaptureError(
+            f"{type(model).__name__} applies {names} (a torch.autograd.Function), whose own "
+            "backward a capture cannot keep: torch.export traces its forward into operations "
+            "and the captured model is differentiated through them, and here that gives other "
+            f"gradients than its backward ({where}: {worst:.3g} of its largest value apart). "
+            "Give the model to remat as a chain instead (an nn.Sequential, or a list of its "
+            "blocks, remat.Checkpointable), whose stages run the Function and its backward")
+    if worst > 0:
+        warnings.warn(
+            f"remat: {type(model).__name__} applies {names} (a torch.autograd.Function), whose "
+            "own backward a capture cannot keep: the captured model is differentiated through "
+            "its forward instead. On the sample the two agree to rounding "
+            f"({worst:.2g} of the largest value apart, at {where}), so the gradients equal the "
+            "model's own to rounding, not bit for bit", stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stacklevel of warnings.warn, called where this is called, that names the first
+    frame outside the remat package: the caller's line, however deep the capture began."""
+    import os
+    import sys
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == package:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _schema(node: torch.fx.Node):
     return getattr(node.target, "_schema", None)
 
@@ -157,12 +265,15 @@ class CapturedGraph:
         self._stage_tables_version = 0
         start = time.perf_counter()
         try:
-            self.program = torch.export.export(model, args, kwargs, strict=False)
+            with _FunctionsApplied() as functions:
+                self.program = torch.export.export(model, args, kwargs, strict=False)
         except Exception as error:  # what export raises varies: say where and what to do
             eager = _eager_error(model, args, kwargs)
             if eager is not None:  # the model's own error, not the capture's
                 raise CaptureError(_eager_advice(model, eager)) from eager
             raise CaptureError(_capture_advice(model, error)) from error
+        if functions.classes:
+            _check_own_backwards(model, self.program, args, kwargs, functions.classes)
         #: Seconds spent exporting the model, and reading its graph and splitting it.
         self.export_seconds = time.perf_counter() - start
         start = time.perf_counter()

@@ -717,3 +717,95 @@ def test_a_view_of_an_input_that_is_itself_a_view_counts_what_it_keeps_alive():
     # their whole storage, are live together (docs/cost-model.md).
     _assert_peaks(chk, step, x.untyped_storage().nbytes(), [least, (least + full) // 2, full],
                   below=0.35)
+
+
+class _RoundThrough(torch.autograd.Function):
+    """A straight-through estimator: rounds, and passes the gradient on as if it had not."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _Quantized(nn.Module):
+    def __init__(self, width=16):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.tanh(_RoundThrough.apply(4 * self.linear(x)) / 4)
+
+
+class _TanhOwnBackward(torch.autograd.Function):
+    """tanh with a backward of its own, the derivative written otherwise: (1 - y^2) g
+    computed as g - g y^2 (Hugging Face's BLOOM has such a GELU)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad - grad * y * y
+
+
+@needs_export
+def test_a_function_whose_backward_is_not_its_forwards_derivative_is_refused_as_a_whole():
+    """torch.export traces an autograd.Function's forward and drops its backward: a captured
+    straight-through estimator had a gradient of 0 wherever it rounds. Refused, naming the
+    Function and what to do; the same layers as a chain run it, its backward included, and
+    train as eagerly, bit for bit."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+    model = _Whole(*[_Quantized() for _ in range(3)], nn.Linear(16, 4))
+    apply = torch.autograd.Function.__dict__["apply"]
+    with pytest.raises(ValueError, match=r"_RoundThrough \(a torch.autograd.Function\), whose "
+                       r"own backward a capture cannot keep.*layers\.0\.linear\.weight.*as a "
+                       r"chain instead"):
+        remat.Checkpointable(model, x, progress=False, repeat=1)
+    assert torch.autograd.Function.__dict__["apply"] is apply  # put back
+    chain = nn.Sequential(*model.layers)
+    plain = copy.deepcopy(chain)
+    chk = remat.Checkpointable(chain, x, progress=False, repeat=1)
+    assert chk.compute_sequence(chk.min_budget()).ok
+    ours, grads = _train(chk, _step_on(x))
+    theirs, plain_grads = _train(plain, _step_on(x))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    assert {n.removeprefix("module."): g for n, g in grads.items()}.keys() == plain_grads.keys()
+    for name, grad in grads.items():
+        assert torch.equal(grad, plain_grads[name.removeprefix("module.")]), name
+    assert all(float(plain_grads[f"{k}.linear.weight"].abs().sum()) > 0 for k in range(3))
+
+
+@needs_export
+def test_a_function_whose_backward_rounds_otherwise_is_captured_with_a_warning():
+    """A Function whose backward is its forward's derivative, computed otherwise: captured,
+    with a warning that names it and says the gradients equal the model's to rounding."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(16, 16)
+
+        def forward(self, h):
+            return _TanhOwnBackward.apply(self.linear(h))
+
+    model = _Whole(*[Block() for _ in range(3)], nn.Linear(16, 4))
+    plain = copy.deepcopy(model)
+    with pytest.warns(UserWarning, match=r"_TanhOwnBackward \(a torch.autograd.Function\).*"
+                      r"equal the model's own to rounding, not bit for bit") as caught:
+        chk = remat.Checkpointable(model, x, progress=False, repeat=1)
+    assert caught[0].filename == __file__  # the caller's line
+    ours, grads = _train(chk, _step_on(x))
+    theirs, plain_grads = _train(plain, _step_on(x))
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, plain_grads[name])
