@@ -9,7 +9,9 @@ least budget and store-all, two SGD steps against the same model run eagerly.
 One JSON line per model: its stages, store-all and least bytes, whether the losses, every
 gradient and every parameter and buffer after the steps are equal bit for bit (the count that
 differ, and the largest gradient difference), the measured step peak against the prediction
-(KiB; the caller's scalars counted as in tests/python), or the error and where it was raised.
+(KiB; the caller's scalars counted as in tests/python), the operations of that step whose
+memory, traced, went above their prediction (their count, the largest excess, the first), or
+the error and where it was raised.
 A survey, not a test: tests/python/test_models_as_they_come.py holds what must pass.
 """
 
@@ -391,9 +393,23 @@ def check(family, name):
             for t in (sample.values() if isinstance(sample, dict) else [sample])
         )
         reserve = remat._C.runtime_reserve_bytes("cpu")
+        chk.trace_next_step(memory=True)
         measured = step_peak(lambda: step(chk)) + inputs + reserve - 8
         rec["peak_vs_pred_kib"] = round((measured - sol.peak_bytes) / 1024, 2)
         rec["peak_over_budget"] = measured > mid
+        # The operations whose memory, traced, went above its prediction (after the loss, the
+        # caller's loss and seed aside) and the largest excess.
+        trace = chk.last_trace
+        loss = next(k for k, e in enumerate(trace) if e["kind"] == "loss")
+        over = [
+            max(e["measured_peak_bytes"] - e["predicted_peak_bytes"],
+                e["measured_after_bytes"] - e["predicted_after_bytes"]) - (8 if k > loss else 0)
+            for k, e in enumerate(trace)
+        ]
+        rec["ops_over_prediction"] = sum(d > 0 for d in over)
+        if rec["ops_over_prediction"]:
+            rec["most_over_kib"] = round(max(over) / 1024, 2)
+            rec["first_over"] = next(e["operations"] for e, d in zip(trace, over) if d > 0)
     except Exception as e:  # noqa
         rec["peak_error"] = str(e)[:200]
     rec["s"] = round(time.time() - t0, 1)
