@@ -120,6 +120,8 @@ class _FunctionsApplied:
         self._original = None
 
     def __enter__(self) -> "_FunctionsApplied":
+        # Function's own apply: a Python classmethod up to torch 2.14, LibTorch's
+        # (a classmethod_descriptor) from 2.15 on; either, bound to the subclass, applies it.
         base = torch.autograd.Function
         self._original = base.__dict__["apply"]
         original, classes = self._original, self.classes
@@ -127,7 +129,7 @@ class _FunctionsApplied:
         def apply(cls, *args: Any, **kwargs: Any) -> Any:
             if cls not in classes:
                 classes.append(cls)
-            return original.__func__(cls, *args, **kwargs)
+            return original.__get__(None, cls)(*args, **kwargs)
 
         base.apply = classmethod(apply)
         return self
