@@ -144,8 +144,14 @@ def _function_name(cls: type) -> str:
 
 def _own_backward_gradients(module: nn.Module, args: tuple, kwargs: dict) -> Dict[str, torch.Tensor]:
     """The gradients of a fixed, random weighting of ``module``'s floating-point outputs,
-    for each parameter that requires one (by name), the random generators as they were."""
+    for each parameter and each input that requires one (by name; the inputs in the order of
+    ``args`` and ``kwargs``), the random generators as they were."""
     named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    inputs = [t for t in _leaves(list(args) + [kwargs[k] for k in sorted(kwargs)])
+              if isinstance(t, torch.Tensor) and t.requires_grad]
+    named += [(f"the model's input {k}", t) for k, t in enumerate(inputs)]
+    if not named:  # nothing to differentiate
+        return {}
     devices = sorted({p.device.index or 0 for _, p in named if p.device.type == "cuda"})
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)

@@ -816,3 +816,18 @@ def test_a_function_whose_backward_rounds_otherwise_is_captured_with_a_warning(d
     theirs, plain_grads = _train(plain, _step_on(x))
     for name, grad in grads.items():
         torch.testing.assert_close(grad, plain_grads[name])
+
+
+@needs_export
+def test_a_function_is_checked_through_the_inputs_gradient_where_nothing_else_has_one():
+    """A frozen model whose input wants its gradient: that gradient is what the Function's
+    backward would change, and what is compared (no parameter to compare: before, an error
+    from autograd about empty inputs)."""
+    torch.manual_seed(0)
+    model = _Whole(*[_Quantized() for _ in range(2)], nn.Linear(16, 4)).requires_grad_(False)
+    x = torch.randn(8, 16, requires_grad=True)
+    with pytest.raises(ValueError, match=r"_RoundThrough .*the model's input 0"):
+        remat.Checkpointable(model, x, progress=False, repeat=1)
+    plain = _Whole(nn.Linear(16, 16), nn.Linear(16, 4)).requires_grad_(False)
+    chk = remat.Checkpointable(plain, x, progress=False, repeat=1)  # no Function: no check
+    assert chk.compute_sequence(chk.store_all_peak()).ok
