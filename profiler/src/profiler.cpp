@@ -11,7 +11,8 @@
 //   fwd_tmp_bytes  = peak during the forward with autograd - live after it;
 //   fwd_nograd_tmp_bytes = peak during the forward without autograd - live after it;
 //   bwd_tmp_bytes  = peak during the backward, run from the output's graph edge with a
-//                    gradient the engine alone holds - (live before it + x's gradient).
+//                    gradient the engine alone holds, laid out as the next stage's backward
+//                    leaves it (remeasure_backwards) - (live before it + x's gradient).
 // and, with a loss function, for the chain's output x_L (handed over as the runtime returns it,
 // with a sink for its gradient):
 //   loss_tmp_bytes = peak during the loss's forward and backward - (live before it + the
@@ -328,6 +329,48 @@ int carried_from(const Tensors& inputs, const torch::Tensor& out) {
   return -1;
 }
 
+// How a gradient is laid out in its storage, where that is not the plain one (contiguous, on
+// a storage of its own elements): a permuted gradient (the backward of a permute or of a
+// channels-last convolution), or an expanded one (a sum's). The runtime hands a stage's
+// backward its output's gradient as the next stage's backward left it (compact_gradient), and
+// some backwards take memory by the layout: a reshape's copies a permuted gradient, a
+// convolution's makes it contiguous. So each stage's backward is measured from gradients laid
+// out as in a step (profile(), "layouts").
+struct GradientLayout {
+  std::vector<std::int64_t> sizes, strides;
+  std::int64_t offset = 0;
+  std::int64_t storage_elements = 0;
+  bool operator==(const GradientLayout& other) const {
+    return sizes == other.sizes && strides == other.strides && offset == other.offset &&
+           storage_elements == other.storage_elements;
+  }
+};
+using Layouts = std::vector<std::optional<GradientLayout>>;  // per member; none: the plain one
+
+std::optional<GradientLayout> layout_of(const torch::Tensor& gradient) {
+  if (!gradient.defined()) return std::nullopt;
+  const auto elements =
+      static_cast<std::int64_t>(gradient.storage().nbytes() / gradient.element_size());
+  if (gradient.is_contiguous() && gradient.storage_offset() == 0 && elements == gradient.numel())
+    return std::nullopt;
+  return GradientLayout{gradient.sizes().vec(), gradient.strides().vec(), gradient.storage_offset(),
+                        elements};
+}
+
+// A gradient of ones of the given shape, laid out as `layout` says (the plain layout if none),
+// not a view (as compact_gradient leaves it).
+torch::Tensor ones_gradient(const std::vector<std::int64_t>& shape,
+                            const torch::TensorOptions& options,
+                            const std::optional<GradientLayout>& layout) {
+  const torch::TensorOptions plain = options.requires_grad(false);
+  if (!layout || layout->sizes != shape) return torch::ones(shape, plain);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor storage = torch::ones({layout->storage_elements}, plain);
+  torch::Tensor gradient = torch::empty({0}, plain);
+  gradient.set_(storage.storage(), layout->offset, layout->sizes, layout->strides);
+  return gradient;
+}
+
 // Whether member k of x_i is a storage of the chain's input x_0: x_0's own (i = 0), or carried
 // on from it by every stage before i.
 bool is_input_storage(const Chain& chain, int i, int k) {
@@ -426,7 +469,8 @@ void stage_backward(const NamedStage& named, int index, std::vector<torch::autog
 // forward with autograd on copies of its input x handed over as the runtime hands them, then
 // backward from its new members with a gradient; errors as the measured runs report them.
 void warm_up_stage(const Runner& run, const NamedStage& named, int index, const Tensors& x,
-                   const std::vector<Member>& in_members, c10::Device device) {
+                   const std::vector<Member>& in_members, c10::Device device,
+                   const Layouts& seeds) {
   Tensors handed;
   std::vector<detail::NodePtr<detail::GradientSink>> sinks;
   for (std::size_t k = 0; k < x.size(); ++k) {
@@ -438,10 +482,12 @@ void warm_up_stage(const Runner& run, const NamedStage& named, int index, const 
   Tensors root_grads;
   {
     Tensors out = run(handed);
-    for (const torch::Tensor& t : out) {
+    for (std::size_t o = 0; o < out.size(); ++o) {
+      const torch::Tensor& t = out[o];
       if (!t.requires_grad() || carried_from(handed, t) >= 0) continue;
       roots.push_back(torch::autograd::impl::gradient_edge(t));
-      root_grads.push_back(torch::ones_like(t, at::MemoryFormat::Contiguous));
+      root_grads.push_back(
+          ones_gradient(t.sizes().vec(), t.options(), o < seeds.size() ? seeds[o] : std::nullopt));
     }
   }
   handed.clear();
@@ -836,6 +882,12 @@ class StageMeasurement {
 
   const Runner& runner() const { return run_; }
   const std::vector<Member>& in_members() const { return in_members_; }
+  // The layouts of the gradients of the stage's output members its backward is measured from
+  // (before forward_without_autograd, which warms the stage up with them); none: plain ones.
+  void seed_with(Layouts seeds) { seeds_ = std::move(seeds); }
+  const Layouts& seeds() const { return seeds_; }
+  // The layouts of its input members' gradients as its backward left them, once measured.
+  const Layouts& produced() const { return produced_; }
 
   // Forward without autograd first: x_{i+1} for the next stage, and a check that the stage
   // leaves its input alone (with autograd, an in-place change of the input is refused).
@@ -864,7 +916,7 @@ class StageMeasurement {
           std::max<std::int64_t>(0, scope.peak_above_start() - scope.live_above_start());
     }
     carried_ = carried_members(named_, i_, x, next);
-    if (warm_up_) warm_up_stage(run_, named_, i_, x, in_members_, device_);
+    if (warm_up_) warm_up_stage(run_, named_, i_, x, in_members_, device_, seeds_);
     return next;
   }
 
@@ -975,13 +1027,13 @@ class StageMeasurement {
         const auto k = static_cast<std::size_t>(carried_[o]);
         if (stage_.outputs[o].grad && sinks_[k]) {
           roots.emplace_back(sinks_[k], 0);
-          root_grads.push_back(torch::ones(out_shapes_[o], out_options_[o].requires_grad(false)));
+          root_grads.push_back(ones_gradient(out_shapes_[o], out_options_[o], seed(o)));
         }
         continue;
       }
       if (!edges_[o].is_valid()) continue;
       roots.push_back(std::move(edges_[o]));
-      root_grads.push_back(torch::ones(out_shapes_[o], out_options_[o].requires_grad(false)));
+      root_grads.push_back(ones_gradient(out_shapes_[o], out_options_[o], seed(o)));
     }
     const auto saved_held = held_through_backward();
     if (!roots.empty()) {
@@ -991,10 +1043,12 @@ class StageMeasurement {
       // As the runtime does, member by member, each in its own storage: a carried member's
       // (the passed one with what the stage added) then goes; another member's is kept.
       std::int64_t input_grad_bytes = 0;
+      produced_.assign(sinks_.size(), std::nullopt);
       for (std::size_t k = 0; k < sinks_.size(); ++k) {
         if (!sinks_[k]) continue;
         torch::Tensor& gradient = sinks_[k]->gradient;
         gradient = detail::compact_gradient(std::move(gradient));  // as the runtime keeps it
+        produced_[k] = layout_of(gradient);
         bool passed_on = false;  // a carried member whose gradient came in from y_{i+1}
         for (std::size_t o = 0; o < carried_.size(); ++o)
           passed_on = passed_on || (carried_[o] == static_cast<int>(k) && passed(o));
@@ -1039,6 +1093,10 @@ class StageMeasurement {
     return saved_held;
   }
 
+  std::optional<GradientLayout> seed(std::size_t o) const {
+    return o < seeds_.size() ? seeds_[o] : std::nullopt;
+  }
+
   const NamedStage& named_;
   const int i_;
   const Runner run_;
@@ -1062,6 +1120,7 @@ class StageMeasurement {
   std::vector<torch::TensorOptions> out_options_;
   std::vector<std::vector<std::int64_t>> out_shapes_;
   std::int64_t kept_ = 0;
+  Layouts seeds_, produced_;
 };
 
 // The loss called on the chain's output, its failures reported as the loss's.
@@ -1134,14 +1193,14 @@ std::vector<bool> loss_differentiates(const std::vector<NamedStage>& stages,
 // backward passed to x_L. Run once unmeasured first where the stages were warmed up.
 std::int64_t measure_loss(const std::vector<NamedStage>& stages, const Chain& chain,
                           Tensors outputs, const ProfileOptions& options, c10::Device device,
-                          MemoryTracker& tracker, bool warm_up) {
+                          MemoryTracker& tracker, bool warm_up, Layouts& layouts) {
   const std::vector<Member>& members = chain.members(chain.length());
   const auto run_loss = [&](Tensors values, bool measure) {
     std::vector<detail::NodePtr<detail::GradientSink>> sinks;
     for (std::size_t k = 0; k < values.size(); ++k) {
       detail::StageInput output = detail::stage_input(values[k], members[k].grad);
       values[k] = std::move(output.tensor);
-      if (output.sink) sinks.push_back(std::move(output.sink));
+      sinks.push_back(std::move(output.sink));
     }
     synchronize(device);
     std::optional<PeakScope> measured;
@@ -1155,8 +1214,12 @@ std::int64_t measure_loss(const std::vector<NamedStage>& stages, const Chain& ch
     });
     synchronize(device);
     std::int64_t gradient_bytes = 0;  // y_L: the members the loss differentiates
-    for (const auto& sink : sinks)
-      if (sink->gradient.defined()) gradient_bytes += storage_bytes({sink->gradient});
+    layouts.assign(sinks.size(), std::nullopt);
+    for (std::size_t k = 0; k < sinks.size(); ++k) {
+      if (!sinks[k] || !sinks[k]->gradient.defined()) continue;
+      gradient_bytes += storage_bytes({sinks[k]->gradient});
+      layouts[k] = layout_of(sinks[k]->gradient);  // as the runtime's B_{L-1} gets it
+    }
     return measured ? std::max<std::int64_t>(0, measured->peak_above_start() - gradient_bytes)
                     : std::int64_t{0};
   };
@@ -1199,6 +1262,82 @@ Timing time_after_measuring(const std::vector<NamedStage>& stages, const Tensors
     y = std::move(next);
   }
   return Timing::kStages;
+}
+
+// Whether the layouts `used` and `wanted` of a stage's output gradients are the same, none
+// standing for the plain layout.
+bool same_layouts(const Layouts& used, const Layouts& wanted) {
+  for (std::size_t o = 0; o < std::max(used.size(), wanted.size()); ++o) {
+    const auto a = o < used.size() ? used[o] : std::nullopt;
+    const auto b = o < wanted.size() ? wanted[o] : std::nullopt;
+    if (!(a == b)) return false;
+  }
+  return true;
+}
+
+// The backward of each stage measured again where the gradients a step hands it are laid out
+// otherwise than those it was measured from: in a step, stage i's backward gets y_{i+1} as
+// stage i+1's backward left it (or the loss, for the last stage), and a permuted gradient may
+// cost a backward a copy (twins_svt_small's and tiny_vit's, whose stages work channels-last,
+// went up to 1.5 MiB above their prediction). From the last stage down, as in a step, so that
+// a layout passed on through several stages is followed to its end; each stage's input x_i is
+// made again by forwards without autograd, from inputs kept at every `span`-th stage (about
+// the square root of the length: at most about twice that many inputs live, and at most one
+// more forward per stage). Nothing is done, and nothing kept, where every layout is plain.
+void remeasure_backwards(const std::vector<NamedStage>& stages, const Tensors& inputs,
+                         const Tensors& context, c10::Device device, MemoryTracker& tracker,
+                         bool warm_up, const ModelState& state,
+                         const std::vector<std::vector<bool>>& differentiated,
+                         const Layouts& loss_layouts, std::vector<Layouts>& produced,
+                         std::vector<Layouts>& seeds, Chain& chain) {
+  const int length = chain.length();
+  const auto wanted = [&](int i) -> const Layouts& {
+    return i + 1 < length ? produced[static_cast<std::size_t>(i) + 1] : loss_layouts;
+  };
+  bool any = false;
+  for (int i = 0; i < length && !any; ++i)
+    any = !same_layouts(seeds[static_cast<std::size_t>(i)], wanted(i));
+  if (!any) return;
+  const int span = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(length)))));
+  const auto forward = [&](int i, const Tensors& x) {
+    torch::NoGradGuard no_grad;
+    Tensors detached;
+    for (const torch::Tensor& t : x) detached.push_back(t.detach());
+    return Runner{stages[static_cast<std::size_t>(i)], i, context}(detached);
+  };
+  std::vector<Tensors> kept;  // x_0, x_span, x_2span, ...
+  {
+    Tensors x;
+    for (const torch::Tensor& input : inputs) x.push_back(input.detach().clone());
+    for (int i = 0; i < length; ++i) {
+      if (i % span == 0) kept.push_back(x);
+      if (i + 1 < length) x = forward(i, x);
+    }
+  }
+  std::vector<Tensors> part;  // x_first .. of the span being worked on
+  int first = -1;
+  for (int i = length - 1; i >= 0; --i) {
+    const auto ui = static_cast<std::size_t>(i);
+    if (same_layouts(seeds[ui], wanted(i))) continue;
+    const int start = i / span * span;
+    if (start != first) {
+      part.clear();
+      part.push_back(kept[static_cast<std::size_t>(start / span)]);
+      for (int k = start; k < i; ++k) part.push_back(forward(k, part.back()));
+      first = start;
+    }
+    Tensors x = part[static_cast<std::size_t>(i - start)];
+    StageMeasurement measure(stages[ui], i, context, chain, device, tracker, warm_up);
+    measure.seed_with(wanted(i));
+    const Tensors next = measure.forward_without_autograd(x);
+    measure.forward_with_autograd(x, next.size(), state);
+    measure.account_state();
+    measure.backward(differentiated[ui]);
+    chain.stages[ui].bwd_tmp_bytes = measure.stage().bwd_tmp_bytes;
+    produced[ui] = measure.produced();
+    seeds[ui] = measure.seeds();
+    part.resize(static_cast<std::size_t>(i - start));  // x_i is not needed again
+  }
 }
 
 }  // namespace
@@ -1256,6 +1395,11 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   // before its memory is measured: forward without autograd, with autograd, and backward (and
   // the loss likewise).
   const bool warm_up = device.is_cuda() || options.warm_up_on_cpu();
+  // Each stage's backward is measured first from plain gradients of ones, and the layouts of
+  // its input members' gradients as it left them are kept (`produced`), then again where the
+  // next stage's, or the loss's, differ (remeasure_backwards).
+  std::vector<Layouts> produced, seeds;
+  std::vector<std::vector<bool>> differentiated;
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
     if (options.progress()) options.progress()(i, length, named.name);
@@ -1266,22 +1410,28 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
     result.output_shapes.push_back(measure.output_shapes());
     // The last stage's backward from the gradients the loss gives: none for a member it does
     // not read.
+    differentiated.emplace_back();
     if (i == length - 1 && options.loss())
-      measure.backward(loss_differentiates(stages, measure.stage().outputs, next, options));
-    else
-      measure.backward();
+      differentiated.back() = loss_differentiates(stages, measure.stage().outputs, next, options);
+    measure.backward(differentiated.back());
+    produced.push_back(measure.produced());
+    seeds.push_back(measure.seeds());
     if (per_stage_times)
       time_stage(measure.runner(), x, next, measure.in_members(), stage_timing, device,
                  measure.stage());
     result.chain.stages.push_back(measure.stage());
     x = std::move(next);
   }
+  Layouts loss_layouts;
   if (options.loss()) {
     Tensors outputs = std::move(x);
     x.clear();
-    result.chain.loss_tmp_bytes =
-        measure_loss(stages, result.chain, std::move(outputs), options, device, tracker, warm_up);
+    result.chain.loss_tmp_bytes = measure_loss(stages, result.chain, std::move(outputs), options,
+                                               device, tracker, warm_up, loss_layouts);
   }
+  x.clear();
+  remeasure_backwards(stages, inputs, context, device, tracker, warm_up, state, differentiated,
+                      loss_layouts, produced, seeds, result.chain);
   if (timing == Timing::kPasses)
     result.timing = time_after_measuring(stages, inputs, context, options, stage_timing, device,
                                          started, result.chain);

@@ -864,3 +864,56 @@ TEST_CASE("the link to host memory is measured into the chain when asked", "[pro
   CHECK(linked.link->h2d_gbps > 0.1);
   CHECK(remat::parse_chain(remat::chain_to_json(linked), "round trip").link.has_value());
 }
+
+namespace {
+
+// A stage of the layout tests: forward calls counted. `proj` makes a view of its linear map's
+// output (its backward reshapes the gradient it gets), `turn` transposes (its backward hands
+// the stage before a permuted gradient) or, `plain`, does not, `tanh` keeps its output.
+struct LayoutStageImpl : nn::Module {
+  LayoutStageImpl(std::string what, bool transposes) : kind(std::move(what)), turns(transposes) {
+    if (kind == "proj") lin = register_module("lin", nn::Linear(8, 64));
+    if (kind == "head") lin = register_module("lin", nn::Linear(16, 4));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    ++calls;
+    if (kind == "proj") return lin->forward(x).view({-1, 8, 8});
+    if (kind == "turn") return (turns ? x.transpose(1, 2) : x).narrow(1, 0, 2) * 2.0;
+    if (kind == "tanh") return torch::tanh(x);
+    return lin->forward(x.reshape({-1, 16}));
+  }
+  std::string kind;
+  bool turns;
+  nn::Linear lin{nullptr};
+  int calls = 0;
+};
+TORCH_MODULE(LayoutStage);
+
+}  // namespace
+
+TEST_CASE(
+    "a backward is measured from the gradient's layout in a step, again only where it "
+    "differs",
+    "[profiler]") {
+  torch::manual_seed(4);
+  const bool transposes = GENERATE(true, false);
+  nn::Sequential net;
+  std::vector<LayoutStage> stages;
+  for (const char* kind : {"proj", "turn", "tanh", "tanh", "head"}) {
+    stages.emplace_back(kind, transposes);
+    net->push_back(stages.back());
+  }
+  const remat::Profile p = remat::profile(net, torch::randn({256, 8}), quick().measure_time(false));
+  const int head_calls = stages.back()->calls;
+  INFO((transposes ? "transposed" : "plain") << "; calls of the last stage: " << head_calls);
+  const std::int64_t y1 = p.chain.stages[0].outputs[0].bytes;  // 64 KiB
+  if (transposes) {
+    // In a step B_proj gets y_1 transposed, and its view's backward copies it.
+    CHECK(p.chain.stages[0].bwd_tmp_bytes >= y1);
+    CHECK(stages[0]->calls > head_calls);  // measured again
+  } else {
+    CHECK(p.chain.stages[0].bwd_tmp_bytes < y1 / 2);
+    // Every layout plain: no stage runs more than the last, which is never run again.
+    for (const LayoutStage& stage : stages) CHECK(stage->calls == head_calls);
+  }
+}
