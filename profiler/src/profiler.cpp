@@ -371,6 +371,22 @@ torch::Tensor ones_gradient(const std::vector<std::int64_t>& shape,
   return gradient;
 }
 
+// A copy of a stage's input member, laid out in its own storage as the member is in its: a
+// slice of a larger storage (one half of a `chunk`) stays a slice, of a copy of that storage,
+// as a step hands it to the stage; a plain clone would make it contiguous, and some backwards
+// (a convolution's) copy a slice that they use as it comes when it is contiguous.
+torch::Tensor copy_laid_out(const torch::Tensor& t) {
+  if (t.is_non_overlapping_and_dense()) return t.clone();  // its strides kept
+  torch::NoGradGuard no_grad;
+  const auto elements = static_cast<std::int64_t>(t.storage().nbytes() / t.element_size());
+  torch::Tensor whole = torch::empty({0}, t.options());
+  whole.set_(t.storage(), 0, {elements}, {1});
+  const torch::Tensor storage = whole.clone();
+  torch::Tensor copy = torch::empty({0}, t.options());
+  copy.set_(storage.storage(), t.storage_offset(), t.sizes(), t.strides());
+  return copy;
+}
+
 // Whether member k of x_i is a storage of the chain's input x_0: x_0's own (i = 0), or carried
 // on from it by every stage before i.
 bool is_input_storage(const Chain& chain, int i, int k) {
@@ -474,7 +490,7 @@ void warm_up_stage(const Runner& run, const NamedStage& named, int index, const 
   Tensors handed;
   std::vector<detail::NodePtr<detail::GradientSink>> sinks;
   for (std::size_t k = 0; k < x.size(); ++k) {
-    detail::StageInput input = detail::stage_input(x[k].clone(), in_members[k].grad);
+    detail::StageInput input = detail::stage_input(copy_laid_out(x[k]), in_members[k].grad);
     handed.push_back(std::move(input.tensor));
     sinks.push_back(std::move(input.sink));
   }
@@ -927,7 +943,7 @@ class StageMeasurement {
     const std::size_t n_in = x.size();
     Tensors handed;
     for (std::size_t k = 0; k < n_in; ++k) {
-      detail::StageInput input = detail::stage_input(x[k].clone(), in_members_[k].grad);
+      detail::StageInput input = detail::stage_input(copy_laid_out(x[k]), in_members_[k].grad);
       in_bytes_.push_back(storage_bytes({input.tensor}));
       in_storage_.push_back(input.tensor.storage().getWeakStorageImpl());
       handed.push_back(std::move(input.tensor));
