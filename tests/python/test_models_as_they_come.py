@@ -754,6 +754,7 @@ class _ShuffleBlock(nn.Module):
         return out.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
 
 
+@needs_export
 @pytest.mark.parametrize("kind", ["shufflenet", "timm_coatnet"])
 def test_a_backward_is_measured_with_its_gradient_and_input_laid_out_as_in_a_step(kind):
     """Each operation of a step within its predicted memory, where stages hand each other
