@@ -901,7 +901,6 @@ class StageMeasurement {
   // The layouts of the gradients of the stage's output members its backward is measured from
   // (before forward_without_autograd, which warms the stage up with them); none: plain ones.
   void seed_with(Layouts seeds) { seeds_ = std::move(seeds); }
-  const Layouts& seeds() const { return seeds_; }
   // The layouts of its input members' gradients as its backward left them, once measured.
   const Layouts& produced() const { return produced_; }
 
@@ -1305,8 +1304,10 @@ void remeasure_backwards(const std::vector<NamedStage>& stages, const Tensors& i
                          bool warm_up, const ModelState& state,
                          const std::vector<std::vector<bool>>& differentiated,
                          const Layouts& loss_layouts, std::vector<Layouts>& produced,
-                         std::vector<Layouts>& seeds, Chain& chain) {
+                         Chain& chain) {
   const int length = chain.length();
+  // The layouts each stage's backward was measured from: plain at first.
+  std::vector<Layouts> seeds(static_cast<std::size_t>(length));
   const auto wanted = [&](int i) -> const Layouts& {
     return i + 1 < length ? produced[static_cast<std::size_t>(i) + 1] : loss_layouts;
   };
@@ -1351,7 +1352,7 @@ void remeasure_backwards(const std::vector<NamedStage>& stages, const Tensors& i
     measure.backward(differentiated[ui]);
     chain.stages[ui].bwd_tmp_bytes = measure.stage().bwd_tmp_bytes;
     produced[ui] = measure.produced();
-    seeds[ui] = measure.seeds();
+    seeds[ui] = wanted(i);
     part.resize(static_cast<std::size_t>(i - start));  // x_i is not needed again
   }
 }
@@ -1414,7 +1415,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   // Each stage's backward is measured first from plain gradients of ones, and the layouts of
   // its input members' gradients as it left them are kept (`produced`), then again where the
   // next stage's, or the loss's, differ (remeasure_backwards).
-  std::vector<Layouts> produced, seeds;
+  std::vector<Layouts> produced;
   std::vector<std::vector<bool>> differentiated;
   for (int i = 0; i < length; ++i) {
     const NamedStage& named = stages[static_cast<std::size_t>(i)];
@@ -1431,7 +1432,6 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
       differentiated.back() = loss_differentiates(stages, measure.stage().outputs, next, options);
     measure.backward(differentiated.back());
     produced.push_back(measure.produced());
-    seeds.push_back(measure.seeds());
     if (per_stage_times)
       time_stage(measure.runner(), x, next, measure.in_members(), stage_timing, device,
                  measure.stage());
@@ -1447,7 +1447,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   }
   x.clear();
   remeasure_backwards(stages, inputs, context, device, tracker, warm_up, state, differentiated,
-                      loss_layouts, produced, seeds, result.chain);
+                      loss_layouts, produced, result.chain);
   if (timing == Timing::kPasses)
     result.timing = time_after_measuring(stages, inputs, context, options, stage_timing, device,
                                          started, result.chain);

@@ -688,6 +688,22 @@ class _SlicedQuery(nn.Module):
         return torch.cat([x[:, :1], x[:, 1:] + self.proj(y)], dim=1)
 
 
+def _assert_each_operation_within_prediction(chk, step, budgets):
+    """At each budget, every operation of a step, traced with memory, within its predicted
+    peak and what it leaves (the caller's loss and seed aside, after the loss)."""
+    step(chk)
+    for budget in budgets:
+        assert chk.compute_sequence(budget).ok
+        chk.trace_next_step(memory=True)
+        step(chk)
+        trace = chk.last_trace
+        loss = next(k for k, e in enumerate(trace) if e["kind"] == "loss")
+        for k, e in enumerate(trace):
+            caller = 8 if k > loss else 0  # the loss and its seed
+            assert e["measured_peak_bytes"] - caller <= e["predicted_peak_bytes"], (budget, e)
+            assert e["measured_after_bytes"] - caller <= e["predicted_after_bytes"], (budget, e)
+
+
 @needs_export
 def test_a_view_of_an_input_that_is_itself_a_view_counts_what_it_keeps_alive():
     """Each operation of a step, traced with memory, within its predicted memory, and the step
@@ -702,37 +718,11 @@ def test_a_view_of_an_input_that_is_itself_a_view_counts_what_it_keeps_alive():
     chk = remat.Checkpointable(model, x, progress=False, repeat=1)
     full, least = chk.store_all_peak(), chk.min_budget()
     step = _step_on(x)
-    step(chk)
-    for budget in (least, (least + full) // 2, full):
-        assert chk.compute_sequence(budget).ok
-        chk.trace_next_step(memory=True)
-        step(chk)
-        trace = chk.last_trace
-        loss = next(k for k, e in enumerate(trace) if e["kind"] == "loss")
-        for k, e in enumerate(trace):
-            caller = 8 if k > loss else 0  # the loss and its seed
-            assert e["measured_peak_bytes"] - caller <= e["predicted_peak_bytes"], (budget, e)
-            assert e["measured_after_bytes"] - caller <= e["predicted_after_bytes"], (budget, e)
+    _assert_each_operation_within_prediction(chk, step, [least, (least + full) // 2, full])
     # Never above the prediction; up to a third below it, where q, k and v, each counted with
     # their whole storage, are live together (docs/cost-model.md).
     _assert_peaks(chk, step, x.untyped_storage().nbytes(), [least, (least + full) // 2, full],
                   below=0.35)
-
-
-def _assert_each_operation_within_prediction(chk, step, budgets):
-    """At each budget, every operation of a step, traced with memory, within its predicted
-    peak and what it leaves (the caller's loss and seed aside, after the loss)."""
-    step(chk)
-    for budget in budgets:
-        assert chk.compute_sequence(budget).ok
-        chk.trace_next_step(memory=True)
-        step(chk)
-        trace = chk.last_trace
-        loss = next(k for k, e in enumerate(trace) if e["kind"] == "loss")
-        for k, e in enumerate(trace):
-            caller = 8 if k > loss else 0
-            assert e["measured_peak_bytes"] - caller <= e["predicted_peak_bytes"], (budget, e)
-            assert e["measured_after_bytes"] - caller <= e["predicted_after_bytes"], (budget, e)
 
 
 class _ShuffleBlock(nn.Module):
