@@ -288,6 +288,15 @@ TORCH_MUTATIONS = [
     # predicted - kLossScalar); also per_layer_test.cpp's CHECK(full == plain - kLossScalars).
     # The loop keeps its push_back: nothing becomes unused.
 
+    ("prof-kept-gradient-bytes", "profiler/src/profiler.cpp",
+     "  count_kept_gradients(produced, device, result.chain);\n",
+     "  (void)&count_kept_gradients;\n",
+     "a gradient the runtime keeps as a slice's copy with its gaps is counted with the member's "
+     "elements only: below what it takes"),
+    # Killed by tests/runtime/tuple_stages_test.cpp "tuple stages: store-all peaks as plain
+    # autograd, schedules within their budget" (a BatchNorm right before a concatenation: the
+    # step 64 bytes above its prediction at the least budget).
+
     ("prof-loss-output-kept", "profiler/src/profiler.cpp",
      "        if (!options.output_held()) values.clear();\n",
      "",
@@ -553,6 +562,15 @@ TORCH_MUTATIONS = [
      "a stage's own error at train time does not say which stage, or that it was a "
      "recomputation"),
     # "an error inside a stage names the stage, and whether it was a recomputation".
+    ("rt-gradient-contiguous-copy", "core/src/stage_input.cpp",
+     "    if (!layout) return gradient.clone();\n",
+     "    return gradient.clone();\n",
+     "a gradient given as a slice with gaps is kept as a contiguous copy: BatchNorm's CPU "
+     "backward then sums in another order than plain autograd's"),
+    # Killed by tests/runtime/tuple_stages_test.cpp "stages with tuples, context, TorchScript and
+    # callables train exactly as plain autograd" (a BatchNorm right before a concatenation: the
+    # input and parameter gradients differ) and "a kept gradient sliced with gaps keeps them,
+    # narrowed".
 ]
 
 # The test program, and its Catch arguments, that checks each component's mutations.

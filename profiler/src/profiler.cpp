@@ -340,6 +340,7 @@ struct GradientLayout {
   std::vector<std::int64_t> sizes, strides;
   std::int64_t offset = 0;
   std::int64_t storage_elements = 0;
+  std::int64_t storage_bytes = 0;  // its storage's, of storage_elements
   bool operator==(const GradientLayout& other) const {
     return sizes == other.sizes && strides == other.strides && offset == other.offset &&
            storage_elements == other.storage_elements;
@@ -354,7 +355,7 @@ std::optional<GradientLayout> layout_of(const torch::Tensor& gradient) {
   if (gradient.is_contiguous() && gradient.storage_offset() == 0 && elements == gradient.numel())
     return std::nullopt;
   return GradientLayout{gradient.sizes().vec(), gradient.strides().vec(), gradient.storage_offset(),
-                        elements};
+                        elements, static_cast<std::int64_t>(gradient.storage().nbytes())};
 }
 
 // A gradient of ones of the given shape, laid out as `layout` says (the plain layout if none),
@@ -790,8 +791,9 @@ std::int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
 
 // A member that is a new tensor: its storage's bytes (at least `kept_alive`), and where it has a
 // gradient that differs, the gradient's. The runtime keeps a gradient of the member's own
-// elements at most (compact_gradient): more than the storage where the member is expanded (a
-// stride of 0), less where it is a slice of a larger storage.
+// elements (compact_gradient): more than the storage where the member is expanded (a stride of
+// 0), less where it is a slice of a larger storage; a little more where a backward gives it as
+// a slice with gaps, found once the backwards are measured (count_kept_gradients).
 Member new_member(const torch::Tensor& t, bool grad, std::int64_t kept_alive = 0) {
   Member member{std::max(storage_bytes({t}), kept_alive), grad};
   if (member.grad) {
@@ -1357,6 +1359,59 @@ void remeasure_backwards(const std::vector<NamedStage>& stages, const Tensors& i
   }
 }
 
+// A gradient the runtime keeps is a copy of its member's own elements, or, where a stage's
+// backward gives it as a slice with gaps (a concatenation's), that copy with narrower gaps
+// (compact_gradient): a few bytes more, which `produced` (the layouts each stage's backward left
+// its input members' gradients in) shows. A member's grad_bytes becomes the largest its gradient
+// is kept at, the same for every member that is one storage carried on.
+void count_kept_gradients(const std::vector<Layouts>& produced, c10::Device device, Chain& chain) {
+  const int length = chain.length();
+  std::vector<std::vector<std::size_t>> storage(static_cast<std::size_t>(length) + 1);
+  std::vector<std::int64_t> kept;  // per storage: the most its gradient is kept at
+  for (std::size_t k = 0; k < chain.inputs.size(); ++k) {
+    storage[0].push_back(kept.size());
+    kept.push_back(chain.inputs[k].gradient_size());
+  }
+  for (int i = 0; i < length; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    for (const Member& member : chain.stages[ui].outputs) {
+      if (member.carried()) {
+        storage[ui + 1].push_back(storage[ui][static_cast<std::size_t>(member.carried_from)]);
+        continue;
+      }
+      storage[ui + 1].push_back(kept.size());
+      kept.push_back(member.gradient_size());
+    }
+  }
+  bool any = false;
+  for (int i = 0; i < length; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    const std::vector<Member>& members = chain.members(i);
+    for (std::size_t k = 0; k < produced[ui].size() && k < members.size(); ++k) {
+      const std::optional<GradientLayout>& layout = produced[ui][k];
+      if (!layout || !members[k].grad) continue;
+      const std::int64_t bytes = counted_bytes(device, layout->storage_bytes);
+      std::int64_t& most = kept[storage[ui][k]];
+      if (bytes > most) {
+        most = bytes;
+        any = true;
+      }
+    }
+  }
+  if (!any) return;
+  const auto set = [&](Member& member, std::size_t id) {
+    if (!member.grad || kept[id] == member.gradient_size()) return;
+    member.grad_bytes = kept[id];
+    if (*member.grad_bytes == member.bytes) member.grad_bytes.reset();
+  };
+  for (std::size_t k = 0; k < chain.inputs.size(); ++k) set(chain.inputs[k], storage[0][k]);
+  for (int i = 0; i < length; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    std::vector<Member>& outputs = chain.stages[ui].outputs;
+    for (std::size_t k = 0; k < outputs.size(); ++k) set(outputs[k], storage[ui + 1][k]);
+  }
+}
+
 }  // namespace
 
 Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
@@ -1448,6 +1503,7 @@ Profile profile(const std::vector<NamedStage>& stages, const Tensors& inputs,
   x.clear();
   remeasure_backwards(stages, inputs, context, device, tracker, warm_up, state, differentiated,
                       loss_layouts, produced, result.chain);
+  count_kept_gradients(produced, device, result.chain);
   if (timing == Timing::kPasses)
     result.timing = time_after_measuring(stages, inputs, context, options, stage_timing, device,
                                          started, result.chain);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -263,6 +264,47 @@ std::vector<NamedStage> permuted_gradient() {
   return stages;
 }
 
+// A BatchNorm right before a concatenation, a stage apart (GhostNet's module as the automatic
+// split cuts it): the concatenation's backward hands the BatchNorm's a slice of its gradient,
+// with a gap between the batch's images. BatchNorm's CPU backward has a kernel of its own for a
+// contiguous gradient, which sums in another order: where the runtime kept a contiguous copy
+// of the slice, the gradients differed from plain autograd's (ghostnet_050 and hgnetv2_b0 as
+// they come). Its copy keeps the gap (compact_gradient), a few bytes that the chain counts.
+std::vector<NamedStage> batchnorm_into_concatenation() {
+  nn::Conv2d conv(nn::Conv2dOptions(3, 8, 3).padding(1));
+  nn::Conv2d cheap(nn::Conv2dOptions(8, 8, 3).padding(1).groups(8));
+  nn::BatchNorm2d norm(8);
+  nn::Linear head(16 * 9 * 9, 4);
+  std::vector<torch::Tensor> ghost_parameters = cheap->parameters();
+  for (const torch::Tensor& p : norm->parameters()) ghost_parameters.push_back(p);
+  std::vector<NamedStage> stages{
+      {"conv", remat::callable_stage(
+                   [conv = conv.ptr()](const Tensors& x, const Tensors&) {
+                     return Tensors{conv->forward(x[0])};
+                   },
+                   conv->parameters())},
+      {"ghost", remat::callable_stage(
+                    [cheap = cheap.ptr(), norm = norm.ptr()](const Tensors& x, const Tensors&) {
+                      const torch::Tensor primary = torch::relu(x[0]);
+                      return Tensors{primary, norm->forward(cheap->forward(primary))};
+                    },
+                    ghost_parameters, norm->buffers())},
+      {"cat", remat::callable_stage([](const Tensors& x, const Tensors&) {
+         return Tensors{torch::cat({x[0], x[1]}, 1)};
+       })}};
+  for (int k = 1; k <= 6; ++k)  // each keeping its output: recomputing them saves memory
+    stages.push_back(
+        {"tanh" + std::to_string(k), remat::callable_stage([](const Tensors& x, const Tensors&) {
+           return Tensors{torch::tanh(x[0])};
+         })});
+  stages.push_back({"head", remat::callable_stage(
+                                [head = head.ptr()](const Tensors& x, const Tensors&) {
+                                  return Tensors{head->forward(x[0].flatten(1))};
+                                },
+                                head->parameters())});
+  return stages;
+}
+
 // ---- The comparison ----------------------------------------------------------------------
 
 struct Model {
@@ -351,6 +393,10 @@ std::vector<Model> models() {
   out.push_back({"a backward that copies a permuted gradient",
                  permuted_gradient,
                  {torch::randn({256, 8})},
+                 {}});
+  out.push_back({"a BatchNorm right before a concatenation",
+                 batchnorm_into_concatenation,
+                 {torch::randn({4, 3, 9, 9})},
                  {}});
   return out;
 }
@@ -727,4 +773,40 @@ TEST_CASE("a kept gradient is a plain tensor holding its storage alone", "[runti
   // A view of part of a larger storage is still copied into its own.
   const torch::Tensor part = remat::detail::compact_gradient(torch::randn({4, 6}).narrow(0, 1, 2));
   CHECK(part.storage().nbytes() == 2 * 6 * sizeof(float));
+}
+
+// A slice with gaps (a concatenation's gradient, sliced for one of its inputs) is copied into a
+// storage of its own with the same order of strides, the same contiguous runs and gaps, and
+// the same alignment, the gaps narrowed: a kernel reading it chooses as it would from the
+// slice (BatchNorm's CPU backward sums in another order from a contiguous gradient).
+TEST_CASE("a kept gradient sliced with gaps keeps them, narrowed", "[runtime][tuple]") {
+  const torch::Tensor whole = torch::randn({4, 40, 3, 3});
+  for (const int from : {0, 3, 20}) {
+    DYNAMIC_SECTION("channels " << from << " to " << from + 20) {
+      const torch::Tensor slice = whole.narrow(1, from, 20);
+      const torch::Tensor kept = remat::detail::compact_gradient(slice);
+      CHECK(torch::equal(kept, slice));
+      CHECK(!kept.is_view());
+      CHECK(kept.storage().use_count() == 1);
+      CHECK(!kept.is_contiguous());
+      CHECK(kept.stride(1) == 9);
+      CHECK(kept.stride(2) == 3);
+      CHECK(kept.stride(3) == 1);
+      // A gap of 20 x 9 elements per image, narrowed to what keeps the alignment: 180 mod 16.
+      CHECK(kept.stride(0) == 180 + 180 % 16);
+      CHECK(reinterpret_cast<std::uintptr_t>(kept.data_ptr()) % 64 ==
+            reinterpret_cast<std::uintptr_t>(slice.data_ptr()) % 64);
+      CHECK(kept.storage().nbytes() < whole.storage().nbytes() * 3 / 5);
+      // Kept again (passed on over a stage that only carries it): as it is, not a new copy.
+      const void* data = kept.data_ptr();
+      CHECK(remat::detail::compact_gradient(kept).data_ptr() == data);
+    }
+  }
+  // A gap narrower than the alignment stays; a slice of whole rows is dense: a plain clone.
+  const torch::Tensor rows = torch::randn({6, 24}).narrow(1, 2, 8);
+  CHECK(remat::detail::compact_gradient(rows).strides() == rows.strides());
+  const torch::Tensor dense =
+      remat::detail::compact_gradient(torch::randn({6, 24}).narrow(0, 2, 3));
+  CHECK(dense.is_contiguous());
+  CHECK(dense.storage().nbytes() == 3 * 24 * sizeof(float));
 }

@@ -24,25 +24,17 @@ namespace remat::detail {
 /// A stage input's gradient as the runtime keeps it: its own storage. A backward may return a
 /// view of a larger gradient (the slice of a concatenation's gradient that belongs to one of
 /// its inputs), which would hold the whole storage for as long as the gradient lives; such a
-/// view is copied (the copy's moment is part of the stage's backward memory). A view of the
-/// whole storage (a reshape's gradient) becomes a plain tensor on it: as a view it would keep
-/// its base, a second holder of the storage, and autograd adds a later contribution in place
-/// only into a storage it holds alone (a new sum otherwise, which the profiler, measuring with
-/// plain gradients, would not have seen).
-inline torch::Tensor compact_gradient(torch::Tensor gradient) {
-  if (!gradient.defined()) return gradient;
-  if (gradient.storage().nbytes() >
-      static_cast<std::size_t>(gradient.numel()) * gradient.element_size())
-    return gradient.clone();
-  if (gradient.is_view()) {
-    torch::NoGradGuard no_grad;
-    torch::Tensor plain = torch::empty({0}, gradient.options());
-    plain.set_(gradient.storage(), gradient.storage_offset(), gradient.sizes(),
-               gradient.strides());
-    return plain;
-  }
-  return gradient;
-}
+/// view is copied (the copy's moment is part of the stage's backward memory). A copy of a slice
+/// with gaps between its rows (a concatenation's slice along any dimension but the first) keeps
+/// them, a little narrower: the kernels that read the gradient next choose their path, and with
+/// it their rounding, by its layout (BatchNorm's CPU backward has a faster kernel for a contiguous
+/// gradient, which sums in another order), so a contiguous copy would change the gradients
+/// against plain autograd (stage_input.cpp, compact_layout). A view of the whole storage (a
+/// reshape's gradient) becomes a plain tensor on it: as a view it would keep its base, a second
+/// holder of the storage, and autograd adds a later contribution in place only into a storage it
+/// holds alone (a new sum otherwise, which the profiler, measuring with plain gradients, would not
+/// have seen).
+torch::Tensor compact_gradient(torch::Tensor gradient);
 
 /// Receives a stage input's gradient when the stage's backward reaches it: keeps it, or, once
 /// pass_to() has linked it to the stage that made the input, passes it on to that stage's graph
