@@ -42,10 +42,6 @@
 #include <cstring>
 #include <new>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include "min_memory_table.h"
 #include "nested_form.h"
 #include "persistent_table.h"
@@ -71,23 +67,13 @@ constexpr double kPendingBytes = 4.0 * 1024 * 1024;
 
 }  // namespace
 
-// Blocks of 2 MiB and more are aligned to 2 MiB and offered to the kernel as huge pages: the
-// rows a leaf reads are spread over the whole table, and with 4 KiB pages nearly every row
-// read would also miss the TLB (and every page cost a fault).
+// Plain blocks of 4 KiB pages. Offered to the kernel as huge pages (MADV_HUGEPAGE), as they were
+// until 2026-12-03, a table's fresh pages cost more to fault in than the TLB saves on the
+// virtual development machines: L = 1000 at 500 slots took 12.8 s instead of 8.8 s, the kernel
+// zeroing each 2 MiB page at about 0.3 GB/s (docs/performance.md, "Solver").
 PersistentTable::Block PersistentTable::allocate_block(std::int64_t count) {
-  const auto bytes = static_cast<std::size_t>(count) * sizeof(double);
-  constexpr std::size_t kHuge = std::size_t{2} << 20;
-  if (bytes < kHuge) {
-    void* memory = std::malloc(bytes);
-    if (memory == nullptr) throw std::bad_alloc();
-    return Block(static_cast<double*>(memory));
-  }
-  const std::size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* memory = std::aligned_alloc(kHuge, rounded);
+  void* memory = std::malloc(static_cast<std::size_t>(count) * sizeof(double));
   if (memory == nullptr) throw std::bad_alloc();
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  madvise(memory, rounded, MADV_HUGEPAGE);
-#endif
   return Block(static_cast<double*>(memory));
 }
 
