@@ -235,6 +235,15 @@ std::vector<NamedStage> skip_read_twice() {
           {"out", nn::AnyModule(nn::Linear(features, 3))}};
 }
 
+// Appends `count` stages of tanh, each keeping its output: recomputing them saves memory.
+void add_tanh_stages(std::vector<NamedStage>& stages, int count) {
+  for (int k = 1; k <= count; ++k)
+    stages.push_back(
+        {"tanh" + std::to_string(k), remat::callable_stage([](const Tensors& x, const Tensors&) {
+           return Tensors{torch::tanh(x[0])};
+         })});
+}
+
 // A stage whose backward hands the stage before a permuted gradient (a transpose's), which
 // that stage's backward (a view's: a reshape of the gradient) copies: a copy of y_1 above what
 // a backward measured from a plain gradient takes, B_proj's peak the step's at the least
@@ -251,11 +260,7 @@ std::vector<NamedStage> permuted_gradient() {
       {"turn", remat::callable_stage([](const Tensors& x, const Tensors&) {
          return Tensors{x[0].transpose(1, 2).narrow(1, 0, 2) * 2.0};
        })}};
-  for (int k = 1; k <= 10; ++k)  // each keeping its output: recomputing them saves memory
-    stages.push_back(
-        {"tanh" + std::to_string(k), remat::callable_stage([](const Tensors& x, const Tensors&) {
-           return Tensors{torch::tanh(x[0])};
-         })});
+  add_tanh_stages(stages, 10);
   stages.push_back({"head", remat::callable_stage(
                                 [head = head.ptr()](const Tensors& x, const Tensors&) {
                                   return Tensors{head->forward(x[0].reshape({-1, 16}))};
@@ -292,11 +297,7 @@ std::vector<NamedStage> batchnorm_into_concatenation() {
       {"cat", remat::callable_stage([](const Tensors& x, const Tensors&) {
          return Tensors{torch::cat({x[0], x[1]}, 1)};
        })}};
-  for (int k = 1; k <= 6; ++k)  // each keeping its output: recomputing them saves memory
-    stages.push_back(
-        {"tanh" + std::to_string(k), remat::callable_stage([](const Tensors& x, const Tensors&) {
-           return Tensors{torch::tanh(x[0])};
-         })});
+  add_tanh_stages(stages, 6);
   stages.push_back({"head", remat::callable_stage(
                                 [head = head.ptr()](const Tensors& x, const Tensors&) {
                                   return Tensors{head->forward(x[0].flatten(1))};
