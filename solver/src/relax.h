@@ -5,11 +5,12 @@
 //
 // Every candidate and every row is non-increasing in memory: +inf below its least memory, then
 // varying, then constant. So a candidate can only improve the row below the first memory where
-// the row is already at most the candidate's constant part: it is evaluated up to there only,
-// its constant part written out directly (the row is larger there), so that the row stays the
-// exact minimum. Within that range, the kernels skip every chunk of memories whose candidate at
-// its end is at least the row at its start (floating-point addition is monotone, so this holds
-// for the rounded values too). docs/performance.md measures what this prunes.
+// the row is already at most the candidate's constant part: the kernels stop at the first chunk
+// of memories that starts there, and write the constant part out directly where both rows are
+// constant (the row is larger there), so that the row stays the exact minimum. Before that, they
+// skip every chunk whose candidate at its end is at least the row at its start (floating-point
+// addition is monotone, so this holds for the rounded values too). docs/performance.md measures
+// what this prunes.
 //
 // relax_pair and relax_one are whole functions in relax.cpp, each with an AVX2 clone chosen
 // once per call: the kernels are inlined into them, so that a candidate costs one call.
