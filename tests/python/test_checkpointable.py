@@ -270,7 +270,10 @@ def test_a_schedule_of_the_merged_chain_trains_as_plain_at_its_predicted_peak():
     chk = remat.Checkpointable(stages, x, loss=weighted_loss, progress=False)
     measured = json.loads(chk.chain.to_json())
     found = None
-    for seed in range(300):
+    # Seed 46 gives such times with the sizes this chain measures (torch 2.11, 2026-12-03): it is
+    # tried first, so that the search, about 20 ms a solve, takes one seed's solves instead of
+    # 1,913 (38 s); the others follow in turn where the measured sizes differ.
+    for seed in [46] + [s for s in range(300) if s != 46]:
         rng = random.Random(seed)
         for stage in measured["stages"]:
             stage["fwd_ms"], stage["bwd_ms"] = float(rng.randint(1, 9)), float(rng.randint(1, 9))
