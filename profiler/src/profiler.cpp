@@ -1366,23 +1366,10 @@ void remeasure_backwards(const std::vector<NamedStage>& stages, const Tensors& i
 // is kept at, the same for every member that is one storage carried on.
 void count_kept_gradients(const std::vector<Layouts>& produced, c10::Device device, Chain& chain) {
   const int length = chain.length();
-  std::vector<std::vector<std::size_t>> storage(static_cast<std::size_t>(length) + 1);
+  const Chain::Storages storages = chain.storages();
+  const std::vector<std::vector<int>>& storage = storages.ids;
   std::vector<std::int64_t> kept;  // per storage: the most its gradient is kept at
-  for (std::size_t k = 0; k < chain.inputs.size(); ++k) {
-    storage[0].push_back(kept.size());
-    kept.push_back(chain.inputs[k].gradient_size());
-  }
-  for (int i = 0; i < length; ++i) {
-    const auto ui = static_cast<std::size_t>(i);
-    for (const Member& member : chain.stages[ui].outputs) {
-      if (member.carried()) {
-        storage[ui + 1].push_back(storage[ui][static_cast<std::size_t>(member.carried_from)]);
-        continue;
-      }
-      storage[ui + 1].push_back(kept.size());
-      kept.push_back(member.gradient_size());
-    }
-  }
+  for (const Member& maker : storages.makers) kept.push_back(maker.gradient_size());
   bool any = false;
   for (int i = 0; i < length; ++i) {
     const auto ui = static_cast<std::size_t>(i);
@@ -1391,7 +1378,7 @@ void count_kept_gradients(const std::vector<Layouts>& produced, c10::Device devi
       const std::optional<GradientLayout>& layout = produced[ui][k];
       if (!layout || !members[k].grad) continue;
       const std::int64_t bytes = counted_bytes(device, layout->storage_bytes);
-      std::int64_t& most = kept[storage[ui][k]];
+      std::int64_t& most = kept[static_cast<std::size_t>(storage[ui][k])];
       if (bytes > most) {
         most = bytes;
         any = true;
@@ -1399,9 +1386,10 @@ void count_kept_gradients(const std::vector<Layouts>& produced, c10::Device devi
     }
   }
   if (!any) return;
-  const auto set = [&](Member& member, std::size_t id) {
-    if (!member.grad || kept[id] == member.gradient_size()) return;
-    member.grad_bytes = kept[id];
+  const auto set = [&](Member& member, int id) {
+    const std::int64_t most = kept[static_cast<std::size_t>(id)];
+    if (!member.grad || most == member.gradient_size()) return;
+    member.grad_bytes = most;
     if (*member.grad_bytes == member.bytes) member.grad_bytes.reset();
   };
   for (std::size_t k = 0; k < chain.inputs.size(); ++k) set(chain.inputs[k], storage[0][k]);

@@ -378,6 +378,28 @@ const std::vector<Member>& Chain::members(int k) const {
   return k == 0 ? inputs : stages[static_cast<std::size_t>(k - 1)].outputs;
 }
 
+Chain::Storages Chain::storages(int first, int end) const {
+  if (end < 0) end = length();
+  REMAT_CHECK(first >= 0 && first <= end && end <= length(), "activations ", first, "..", end,
+              " are outside 0..", length());
+  Storages out;
+  out.ids.resize(static_cast<std::size_t>(end - first) + 1);
+  out.makers = members(first);
+  for (std::size_t m = 0; m < out.makers.size(); ++m) out.ids[0].push_back(static_cast<int>(m));
+  for (int k = first; k < end; ++k) {
+    const auto local = static_cast<std::size_t>(k - first);
+    for (const Member& member : stages[static_cast<std::size_t>(k)].outputs) {
+      if (member.carried()) {
+        out.ids[local + 1].push_back(out.ids[local][static_cast<std::size_t>(member.carried_from)]);
+      } else {
+        out.ids[local + 1].push_back(static_cast<int>(out.makers.size()));
+        out.makers.push_back(member);
+      }
+    }
+  }
+  return out;
+}
+
 std::int64_t Chain::activation_bytes(int k) const {
   std::int64_t total = 0;
   for (const Member& member : members(k)) total += member.bytes;

@@ -47,26 +47,17 @@ Run number_storages(const Chain& chain, int first, int end) {
   run.first = first;
   run.end = end;
   run.inputs = static_cast<int>(chain.members(first).size());
-  run.storage = chain.members(first);
-  run.ids.resize(static_cast<std::size_t>(end - first) + 1);
+  Chain::Storages storages = chain.storages(first, end);
+  run.storage = std::move(storages.makers);
+  run.ids = std::move(storages.ids);
   run.saved.resize(static_cast<std::size_t>(end - first));
-  for (int m = 0; m < run.inputs; ++m) run.ids[0].push_back(m);
   for (int k = first; k < end; ++k) {
     const Stage& stage = chain.stages[static_cast<std::size_t>(k)];
     const auto local = static_cast<std::size_t>(k - first);
-    std::vector<int>& next = run.ids[local + 1];
-    for (const Member& member : stage.outputs) {
-      if (member.carried()) {
-        next.push_back(run.ids[local][static_cast<std::size_t>(member.carried_from)]);
-      } else {
-        next.push_back(static_cast<int>(run.storage.size()));
-        run.storage.push_back(member);
-      }
-    }
     for (const int s : stage.saved_inputs)
       run.saved[local].push_back(run.ids[local][static_cast<std::size_t>(s)]);
     for (const int s : stage.saved_outputs)
-      run.saved[local].push_back(next[static_cast<std::size_t>(s)]);
+      run.saved[local].push_back(run.ids[local + 1][static_cast<std::size_t>(s)]);
   }
   run.output_ids = std::set<int>(run.ids.back().begin(), run.ids.back().end());
   return run;

@@ -59,20 +59,9 @@ struct StorageDp::Model {
   explicit Model(const Chain& chain, bool use_nograd_time) {
     length = chain.length();
     const auto n = static_cast<std::size_t>(length);
-    std::vector<std::vector<int>> ids(n + 1);  // the storage of each member of x_k
-    for (const Member& member : chain.inputs) {
-      ids[0].push_back(static_cast<int>(bytes.size()));
-      bytes.push_back(member.bytes);
-    }
-    for (std::size_t i = 0; i < n; ++i)
-      for (const Member& member : chain.stages[i].outputs) {
-        if (member.carried()) {
-          ids[i + 1].push_back(ids[i][static_cast<std::size_t>(member.carried_from)]);
-        } else {
-          ids[i + 1].push_back(static_cast<int>(bytes.size()));
-          bytes.push_back(member.bytes);
-        }
-      }
+    const Chain::Storages storages = chain.storages();
+    const std::vector<std::vector<int>>& ids = storages.ids;  // the storage of each member of x_k
+    for (const Member& maker : storages.makers) bytes.push_back(maker.bytes);
     const auto sorted = [](std::vector<int> v) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());

@@ -180,6 +180,17 @@ struct Chain {
   int length() const { return static_cast<int>(stages.size()); }
   /// The members of x_k, 0 <= k <= L.
   const std::vector<Member>& members(int k) const;
+  /// The storages of x_first .. x_end, numbered: the members of x_first in order, then every
+  /// member of x_{first+1} .. x_end that a stage makes, in order; a member carried on is the
+  /// storage it was carried from.
+  struct Storages {
+    /// ids[k - first][m]: the storage of member m of x_k.
+    std::vector<std::vector<int>> ids;
+    /// makers[id]: the member that made storage id.
+    std::vector<Member> makers;
+  };
+  /// The storages of x_first .. x_end, 0 <= first <= end <= L; end -1: L.
+  Storages storages(int first = 0, int end = -1) const;
   /// Size of x_k for 0 <= k <= L, carried members included.
   std::int64_t activation_bytes(int k) const;
   /// Size of the gradient y_k: the members of x_k that have one (of x_L, those the loss
