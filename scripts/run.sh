@@ -97,7 +97,7 @@ if [ "$mode" = test ]; then
   # warm run, CI's among them, should miss only what changed).
   export CCACHE_LOGFILE=${CCACHE_LOGFILE:-$PWD/build-checks/ccache.log}
   rm -f "$CCACHE_LOGFILE"
-  step "the sanitizer build, its tests and the mutation check: in the background at the lowest priority (scripts/torch-free-checks.sh, into $checks_log)"
+  step "the mutation check, the sanitizer build and its tests: in the background at the lowest priority (scripts/torch-free-checks.sh, into $checks_log)"
   remat_below "$checks_log" bash scripts/torch-free-checks.sh
   checks=$!
   trap 'pkill -TERM -s "$checks" 2>/dev/null || true' EXIT
@@ -275,7 +275,7 @@ done
 
 # 10. The checks started in the background (2a), once nothing else runs: their steps, as they
 # ran, and their outcome.
-step "the sanitizer build, its tests and the mutation check (started in the background): waiting"
+step "the mutation check, the sanitizer build and its tests (started in the background): waiting"
 code=0; wait "$checks" || code=$?
 trap - EXIT
 if [ "$code" != 0 ]; then
