@@ -156,7 +156,7 @@ StorageDp::StorageDp(const Chain& chain, std::int64_t unit_bytes, bool use_nogra
     : model_(std::make_unique<Model>(chain, use_nograd_time)), unit_(unit_bytes) {
   states_.resize(static_cast<std::size_t>(model_->length) + 1);
   leaf_parts_.resize(states_.size());
-  entries_.resize(states_.size() * states_.size());
+  entries_.resize(states_.size());
   state_sets_.resize(states_.size());
   least_.resize(states_.size());
   marked_.resize(states_.size());
@@ -308,20 +308,17 @@ const std::vector<StorageDp::LeafPart>& StorageDp::leaf_parts(int i) const {
 }
 
 StorageDp::Entry& StorageDp::entry(int i, int l, int z) {
-  std::vector<Entry>& list =
-      entries_[static_cast<std::size_t>(i) * (static_cast<std::size_t>(model_->length) + 1) +
-               static_cast<std::size_t>(l)];
-  if (list.size() <= static_cast<std::size_t>(z)) list.resize(static_cast<std::size_t>(z) + 1);
-  return list[static_cast<std::size_t>(z)];
+  return entries_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)]
+                 [static_cast<std::size_t>(l - i)];
 }
 
 const RowView& StorageDp::find_row(int i, int l, int z) const {
   static const RowView kEmpty;
-  const std::vector<Entry>& list =
-      entries_[static_cast<std::size_t>(i) * (static_cast<std::size_t>(model_->length) + 1) +
-               static_cast<std::size_t>(l)];
-  return static_cast<std::size_t>(z) < list.size() ? list[static_cast<std::size_t>(z)].row
-                                                    : kEmpty;
+  const std::vector<std::vector<Entry>>& states = entries_[static_cast<std::size_t>(i)];
+  if (static_cast<std::size_t>(z) >= states.size()) return kEmpty;
+  const std::vector<Entry>& rows = states[static_cast<std::size_t>(z)];
+  return static_cast<std::size_t>(l - i) < rows.size() ? rows[static_cast<std::size_t>(l - i)].row
+                                                       : kEmpty;
 }
 
 std::int64_t StorageDp::least(int i, int l, int z) {
@@ -464,8 +461,15 @@ std::unique_ptr<StorageDp> StorageDp::build(const Chain& chain, std::int64_t uni
       if (key.i < chain.length()) (void)dp->start_frame(key.i, key.z);
   dp->frozen_ = true;
   const std::vector<std::vector<Key>>& by_length = marking.by_length;
+  // Room for every marked row, which the workers fill.
   for (const std::vector<Key>& keys : by_length)
-    for (const Key& key : keys) (void)dp->entry(key.i, key.l, key.z);  // the workers fill them
+    for (const Key& key : keys) {
+      auto& states = dp->entries_[static_cast<std::size_t>(key.i)];
+      if (states.size() <= static_cast<std::size_t>(key.z))
+        states.resize(static_cast<std::size_t>(key.z) + 1);
+      auto& rows = states[static_cast<std::size_t>(key.z)];
+      if (rows.empty()) rows.resize(static_cast<std::size_t>(chain.length() - key.i) + 1);
+    }
   const double work = marking.work;
   if (threads <= 0)
     threads = work < 2e7 ? 1 : available_cores();

@@ -125,10 +125,13 @@ class StorageDp {
     std::unique_ptr<double[]> values;
     RowView row;  // over `values`; empty when +inf everywhere in the table (or not computed)
   };
+  // The entry of a marked row, once build() has made room for it.
   Entry& entry(int i, int l, int z);
   // The row of a marked entry (an empty one otherwise).
   const RowView& find_row(int i, int l, int z) const;
-  std::vector<std::vector<Entry>> entries_;  // [i * (L + 1) + l][z]
+  // [i][z][l - i], as least_: a leaf's left parts (i, j - 1, z) side by side. A state whose
+  // rows none is marked has no list.
+  std::vector<std::vector<std::vector<Entry>>> entries_;
 };
 
 // Whether solve(), tradeoff() and min_feasible_budget() solve the storage-exact table for this
