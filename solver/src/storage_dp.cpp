@@ -359,36 +359,49 @@ std::int64_t StorageDp::least(int i, int l, int z) {
 }
 
 bool StorageDp::mark(int i, int l, int z, Marking& marking) {
-  const std::int64_t lo = least(i, l, z);
-  {
-    char& marked = marked_[static_cast<std::size_t>(i)][static_cast<std::size_t>(z)]
-                          [static_cast<std::size_t>(l - i)];
-    if (marked) return true;
+  // Every row the root reaches, by length from the longest (a row's parts are shorter): the
+  // rows that weigh most are counted first, so that a table over the allowance is given up
+  // after few of its rows. The rows marked, and whether the table is given up, do not depend on
+  // the order.
+  const auto reach = [&](int first, int last, int state) {
+    char& marked = marked_[static_cast<std::size_t>(first)][static_cast<std::size_t>(state)]
+                          [static_cast<std::size_t>(last - first)];
+    if (marked) return;
     marked = 1;
-    marking.by_length[static_cast<std::size_t>(l - i)].push_back(Key{i, l, z});
-    if (lo >= width_) return true;
-    // The work the row will take (an upper bound: each choice over the row's width), counted
-    // as the rows are found: a table over the allowance is given up before all are marked.
-    const double width = static_cast<double>(width_ - lo);
-    marking.cells += width;
-    marking.work += width * (l - i + 1);
-    if (marking.cells > marking.max_cells || marking.work > marking.max_work) return false;
-    if (i == l) return true;
-  }
-  // Only the parts of choices that fit within the table at some memory: a choice that needs
-  // more (or whose parts do) relaxes nothing in compute_row, and rebuild() never follows it.
-  const Frame f = frame(i, l, z);
-  if (f.step.need < width_ && f.step.first_shift + least(i + 1, l, f.step.first_z) < width_ &&
-      !mark(i + 1, l, f.step.first_z, marking))
-    return false;
-  const std::vector<LeafPart>& parts = leaf_parts(i);
-  for (int j = i + 1; j <= l; ++j) {
-    const LeafPart& part = parts[static_cast<std::size_t>(j)];
-    if (f.leaf_base + part.forwards >= width_) break;  // forwards only grow with j
-    if (f.left_shift + least(i, j - 1, f.left_z) >= width_ ||
-        f.own + least(j, l, part.right_z) >= width_)
-      continue;
-    if (!mark(j, l, part.right_z, marking) || !mark(i, j - 1, f.left_z, marking)) return false;
+    marking.by_length[static_cast<std::size_t>(last - first)].push_back(Key{first, last, state});
+  };
+  reach(i, l, z);
+  for (int length = l - i; length >= 0; --length) {
+    // Rows of this length are added only while longer ones are visited: the list is complete.
+    const std::vector<Key>& keys = marking.by_length[static_cast<std::size_t>(length)];
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const Key key = keys[k];
+      const std::int64_t lo = least(key.i, key.l, key.z);
+      if (lo >= width_) continue;
+      // The work the row will take (an upper bound: each choice over the row's width).
+      const double width = static_cast<double>(width_ - lo);
+      marking.cells += width;
+      marking.work += width * (key.l - key.i + 1);
+      if (marking.cells > marking.max_cells || marking.work > marking.max_work) return false;
+      if (key.i == key.l) continue;
+      // Only the parts of choices that fit within the table at some memory: a choice that
+      // needs more (or whose parts do) relaxes nothing in compute_row, and rebuild() never
+      // follows it.
+      const Frame f = frame(key.i, key.l, key.z);
+      if (f.step.need < width_ &&
+          f.step.first_shift + least(key.i + 1, key.l, f.step.first_z) < width_)
+        reach(key.i + 1, key.l, f.step.first_z);
+      const std::vector<LeafPart>& parts = leaf_parts(key.i);
+      for (int j = key.i + 1; j <= key.l; ++j) {
+        const LeafPart& part = parts[static_cast<std::size_t>(j)];
+        if (f.leaf_base + part.forwards >= width_) break;  // forwards only grow with j
+        if (f.left_shift + least(key.i, j - 1, f.left_z) >= width_ ||
+            f.own + least(j, key.l, part.right_z) >= width_)
+          continue;
+        reach(j, key.l, part.right_z);
+        reach(key.i, j - 1, f.left_z);
+      }
+    }
   }
   return true;
 }
