@@ -90,15 +90,15 @@ std::int64_t relax_pair(double* best, std::int64_t lo, std::int64_t capacity, st
   const double constant = (prefix + right.constant) + left.constant;
   std::int64_t computed = 0;
   // Both rows vary on [start, min(right_end, left_end)].
-  std::int64_t stop = std::min({right_end, left_end, capacity});
+  const std::int64_t stop = std::min({right_end, left_end, capacity});
   if (stop >= start)
     computed +=
         relax_sum(best + (start - lo), right.values + (start - shift - right.lo),
                   left.values + (start - tail - left.lo), prefix, constant, stop - start + 1);
-  // Where one row is constant and the other varies, then where both are constant.
+  // Where one row is constant and the other varies, then where both are constant (each part
+  // stops at once where the row is at most `constant` already).
   const std::int64_t from = std::max(start, stop + 1);
   const std::int64_t end = std::min(std::max(right_end, left_end), capacity);
-  if (from > capacity || best[from - lo] <= constant) return computed;
   if (end >= from) {
     if (right_end < left_end)
       computed += relax_left_constant(best + (from - lo), left.values + (from - tail - left.lo),
