@@ -31,7 +31,8 @@ step() {
 
 # remat_record MODE: keeps this run's steps, as step prints them, in a file of its own outside
 # the clone (~/.cache/remat/runs/, the last 30 runs), after a header saying which commit ran
-# where, with which locale (ccache hashes it with every compilation) and ccache folder: what a
+# where, with which locale (ccache hashes it with every compilation), PATH (which decides the
+# compilers found, and so the folders ccache hashes) and ccache folder: what a
 # later look can read of a run whose output was not kept (CI's, when it passes). The variable
 # is the calling shell's own: the scripts it starts keep no record of theirs.
 remat_record() {
@@ -42,6 +43,7 @@ remat_record() {
     echo "run.sh $1 at $(git rev-parse HEAD 2>/dev/null || echo '?') (tree clean: $REMAT_CLEAN_TREE)"
     echo "in $(pwd -P) as $(id -un 2>/dev/null || echo '?'), started $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "locale: LANG=${LANG-(unset)} LC_ALL=${LC_ALL-(unset)} LC_CTYPE=${LC_CTYPE-(unset)} LC_MESSAGES=${LC_MESSAGES-(unset)}"
+    echo "PATH: ${PATH-(unset)}"
     echo "ccache folder: ${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/remat/ccache}"
   } > "$remat_record_file" 2>/dev/null || { remat_record_file=; return 0; }
   ls -1t "$dir" | tail -n +31 | while read -r old; do rm -f "$dir/$old"; done
