@@ -1,5 +1,5 @@
 """scripts/run-lib.sh's run record: scripts/run.sh keeps each run's steps, after a header saying
-which commit ran where and with which locale, in a file of its own under the cache folder, the
+which commit ran where, with which locale and PATH, in a file of its own under the cache folder, the
 last 30 runs; the scripts it starts (which source run-lib.sh too) add nothing to it (run by
 scripts/run.sh with pytest)."""
 
@@ -44,10 +44,11 @@ def test_a_run_keeps_its_steps_after_a_header(tmp_path: Path) -> None:
     assert lines[1].startswith(f"in {ROOT.resolve()} as ")
     assert lines[2] == ("locale: LANG=C.UTF-8 LC_ALL=(unset) LC_CTYPE=(unset) "
                         "LC_MESSAGES=(unset)")
-    assert lines[3] == f"ccache folder: {tmp_path}/remat/ccache"
+    assert lines[3] == f"PATH: {os.environ['PATH']}"
+    assert lines[4] == f"ccache folder: {tmp_path}/remat/ccache"
     # The steps, and not the inner script's.
-    assert untimed("\n".join(lines[4:])) == "== building\n== all tests passed"
-    assert lines[4].startswith("== [0m")  # timed from the run's start
+    assert untimed("\n".join(lines[5:])) == "== building\n== all tests passed"
+    assert lines[5].startswith("== [0m")  # timed from the run's start
 
 
 def test_only_the_last_30_runs_are_kept(tmp_path: Path) -> None:
