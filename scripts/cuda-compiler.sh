@@ -5,11 +5,11 @@
 # Returns 1, with CUDACXX left unset, when there is none.
 #
 # The nvcc found is named by its real place, the one nvcc itself reports (its TOP folder),
-# not by the name on the PATH: the same toolkit reached as /usr/local/cuda/bin/nvcc (a link),
-# /usr/local/cuda-13.0/bin/nvcc or a wrapper script in /usr/local/bin made CMake find its
-# headers under three names, and ccache, which hashes those names, missed every object that
-# includes a CUDA header whenever two runs had different PATHs (CI's and a session's:
-# docs/building.md, "Build time").
+# not by the name on the PATH: the same toolkit reached through /usr/local/cuda/bin (a link)
+# and through a wrapper script in /usr/local/bin made CMake find its headers under two folder
+# names, and ccache, which hashes those names, missed every object that includes a CUDA header
+# whenever two runs had different PATHs (CI's and a session's: docs/building.md, "How long
+# `test` takes").
 remat_cuda_compiler() {
   if [ -n "${CUDACXX:-}" ]; then return 0; fi
   local nvcc top
